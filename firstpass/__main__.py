@@ -1,0 +1,5 @@
+import sys
+
+from firstpass.cli import main
+
+sys.exit(main())

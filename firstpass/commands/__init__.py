@@ -1,0 +1,1 @@
+"""Subcommands of the ``firstpass`` CLI, one module each (see ``firstpass.cli``)."""
