@@ -1,0 +1,200 @@
+"""The offline demo: the real proxy, a replay upstream on the bundled demo set, real HTTP.
+
+It starts the same aiohttp application ``firstpass serve`` runs, on a free loopback port, sends
+each demo task through it as an OpenAI chat request with tests in the ``firstpass`` object,
+prints each decision, then re-derives the receipt hash chain. No network, no API keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+from firstpass.config import Config, config_from_dict
+from firstpass.receipts import verify_chain
+from firstpass.server import serve_forever
+
+__all__ = ["DemoRow", "demo_config", "load_demo_tasks", "run_demo"]
+
+#: the model name demo requests ask for; the demo route matches it
+DEMO_MODEL = "firstpass-demo"
+
+
+def _data_dir() -> Path:
+    return Path(str(resources.files("firstpass.demo")))
+
+
+def load_demo_tasks() -> list[dict[str, Any]]:
+    """The bundled demo tasks (written by Firstpass itself; see firstpass/demo/dataset.py)."""
+    path = _data_dir() / "tasks.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def demo_config(receipts: Path, *, mode: str | None = None, k: int = 5, lam: float = 1.0) -> Config:
+    """The demo's config: replay ladder demo-cheap → demo-strong, made-up prices.
+
+    ``mode`` ``"shadow"`` or ``"enforce"`` turns the elastic policy on with ``k`` and ``lam``.
+    """
+    data: dict[str, Any] = {
+        "server": {"host": "127.0.0.1", "port": 0},
+        "receipts": {"path": str(receipts), "fsync": "batch"},
+        "provider": [{"id": "replay", "kind": "replay", "samples": "samples.jsonl", "seed": 0}],
+        "route": [
+            {
+                "name": "demo",
+                "models": [DEMO_MODEL],
+                "ladder": ["replay/demo-cheap", "replay/demo-strong"],
+                "temperature": 0.8,
+                "on_exhausted": "unverified",
+            }
+        ],
+        "price": [
+            {"model": "replay/demo-cheap", "input_per_mtok": 0.15, "output_per_mtok": 0.60},
+            {"model": "replay/demo-strong", "input_per_mtok": 2.50, "output_per_mtok": 10.00},
+        ],
+    }
+    if mode in ("shadow", "enforce"):
+        data["escalation"] = {"elastic": {"k": k, "lambda": lam, "escalate_at": 0, "mode": mode}}
+    return config_from_dict(data, base_dir=_data_dir(), env={})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DemoRow:
+    """One demo request as the client saw it."""
+
+    task_id: str
+    status: int
+    action: str
+    regime: str | None
+    served_model: str | None
+    visible: str
+    gate: str
+    cost_usd: float
+    overhead_ms: float
+    receipt_id: str
+
+
+def _request_body(task: dict[str, Any], mode: str | None) -> dict[str, Any]:
+    firstpass: dict[str, Any] = {
+        "tests": {"visible": task["visible_tests"], "hidden": task["hidden_tests"]},
+        "entry_point": task["entry_point"],
+        "task_id": task["task_id"],
+    }
+    if task.get("setup"):
+        firstpass["setup"] = task["setup"]
+    if mode:
+        firstpass["mode"] = mode
+    return {
+        "model": DEMO_MODEL,
+        "messages": [{"role": "user", "content": task["prompt"]}],
+        "firstpass": firstpass,
+    }
+
+
+def _row(task_id: str, status: int, body: dict[str, Any], headers: Any) -> DemoRow:
+    fp = body.get("firstpass") or {}
+    visible = fp.get("visible")
+    return DemoRow(
+        task_id=task_id,
+        status=status,
+        action=fp.get("action") or headers.get("X-Firstpass-Action", "?"),
+        regime=fp.get("regime"),
+        served_model=fp.get("served_model"),
+        visible=f"{visible['passed']}/{visible['total']}" if visible else "-",
+        gate=str(fp.get("gate") or "-"),
+        cost_usd=float(fp.get("cost_usd") or 0.0),
+        overhead_ms=float(fp.get("overhead_ms") or 0.0),
+        receipt_id=headers.get("X-Firstpass-Receipt", ""),
+    )
+
+
+async def _run(
+    config: Config, tasks: Sequence[dict[str, Any]], mode: str | None, out: TextIO
+) -> list[DemoRow]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    ready = asyncio.Event()
+    stop = asyncio.Event()
+    server = asyncio.create_task(
+        serve_forever(config, sock=sock, started=lambda _url: ready.set(), stop=stop)
+    )
+    ready_wait = asyncio.create_task(ready.wait())
+    done, _ = await asyncio.wait({server, ready_wait}, return_when=asyncio.FIRST_COMPLETED)
+    if server in done:  # start-up failed: surface its error
+        ready_wait.cancel()
+        server.result()
+    base = f"http://127.0.0.1:{port}"
+    print(f"proxy listening on {base} (replay upstream, offline)", file=out)
+    header = f"{'task':<9} {'status':>6} {'action':<21} {'regime':<9} {'served by':<20} {'visible':>7} {'gate':<8} {'cost $':>9} {'ovh ms':>7}"
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    rows: list[DemoRow] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for task in tasks:
+                async with session.post(
+                    f"{base}/v1/chat/completions", json=_request_body(task, mode)
+                ) as resp:
+                    body = await resp.json()
+                    row = _row(task["task_id"], resp.status, body, resp.headers)
+                rows.append(row)
+                print(
+                    f"{row.task_id:<9} {row.status:>6} {row.action:<21} {row.regime or '-':<9} "
+                    f"{row.served_model or '-':<20} {row.visible:>7} {row.gate:<8} "
+                    f"{row.cost_usd:>9.6f} {row.overhead_ms:>7.1f}",
+                    file=out,
+                )
+    finally:
+        stop.set()
+        await server
+    return rows
+
+
+def run_demo(
+    *, receipts: Path | None = None, mode: str | None = None, out: TextIO = sys.stdout
+) -> int:
+    """Run the demo end to end; returns the process exit code (0 when the chain verifies)."""
+    if receipts is None:
+        receipts = Path(tempfile.mkdtemp(prefix="firstpass-demo-")) / "receipts.jsonl"
+    config = demo_config(receipts, mode=mode)
+    tasks = load_demo_tasks()
+    print(
+        f"Firstpass demo: {len(tasks)} demo tasks written by Firstpass (not a benchmark), "
+        f"ladder demo-cheap -> demo-strong, mode {mode or 'cascade'}",
+        file=out,
+    )
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
+        runner = asyncio.run
+    rows = runner(_run(config, tasks, mode, out))
+    report = verify_chain(receipts)
+    actions: dict[str, int] = {}
+    for row in rows:
+        actions[row.action] = actions.get(row.action, 0) + 1
+    print("", file=out)
+    print("actions: " + ", ".join(f"{k} {v}" for k, v in sorted(actions.items())), file=out)
+    print(
+        f"total cost ${sum(r.cost_usd for r in rows):.6f} over {len(rows)} requests",
+        file=out,
+    )
+    print(f"receipts: {receipts}", file=out)
+    if report.ok:
+        print(f"receipt chain: ok, {report.n_lines} receipts, head {report.head}", file=out)
+        print(f"check it yourself: firstpass receipts verify {receipts}", file=out)
+        return 0
+    print(f"receipt chain: BROKEN at line {report.first_bad_line}: {report.reason}", file=out)
+    return 1

@@ -1,0 +1,340 @@
+# mypy: disable-error-code="attr-defined"
+"""The elastic policy's I/O: draw the k-sample probe, route on it (enforce) or label it (shadow).
+
+Enforce: probe → ``escalate`` (rung 1 at once, no gate paid on rung 0), ``serve`` (a passing
+sample, gate skipped), or ``gate`` (gate the best candidates, serve on pass, else escalate).
+
+Shadow: the client gets exactly what the plain cascade serves. The cascade's first attempt is
+probe sample 0 (the k samples are drawn i.i.d., so sample 0 is distributed exactly like a fresh
+cascade call, and the call is saved). Whatever elastic would have done, the gate runs on the
+candidate it would have served, so every shadow receipt carries the label calibration learns from.
+
+The decisions themselves are the pure functions of ``firstpass.policy``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from firstpass.config import Rung
+from firstpass.errors import UpstreamError
+from firstpass.pipeline._state import Answer, LadderState, Outcome, RunRequest
+from firstpass.policy import (
+    Attempt,
+    CheckSummary,
+    Regime,
+    candidate_order,
+    counterfactual_action,
+    needs_gate,
+    regime_for,
+)
+
+__all__ = ["ElasticMixin", "Probe"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """k samples from one rung, their visible results, and what the policy makes of them."""
+
+    rung_index: int
+    rung: Rung
+    k: int
+    answers: tuple[Answer, ...]  # one per sample, each holding its own choice
+    visible: tuple[Any, ...]  # firstpass.sandbox.SampleResult per sample
+    pass_count: int
+    regime: Regime
+    order: tuple[int, ...]  # passing samples, best candidate first
+    cost_usd: float
+    calls: int
+
+    @property
+    def candidate(self) -> int:
+        """The sample elastic would serve or gate: the best passing one, else the best failing."""
+        if self.order:
+            return self.order[0]
+        return max(
+            range(len(self.visible)),
+            key=lambda i: (_share(self.visible[i]), -i),
+        )
+
+    def record(self, *, lam: float, escalate_at: int, elastic: Any) -> dict[str, Any]:
+        return {
+            "rung": self.rung_index,
+            "provider": self.rung.provider,
+            "model": self.rung.model,
+            "k": self.k,
+            "pass_count": self.pass_count,
+            "regime": self.regime,
+            "score": {"name": "pass_share", "value": self.pass_count / self.k},
+            "samples": [
+                {"n_passed": r.n_passed, "n_total": r.n_total, "category": r.category}
+                for r in self.visible
+            ],
+            "candidate": self.candidate,
+            "lambda": lam,
+            "escalate_at": escalate_at,
+            "calibration_id": elastic.calibration_id,
+            "alpha": elastic.alpha,
+            "delta": elastic.delta,
+            "calls": self.calls,
+            "cost_usd": self.cost_usd,
+        }
+
+
+def _share(result: Any) -> float:
+    return result.n_passed / result.n_total if result.n_total else 0.0
+
+
+def _summary(result: Any) -> CheckSummary:
+    return CheckSummary(
+        passed=bool(result.passed), n_passed=int(result.n_passed), n_total=int(result.n_total)
+    )
+
+
+def sample_view(completion: Any, i: int) -> Any:
+    """The ``i``-th choice of an n-choice completion, as a one-choice completion.
+
+    Usage is split evenly: input tokens per call, output tokens per choice.
+    """
+    n = max(1, completion.n)
+    reasons = completion.finish_reasons
+    return dataclasses.replace(
+        completion,
+        texts=(completion.texts[i],),
+        finish_reasons=(reasons[i] if i < len(reasons) else None,),
+        input_tokens=completion.input_tokens // max(1, completion.calls),
+        output_tokens=completion.output_tokens // n,
+        calls=1,
+        raw=None,
+    )
+
+
+class ElasticMixin:
+    """Shadow and enforce modes for ``Pipeline``.
+
+    ``Pipeline`` provides what these methods use: ``config``, ``sandbox``, ``_call``,
+    ``_run_ladder``, ``_cascade``, ``_finish`` and ``_conclude``.
+    """
+
+    # -- the probe -----------------------------------------------------------------------------
+
+    async def _probe(
+        self, req: RunRequest, index: int
+    ) -> tuple[Probe | None, UpstreamError | None]:
+        """Draw k samples from rung ``index`` in one call (``n = k``) and run the visible tests."""
+        elastic = self.config.elastic
+        rung = req.route.ladder[index]
+        k = rung.k or elastic.k
+        req.trace.step(f"probe:{index}:k={k}")
+        completion, error = await self._call(req, index, rung, purpose="probe", n=k)
+        if completion is None:
+            return None, error
+        texts = list(completion.texts[:k])
+        t0 = time.perf_counter()
+        results = await self.sandbox.run_many(texts, req.checks.visible)
+        req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
+        for i, result in enumerate(results):
+            req.trace.check(rung_index=index, sample=i, kind="visible", result=result)
+        passed = [bool(r.passed) for r in results]
+        c = sum(passed)
+        # behaviour key: the sandbox's output digest when it gives one, else the code's hash
+        keys = [getattr(r, "behaviour", None) or r.code_sha256 for r in results]
+        regime = regime_for(c, k, lam=elastic.lambda_, escalate_at=elastic.escalate_at)
+        req.trace.step(f"regime:{regime}:{c}/{k}")
+        cost = req.trace.upstream_calls[-1]["cost_usd"]
+        probe = Probe(
+            rung_index=index,
+            rung=rung,
+            k=k,
+            answers=tuple(
+                Answer(rung_index=index, rung=rung, completion=sample_view(completion, i))
+                for i in range(len(texts))
+            ),
+            visible=tuple(results),
+            pass_count=c,
+            regime=regime,
+            order=tuple(candidate_order(passed, keys)),
+            cost_usd=cost,
+            calls=completion.calls,
+        )
+        return probe, None
+
+    async def _gate(self, req: RunRequest, probe: Probe, sample: int, purpose: str | None) -> Any:
+        t0 = time.perf_counter()
+        result = await self.sandbox.run(
+            probe.answers[sample].completion.texts[0], req.checks.hidden
+        )
+        req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
+        req.trace.check(
+            rung_index=probe.rung_index, sample=sample, kind="gate", result=result, purpose=purpose
+        )
+        return result
+
+    def _probe_record(self, probe: Probe) -> dict[str, Any]:
+        elastic = self.config.elastic
+        return probe.record(lam=elastic.lambda_, escalate_at=elastic.escalate_at, elastic=elastic)
+
+    # -- enforce -------------------------------------------------------------------------------
+
+    async def _enforce(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+        if req.checks.visible is None:
+            req.trace.step("probe:skipped:no_visible_tests")
+            return await self._cascade(req)
+        probe, error = await self._probe(req, 0)
+        if probe is None:
+            state = LadderState(
+                attempts=[Attempt(rung=0, upstream_failed=True)], answers=[None], last_error=error
+            )
+            result = await self._run_ladder(req, state)
+            return self._conclude(req, result, probe={"rung": 0, "error": str(error)})
+        record = self._probe_record(probe)
+        has_gate = req.checks.hidden is not None
+        gate_results: dict[int, Any] = {}
+
+        if probe.regime == "serve":
+            served = probe.answers[probe.candidate].served("gate_skipped")
+            req.trace.step(f"serve_without_gate:{probe.candidate}")
+            return self._finish(
+                req,
+                action="served_without_gate",
+                served=served,
+                probe=record,
+                extra_cost=self._cascade_estimate(req, probe, escalated=False),
+            )
+        if probe.regime == "gate":
+            if not has_gate:  # nothing more to check: the visible tests were the whole check
+                served = probe.answers[probe.candidate].served("verified")
+                req.trace.step(f"serve:{probe.candidate}")
+                return self._finish(
+                    req,
+                    action="served_after_gate",
+                    served=served,
+                    probe=record,
+                    extra_cost=self._cascade_estimate(req, probe, escalated=False),
+                )
+            for sample in probe.order[: self.config.elastic.max_gate_candidates]:
+                result = await self._gate(req, probe, sample, purpose=None)
+                gate_results[sample] = result
+                req.trace.step(f"gate:0:{sample}:{'pass' if result.passed else 'fail'}")
+                if result.passed:
+                    return self._finish(
+                        req,
+                        action="served_after_gate",
+                        served=probe.answers[sample].served("verified"),
+                        probe=record,
+                        extra_cost=self._cascade_estimate(req, probe, escalated=False),
+                    )
+        # escalate: at once (regime escalate) or after the gate failed every candidate
+        best = probe.candidate
+        gate = gate_results.get(best)
+        state = LadderState(
+            attempts=[
+                Attempt(
+                    rung=0,
+                    visible=_summary(probe.visible[best]),
+                    gate=_summary(gate) if gate is not None else None,
+                    declined=True,
+                )
+            ],
+            answers=[probe.answers[best]],
+        )
+        req.trace.step("escalate")
+        result = await self._run_ladder(req, state)
+        return self._conclude(
+            req,
+            result,
+            probe=record,
+            extra_cost=self._cascade_estimate(req, probe, escalated=True),
+        )
+
+    # -- shadow --------------------------------------------------------------------------------
+
+    async def _shadow(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+        if req.checks.visible is None:
+            req.trace.step("probe:skipped:no_visible_tests")
+            return await self._cascade(req)
+        probe, error = await self._probe(req, 0)
+        if probe is None:
+            # no probe, no label: the cascade makes its own rung-0 call as it always would
+            result = await self._run_ladder(req, LadderState())
+            return self._conclude(req, result, probe={"rung": 0, "error": str(error)})
+        has_gate = req.checks.hidden is not None
+        first = probe.visible[0]
+        cascade_gate = needs_gate(_summary(first), has_gate)
+        candidate = probe.candidate
+        separate_label = has_gate and not (cascade_gate and candidate == 0)
+        jobs = []
+        if cascade_gate:
+            jobs.append(self._gate(req, probe, 0, purpose=None))
+        if separate_label:
+            jobs.append(self._gate(req, probe, candidate, purpose="label"))
+        results = await asyncio.gather(*jobs)
+        gate0 = results[0] if cascade_gate else None
+        label_result = results[-1] if separate_label else gate0
+        label = bool(label_result.passed) if label_result is not None else None
+        if gate0 is not None:
+            req.trace.step(f"gate:0:{'pass' if gate0.passed else 'fail'}")
+        counterfactual = (
+            counterfactual_action(probe.regime, label)
+            if label is not None or probe.regime != "gate"
+            else None
+        )
+        state = LadderState(
+            attempts=[
+                Attempt(
+                    rung=0,
+                    visible=_summary(first),
+                    gate=_summary(gate0) if gate0 is not None else None,
+                )
+            ],
+            answers=[probe.answers[0]],
+        )
+        result = await self._run_ladder(req, state)
+        decision = {
+            "counterfactual": counterfactual,
+            "gate_label": label,
+            "label_sample": candidate if has_gate else None,
+        }
+        return self._conclude(
+            req,
+            result,
+            decision=decision,
+            probe=self._probe_record(probe),
+            extra_cost=self._elastic_estimate(req, probe, counterfactual),
+        )
+
+    # -- counterfactual costs (estimates, documented in docs/receipts.md) ---------------------
+
+    def _higher_rung_cost(self, req: RunRequest) -> float:
+        """Cost of the calls this request made above rung 0; if none, an estimate of rung 1."""
+        made = [c["cost_usd"] for c in req.trace.upstream_calls if c["rung"] >= 1]
+        if made:
+            return float(sum(made))
+        if len(req.route.ladder) < 2:
+            return 0.0
+        return req.trace.estimate_call_cost(req.route.ladder[1])
+
+    def _cascade_estimate(
+        self, req: RunRequest, probe: Probe, *, escalated: bool
+    ) -> dict[str, Any]:
+        """Enforce: what the plain cascade would have cost (one cheap sample, plus what went up)."""
+        one_sample = probe.cost_usd / max(1, probe.k)
+        if not escalated:
+            return {"counterfactual_usd": one_sample, "counterfactual_policy": "cascade"}
+        return {
+            "counterfactual_usd": one_sample + self._higher_rung_cost(req),
+            "counterfactual_policy": "cascade",
+        }
+
+    def _elastic_estimate(
+        self, req: RunRequest, probe: Probe, counterfactual: str | None
+    ) -> dict[str, Any]:
+        """Shadow: what elastic would have cost (the probe, plus rung 1 when it escalates)."""
+        cost = probe.cost_usd
+        if counterfactual in ("escalate", "escalate_after_gate"):
+            cost += self._higher_rung_cost(req)
+        return {"counterfactual_usd": cost, "counterfactual_policy": "elastic"}

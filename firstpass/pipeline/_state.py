@@ -1,0 +1,105 @@
+"""The values the pipeline passes around: a request's checks, its progress, and its outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from firstpass.config import RouteConfig, Rung
+from firstpass.errors import FirstpassError, RequestError, UpstreamError
+from firstpass.pipeline._trace import Served, Trace
+from firstpass.policy import Attempt
+
+__all__ = ["Answer", "Checks", "LadderResult", "LadderState", "Outcome", "RunRequest"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Checks:
+    """The tests one request is verified with (sandbox ``TestSpec`` objects, or ``None``)."""
+
+    visible: Any | None = None
+    hidden: Any | None = None
+    n_visible: int = 0
+    n_hidden: int = 0
+
+    @property
+    def any(self) -> bool:
+        return self.visible is not None or self.hidden is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """What the server answers with: a served answer or an error, plus the receipt's gist."""
+
+    receipt_id: str
+    action: str
+    mode: str
+    served: Served | None = None
+    error: FirstpassError | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    overhead_ms: float = 0.0
+    raw: dict[str, Any] | None = None  # pass-through: the upstream JSON as it came
+
+    @property
+    def status(self) -> int:
+        if self.error is None:
+            return 200
+        if isinstance(self.error, RequestError):
+            return self.error.status
+        if isinstance(self.error, UpstreamError):
+            return self.error.http_status
+        return 500
+
+
+@dataclass(kw_only=True)
+class RunRequest:
+    """One request as the pipeline sees it (built by the server from a parsed ChatRequest)."""
+
+    receipt_id: str
+    route: RouteConfig
+    mode: str
+    body: dict[str, Any]
+    n: int
+    checks: Checks
+    task_id: str | None
+    trace: Trace
+    prompt_text: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Answer:
+    """One answer from a rung (``completion`` holds exactly this answer's choice)."""
+
+    rung_index: int
+    rung: Rung
+    completion: Any  # firstpass.providers.Completion
+
+    def served(self, verification: str) -> Served:
+        return Served(
+            rung=self.rung_index,
+            provider=self.rung.provider,
+            model=self.rung.model,
+            text=self.completion.texts[0],
+            verification=verification,
+            completion=self.completion,
+        )
+
+
+@dataclass(kw_only=True)
+class LadderState:
+    """The cascade's progress: one attempt (and answer, or None on upstream failure) per rung."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+    answers: list[Answer | None] = field(default_factory=list)
+    last_error: UpstreamError | None = None
+    first_rung: int = 0
+    served_action: str = "served"  # the action name for serving a verified rung-0 attempt
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LadderResult:
+    """How the cascade ended: an answer to serve, or an error; ``action`` names which."""
+
+    action: str
+    served: Served | None = None
+    error: FirstpassError | None = None

@@ -1,0 +1,237 @@
+"""Everything that happened while answering one request, collected in order; it becomes the receipt.
+
+The trace is the only place that turns upstream calls and sandbox results into receipt fields,
+so the receipt schema (docs/receipts.md) has one writer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from firstpass import __version__
+from firstpass.config import Config, RouteConfig, Rung
+from firstpass.errors import UpstreamError
+from firstpass.providers import Completion
+from firstpass.receipts import sha256_text
+
+__all__ = ["Served", "Trace"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Served:
+    """The answer that went back to the client, and how much we vouch for it."""
+
+    rung: int
+    provider: str
+    model: str
+    text: str
+    verification: str  # "verified" | "unverified" | "unchecked"
+    completion: Completion
+
+
+def _round(x: float, digits: int = 3) -> float:
+    return round(x, digits)
+
+
+class Trace:
+    """Accumulates calls, checks and steps for one request; ``record()`` makes the receipt dict."""
+
+    def __init__(
+        self,
+        *,
+        receipt_id: str,
+        config: Config,
+        route: RouteConfig | None,
+        mode: str,
+        request: dict[str, Any],
+        started: float | None = None,
+    ) -> None:
+        self.receipt_id = receipt_id
+        self.config = config
+        self.route = route
+        self.mode = mode
+        self.request = request
+        self.started = time.perf_counter() if started is None else started
+        self.time = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        self.upstream_calls: list[dict[str, Any]] = []
+        self.checks: list[dict[str, Any]] = []
+        self.steps: list[str] = []
+        self.cost_usd = 0.0
+        self.probe_cost_usd = 0.0
+        self.upstream_ms = 0.0
+        self.sandbox_ms = 0.0
+        self.input_tokens_seen: int | None = None
+
+    # -- what happened -------------------------------------------------------------------------
+
+    def step(self, text: str) -> None:
+        self.steps.append(text)
+
+    def call(
+        self,
+        *,
+        rung_index: int,
+        rung: Rung,
+        purpose: str,
+        n: int,
+        latency_ms: float,
+        completion: Completion | None = None,
+        error: UpstreamError | None = None,
+    ) -> float:
+        """Record one logical upstream request; returns its cost in USD."""
+        self.upstream_ms += latency_ms
+        cost = 0.0
+        entry: dict[str, Any] = {
+            "rung": rung_index,
+            "provider": rung.provider,
+            "model": rung.model,
+            "purpose": purpose,
+            "n": n,
+            "latency_ms": _round(latency_ms),
+        }
+        if completion is not None:
+            cost = self.config.price(rung.name).cost(
+                completion.input_tokens, completion.output_tokens
+            )
+            if self.input_tokens_seen is None:
+                self.input_tokens_seen = completion.input_tokens // max(1, completion.calls)
+            entry.update(
+                calls=completion.calls,
+                attempts=completion.attempts,
+                status=completion.status,
+                input_tokens=completion.input_tokens,
+                output_tokens=completion.output_tokens,
+                cost_usd=cost,
+                error=None,
+            )
+        else:
+            entry.update(
+                calls=0,
+                attempts=error.attempts if error else 0,
+                status=error.status if error else None,
+                input_tokens=0,
+                output_tokens=0,
+                cost_usd=0.0,
+                error=str(error) if error else "unknown",
+            )
+        self.upstream_calls.append(entry)
+        self.cost_usd += cost
+        if purpose == "probe":
+            self.probe_cost_usd += cost
+        return cost
+
+    def check(
+        self, *, rung_index: int, sample: int, kind: str, result: Any, purpose: str | None = None
+    ) -> None:
+        """Record one sandbox run (``result`` is a ``firstpass.sandbox.SampleResult``).
+
+        ``purpose = "label"`` marks a gate run made only to label a shadow receipt.
+        """
+        entry = {
+            "rung": rung_index,
+            "sample": sample,
+            "kind": kind,
+            "passed": bool(result.passed),
+            "n_passed": int(result.n_passed),
+            "n_total": int(result.n_total),
+            "category": result.category,
+            "isolation": result.isolation,
+            "ms": _round(float(result.wall_ms)),
+        }
+        if purpose is not None:
+            entry["purpose"] = purpose
+        self.checks.append(entry)
+
+    def sandbox_wall(self, ms: float) -> None:
+        """Wall time spent waiting for the sandbox (a parallel batch counts once)."""
+        self.sandbox_ms += ms
+
+    # -- the receipt ---------------------------------------------------------------------------
+
+    def top_rung_cost(self, served: Served | None) -> float:
+        """What one call to the top rung would have cost for this request (an estimate).
+
+        Input tokens: those of the first call that answered; output tokens: those of the served
+        answer (else of the last answer seen). Zero when no call answered.
+        """
+        if self.route is None or self.input_tokens_seen is None:
+            return 0.0
+        if served is not None:
+            out = served.completion.output_tokens // max(1, served.completion.n)
+        else:
+            answered = [c for c in self.upstream_calls if c["calls"]]
+            out = answered[-1]["output_tokens"] // max(1, answered[-1]["n"]) if answered else 0
+        top = self.route.ladder[-1]
+        return self.config.price(top.name).cost(self.input_tokens_seen, out)
+
+    def estimate_call_cost(self, rung: Rung) -> float:
+        """One call to ``rung`` priced with this request's tokens (input seen, mean output seen)."""
+        if self.input_tokens_seen is None:
+            return 0.0
+        answered = [c for c in self.upstream_calls if c["calls"]]
+        outputs = sum(c["output_tokens"] for c in answered)
+        choices = sum(c["n"] for c in answered) or 1
+        return self.config.price(rung.name).cost(self.input_tokens_seen, outputs // choices)
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000.0
+
+    def record(
+        self,
+        *,
+        action: str,
+        served: Served | None,
+        error: dict[str, Any] | None = None,
+        decision: dict[str, Any] | None = None,
+        probe: dict[str, Any] | None = None,
+        extra_cost: dict[str, Any] | None = None,
+        content: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        total = self.elapsed_ms()
+        record: dict[str, Any] = {
+            "id": self.receipt_id,
+            "time": self.time,
+            "mode": self.mode,
+            "route": self.route.name if self.route else None,
+            "config_digest": self.config.digest,
+            "firstpass_version": __version__,
+            "request": self.request,
+            "upstream_calls": self.upstream_calls,
+            "checks": self.checks,
+            "decision": {
+                "action": action,
+                "steps": self.steps,
+                "counterfactual": None,
+                "gate_label": None,
+                **(decision or {}),
+            },
+            "probe": probe,
+            "served": None
+            if served is None
+            else {
+                "rung": served.rung,
+                "provider": served.provider,
+                "model": served.model,
+                "answer_sha256": sha256_text(served.text),
+                "verification": served.verification,
+            },
+            "cost": {
+                "total_usd": self.cost_usd,
+                "top_rung_usd": self.top_rung_cost(served),
+                "probe_usd": self.probe_cost_usd,
+                **(extra_cost or {}),
+            },
+            "timings_ms": {
+                "total": _round(total),
+                "upstream": _round(self.upstream_ms),
+                "sandbox": _round(self.sandbox_ms),
+                "overhead": _round(max(0.0, total - self.upstream_ms)),
+            },
+            "error": error,
+        }
+        if content is not None:
+            record["content"] = content
+        return record

@@ -1,0 +1,83 @@
+"""Elastic verification, as pure functions: verify in proportion to doubt.
+
+k cheap samples are checked against the visible tests; c of them pass. Then
+
+    escalate   c <= escalate_at            the cheap rung is hopeless: go up at once, no gate paid
+    serve      c / k >= λ                  the probe is confident: serve a passing sample, no gate
+    gate       otherwise                   doubt: run the full gate on the best candidate
+
+λ comes from the calibration script (``calibration/``), which certifies that among requests
+served without the gate the served-failure rate is at most α with confidence 1 − δ.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from typing import Literal
+
+__all__ = [
+    "COUNTERFACTUALS",
+    "REGIMES",
+    "Regime",
+    "candidate_order",
+    "counterfactual_action",
+    "pass_share",
+    "regime_for",
+]
+
+Regime = Literal["escalate", "gate", "serve"]
+REGIMES: tuple[Regime, ...] = ("escalate", "gate", "serve")
+
+#: what the elastic policy would have done, as recorded in shadow receipts
+COUNTERFACTUALS = ("escalate", "serve_without_gate", "serve_after_gate", "escalate_after_gate")
+
+
+def pass_share(pass_count: int, k: int) -> float:
+    """The probe's score: the share of the k samples that pass every visible test."""
+    if k < 1 or not 0 <= pass_count <= k:
+        raise ValueError(f"need 0 <= pass_count <= k and k >= 1, got {pass_count}/{k}")
+    return pass_count / k
+
+
+def regime_for(
+    pass_count: int, k: int, *, lam: float, escalate_at: int, score: float | None = None
+) -> Regime:
+    """The regime of a probe with ``pass_count`` of ``k`` samples passing.
+
+    ``score`` defaults to the pass share c/k; another score (behavioural agreement) can be given,
+    compared with λ the same way. Escalation is always decided on the pass count: with no
+    passing sample there is nothing to serve or gate.
+    """
+    s = pass_share(pass_count, k) if score is None else score
+    if pass_count <= escalate_at or pass_count == 0:
+        return "escalate"
+    if s >= lam:
+        return "serve"
+    return "gate"
+
+
+def candidate_order(passed: Sequence[bool], keys: Sequence[Hashable]) -> list[int]:
+    """Passing samples, best candidate first.
+
+    Rule (deterministic): a sample's support is the number of passing samples whose behaviour
+    key equals its own (itself included); order by support, largest first, then by index.
+    With a behaviour key such as the outputs on the visible inputs, this prefers the answer most
+    other passing samples agree with; with all keys distinct it is simply index order.
+    """
+    if len(passed) != len(keys):
+        raise ValueError("passed and keys must have the same length")
+    passing = [i for i, ok in enumerate(passed) if ok]
+    support = Counter(keys[i] for i in passing)
+    return sorted(passing, key=lambda i: (-support[keys[i]], i))
+
+
+def counterfactual_action(regime: Regime, gate_label: bool | None) -> str:
+    """What the elastic policy would have done, given the gate's verdict on its candidate."""
+    if regime == "escalate":
+        return "escalate"
+    if regime == "serve":
+        return "serve_without_gate"
+    if gate_label is None:
+        raise ValueError("the gate regime needs the gate's verdict")
+    return "serve_after_gate" if gate_label else "escalate_after_gate"

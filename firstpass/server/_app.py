@@ -1,0 +1,225 @@
+"""Server wiring: the aiohttp application, its resources, and how it starts and stops.
+
+Resources are opened and closed through ``cleanup_ctx`` in dependency order: the receipt writer
+first (so it closes last and drains every receipt of in-flight requests), then the upstream
+session and providers, then the sandbox, then the pipeline that uses them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from firstpass.config import Config
+from firstpass.pipeline import Checks, Pipeline
+from firstpass.providers import Provider, build_provider
+from firstpass.receipts import ReceiptWriter
+from firstpass.server._errors import error_middleware
+from firstpass.server._handlers import (
+    CONFIG,
+    PARSE_SPEC,
+    PIPELINE,
+    ROUTE_CHECKS,
+    STATE,
+    ServerState,
+    chat_completions,
+    healthz,
+    list_models,
+    readyz,
+)
+
+__all__ = ["RECEIPT_WRITER", "create_app", "run_server", "serve_forever"]
+
+log = structlog.get_logger("firstpass.server")
+
+RECEIPT_WRITER = web.AppKey("receipt_writer", ReceiptWriter)
+_WRITER = RECEIPT_WRITER
+_SESSION = web.AppKey("session", aiohttp.ClientSession)
+_PROVIDERS = web.AppKey("providers", dict)
+_SANDBOX = web.AppKey("sandbox", object)
+
+SandboxFactory = Callable[[Config], Any]
+
+
+def _default_sandbox(config: Config) -> Any:
+    from firstpass.sandbox import Limits, Sandbox
+
+    s = config.sandbox
+    limits = Limits(
+        wall_s=s.wall_s, cpu_s=s.cpu_s, memory_mb=s.memory_mb, site_packages=s.site_packages
+    )
+    return Sandbox(concurrency=s.resolved_concurrency, limits=limits)
+
+
+def _route_checks(config: Config, parse_spec: Any) -> dict[str, Checks]:
+    """Each route's configured checks, parsed once at start (they were validated at load)."""
+    out: dict[str, Checks] = {}
+    for route in config.routes:
+        rc = route.checks
+        if rc is None:
+            continue
+        visible = (
+            parse_spec(rc.visible, setup=rc.setup, entry_point=rc.entry_point)
+            if rc.visible is not None
+            else None
+        )
+        hidden = (
+            parse_spec(rc.hidden, setup=rc.setup, entry_point=rc.entry_point)
+            if rc.hidden is not None
+            else None
+        )
+        out[route.name] = Checks(
+            visible=visible,
+            hidden=hidden,
+            n_visible=_n(visible),
+            n_hidden=_n(hidden),
+        )
+    return out
+
+
+def _n(spec: Any) -> int:
+    if spec is None:
+        return 0
+    return int(getattr(spec, "n_tests", 0))
+
+
+def create_app(
+    config: Config,
+    *,
+    sandbox_factory: SandboxFactory | None = None,
+    providers: Mapping[str, Provider] | None = None,
+) -> web.Application:
+    """The Firstpass application for ``config``.
+
+    ``providers`` replaces the configured providers (tests and benchmarks inject replay or stub
+    clients); ``sandbox_factory`` replaces the default sandbox built from ``[sandbox]``.
+    """
+    from firstpass.sandbox import parse_spec
+
+    app = web.Application(
+        client_max_size=config.server.max_body_bytes,
+        middlewares=[error_middleware],
+        handler_args={"max_field_size": 16384},
+    )
+    app[CONFIG] = config
+    app[STATE] = ServerState()
+    app[PARSE_SPEC] = parse_spec
+    app[ROUTE_CHECKS] = _route_checks(config, parse_spec)
+
+    async def receipts_ctx(app: web.Application) -> AsyncIterator[None]:
+        r = config.receipts
+        writer = ReceiptWriter(r.path, fsync=r.fsync, queue_size=r.queue_size)
+        await writer.start()
+        app[_WRITER] = writer
+        yield
+        await writer.close()
+
+    async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+        session = aiohttp.ClientSession(connector=connector)
+        app[_SESSION] = session
+        built: dict[str, Provider] = (
+            dict(providers)
+            if providers is not None
+            else {p.id: build_provider(p, session=session) for p in config.providers}
+        )
+        await asyncio.gather(*(p.start() for p in built.values()))
+        app[_PROVIDERS] = built
+        yield
+        if providers is None:
+            await asyncio.gather(*(p.aclose() for p in built.values()), return_exceptions=True)
+        await session.close()
+
+    async def sandbox_ctx(app: web.Application) -> AsyncIterator[None]:
+        sandbox = (sandbox_factory or _default_sandbox)(config)
+        await sandbox.__aenter__()
+        app[_SANDBOX] = sandbox
+        yield
+        await sandbox.__aexit__(None, None, None)
+
+    async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
+        app[PIPELINE] = Pipeline(
+            config=config,
+            providers=app[_PROVIDERS],
+            sandbox=app[_SANDBOX],
+            writer=app[_WRITER],
+        )
+        app[STATE].ready = True
+        log.info(
+            "ready",
+            routes=[r.name for r in config.routes],
+            isolation=getattr(app[_SANDBOX], "isolation", None),
+            receipts=str(config.receipts.path),
+        )
+        yield
+        app[STATE].ready = False
+
+    app.cleanup_ctx.extend([receipts_ctx, upstream_ctx, sandbox_ctx, pipeline_ctx])
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def _install_uvloop() -> bool:
+    try:
+        import uvloop
+    except ImportError:
+        return False
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return True
+
+
+async def serve_forever(
+    config: Config,
+    *,
+    sock: socket.socket | None = None,
+    started: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+    app: web.Application | None = None,
+    **app_kwargs: Any,
+) -> None:
+    """Run the server until ``stop`` is set (or forever); ``started(url)`` is called once ready.
+
+    ``app`` is an application already made by :func:`create_app` (tests keep a handle on it).
+    """
+    if app is None:
+        app = create_app(config, **app_kwargs)
+    runner = web.AppRunner(app, access_log=None, handle_signals=stop is None)
+    await runner.setup()
+    if sock is not None:
+        site: web.BaseSite = web.SockSite(runner, sock)
+    else:
+        site = web.TCPSite(runner, config.server.host, config.server.port, reuse_address=True)
+    await site.start()
+    name = site.name
+    if started is not None:
+        started(name)
+    try:
+        if stop is None:
+            await asyncio.Event().wait()
+        else:
+            await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run_server(config: Config) -> None:
+    """Blocking entry point for ``firstpass serve``: uvloop when installed, Ctrl-C to stop."""
+    uv = _install_uvloop()
+    log.info("starting", host=config.server.host, port=config.server.port, uvloop=uv)
+    app = create_app(config)
+    web.run_app(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        access_log=None,
+        print=lambda msg: log.info("listening", detail=msg.strip()),
+    )

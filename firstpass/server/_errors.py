@@ -1,0 +1,98 @@
+"""Errors in OpenAI's shape, and the middleware that guarantees no traceback reaches a client.
+
+``{"error": {"message", "type", "param", "code"}}`` with the right status, for our own
+``RequestError``/``UpstreamError``, for aiohttp's HTTP exceptions (404 path, 405, 413), and for
+anything unexpected (500 with a message pointing at the server log, never the traceback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from firstpass.errors import RequestError, UpstreamError, UpstreamTimeout
+
+__all__ = ["error_body", "error_middleware", "error_response", "request_error_for"]
+
+log = structlog.get_logger("firstpass.server")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "verification_error",
+    429: "rate_limit_error",
+    502: "upstream_error",
+    504: "upstream_timeout",
+}
+
+
+def error_body(
+    message: str, *, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    type: str | None = None,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    return web.json_response(
+        error_body(
+            message, type=type or _TYPES.get(status, "server_error"), param=param, code=code
+        ),
+        status=status,
+        headers=headers,
+    )
+
+
+def request_error_for(exc: BaseException) -> RequestError:
+    """Any error a request can end in, as a ``RequestError`` carrying status and OpenAI fields."""
+    if isinstance(exc, RequestError):
+        return exc
+    if isinstance(exc, UpstreamTimeout):
+        return RequestError(str(exc), status=504, code="upstream_timeout", type="upstream_timeout")
+    if isinstance(exc, UpstreamError):
+        return RequestError(str(exc), status=502, code="upstream_error", type="upstream_error")
+    return RequestError(
+        "internal error; the server log has the details", status=500, type="server_error"
+    )
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn every failure into an OpenAI-shaped JSON error; log unexpected ones server-side."""
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return error_response(exc.status, str(exc), type=exc.type, param=exc.param, code=exc.code)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(
+            413,
+            f"request body too large (limit {exc.max_size} bytes; see server.max_body_bytes)",
+            code="body_too_large",
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = {
+            404: f"no such endpoint: {request.method} {request.path}",
+            405: f"method {request.method} is not allowed on {request.path}",
+        }.get(exc.status, exc.reason)
+        return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+    except Exception:
+        log.exception("unhandled_error", path=request.path)
+        return error_response(500, "internal error; the server log has the details")

@@ -1,0 +1,344 @@
+"""HTTP handlers: chat completions (plain and streaming), models, health and readiness.
+
+The chat handler owns the request's one receipt until the pipeline takes it over: a request
+refused before the pipeline runs (bad key, full, too large, malformed, unknown model) still gets
+exactly one receipt, with ``decision.action = "rejected"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from firstpass.config import Config, RouteConfig
+from firstpass.errors import RequestError
+from firstpass.pipeline import Checks, Outcome, Pipeline, Trace
+from firstpass.receipts import new_receipt_id
+from firstpass.server._errors import error_body, error_response, request_error_for
+from firstpass.server._request import ChatRequest, parse_chat_body
+from firstpass.server._responses import completion_body, sse_chunks, sse_error
+
+__all__ = [
+    "CONFIG",
+    "PARSE_SPEC",
+    "PIPELINE",
+    "ROUTE_CHECKS",
+    "STATE",
+    "ServerState",
+    "chat_completions",
+    "healthz",
+    "list_models",
+    "readyz",
+    "resolve_mode",
+]
+
+log = structlog.get_logger("firstpass.server")
+
+
+@dataclass
+class ServerState:
+    """Mutable per-app counters: requests in flight, and whether start-up finished."""
+
+    in_flight: int = 0
+    ready: bool = False
+    started_at: float = field(default_factory=time.time)
+
+
+CONFIG = web.AppKey("config", Config)
+PIPELINE = web.AppKey("pipeline", Pipeline)
+STATE = web.AppKey("state", ServerState)
+ROUTE_CHECKS = web.AppKey("route_checks", dict)  # route name -> Checks (parsed at start)
+PARSE_SPEC = web.AppKey("parse_spec", object)
+
+
+def resolve_mode(
+    requested: str | None, *, route: RouteConfig, config: Config, has_checks: bool
+) -> str:
+    """The mode a request runs in: its own, else the elastic default, else the plain cascade."""
+    if requested in ("shadow", "enforce") and config.elastic is None:
+        raise RequestError(
+            f"mode {requested!r} needs the elastic policy: add [escalation.elastic] to the config",
+            param="firstpass.mode",
+            code="elastic_not_configured",
+        )
+    if requested == "passthrough" or not has_checks:
+        return "passthrough"
+    if requested is not None:
+        return requested
+    return config.elastic.mode if config.elastic is not None else "cascade"
+
+
+def _authorized(request: web.Request, keys: frozenset[str]) -> bool:
+    if not keys:
+        return True
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    return scheme.lower() == "bearer" and token.strip() in keys
+
+
+async def _read_json(request: web.Request) -> Any:
+    raw = await request.read()  # HTTPRequestEntityTooLarge past client_max_size
+    if not raw:
+        raise RequestError("the request body is empty; send a JSON object", code="invalid_body")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestError(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from exc
+
+
+def _headers(outcome: Outcome) -> dict[str, str]:
+    headers = {
+        "X-Firstpass-Receipt": outcome.receipt_id,
+        "X-Firstpass-Action": outcome.action,
+        "X-Firstpass-Mode": outcome.mode,
+        "X-Firstpass-Overhead-Ms": f"{outcome.overhead_ms:.3f}",
+    }
+    regime = outcome.summary.get("regime")
+    if regime:
+        headers["X-Firstpass-Regime"] = str(regime)
+    return headers
+
+
+async def _reject(
+    request: web.Request, receipt_id: str, started: float, exc: BaseException, info: dict[str, Any]
+) -> web.Response:
+    """Answer a refused request and write its one receipt."""
+    err = request_error_for(exc)
+    config = request.app[CONFIG]
+    trace = Trace(
+        receipt_id=receipt_id,
+        config=config,
+        route=None,
+        mode="rejected",
+        request=info,
+        started=started,
+    )
+    trace.step("rejected")
+    record = trace.record(
+        action="rejected",
+        served=None,
+        error={"status": err.status, "type": err.type, "message": str(err)},
+    )
+    await request.app[PIPELINE].writer.write(record)
+    headers = {"X-Firstpass-Receipt": receipt_id, "X-Firstpass-Action": "rejected"}
+    if err.status == 429:
+        headers["Retry-After"] = "1"
+    return error_response(
+        err.status, str(err), type=err.type, param=err.param, code=err.code, headers=headers
+    )
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """POST /v1/chat/completions."""
+    started = time.perf_counter()
+    app = request.app
+    config = app[CONFIG]
+    state = app[STATE]
+    receipt_id = new_receipt_id()
+    info: dict[str, Any] = {"model": None, "prompt_sha256": None, "stream": None}
+
+    if not _authorized(request, config.server.client_keys):
+        exc = RequestError(
+            "invalid or missing API key: send 'Authorization: Bearer <key>' with a key this "
+            "server accepts (server.client_keys_env)",
+            status=401,
+            code="invalid_api_key",
+            type="authentication_error",
+        )
+        return await _reject(request, receipt_id, started, exc, info)
+    if state.in_flight >= config.server.max_concurrency:
+        exc = RequestError(
+            f"the server is at its concurrency bound ({config.server.max_concurrency} requests "
+            "in flight); retry after a moment",
+            status=429,
+            code="concurrency_limit",
+            type="rate_limit_error",
+        )
+        return await _reject(request, receipt_id, started, exc, info)
+
+    state.in_flight += 1
+    try:
+        try:
+            body = await _read_json(request)
+            chat = parse_chat_body(
+                body,
+                header_mode=request.headers.get("X-Firstpass-Mode"),
+                parse_spec=app[PARSE_SPEC],
+            )
+            info = _request_info(chat)
+            route = config.route_for(chat.model)
+            if route is None:
+                raise RequestError(
+                    f"the model {chat.model!r} matches no route; GET /v1/models lists the routes",
+                    status=404,
+                    param="model",
+                    code="model_not_found",
+                    type="not_found_error",
+                )
+            checks = chat.checks
+            if not checks.any and route.without_checks == "route_checks":
+                checks = app[ROUTE_CHECKS].get(route.name) or checks
+            if not checks.any and route.without_checks == "reject" and chat.mode != "passthrough":
+                raise RequestError(
+                    f"route {route.name!r} serves only verified answers: send tests in "
+                    "firstpass.tests (extra_body in the openai SDK)",
+                    param="firstpass.tests",
+                    code="tests_required",
+                )
+            mode = resolve_mode(chat.mode, route=route, config=config, has_checks=checks.any)
+            if mode == "passthrough":
+                checks = Checks()
+            info["n_visible"] = checks.n_visible
+            info["n_hidden"] = checks.n_hidden
+        except (RequestError, web.HTTPRequestEntityTooLarge) as exc:
+            if isinstance(exc, web.HTTPRequestEntityTooLarge):
+                exc = RequestError(
+                    f"request body too large (limit {config.server.max_body_bytes} bytes; "
+                    "see server.max_body_bytes)",
+                    status=413,
+                    code="body_too_large",
+                )
+            return await _reject(request, receipt_id, started, exc, info)
+
+        run = app[PIPELINE].handle(
+            receipt_id=receipt_id,
+            route=route,
+            mode=mode,
+            body=chat.upstream_body,
+            n=chat.n,
+            checks=checks,
+            task_id=chat.task_id,
+            request_info=info,
+            prompt_text=chat.prompt_text,
+            started=started,
+        )
+        if chat.stream:
+            return await _stream(request, run, chat, config.server.keepalive_s)
+        outcome = await run
+        return _respond(outcome)
+    finally:
+        state.in_flight -= 1
+
+
+def _request_info(chat: ChatRequest) -> dict[str, Any]:
+    return {
+        "model": chat.model,
+        "prompt_sha256": chat.prompt_sha256,
+        "n_messages": chat.n_messages,
+        "n_visible": chat.checks.n_visible,
+        "n_hidden": chat.checks.n_hidden,
+        "stream": chat.stream,
+        "task_id": chat.task_id,
+    }
+
+
+def _respond(outcome: Outcome) -> web.Response:
+    headers = _headers(outcome)
+    if outcome.error is not None:
+        err = request_error_for(outcome.error)
+        body = error_body(str(err), type=err.type, param=err.param, code=err.code)
+        body["firstpass"] = outcome.summary
+        return web.json_response(body, status=err.status, headers=headers)
+    return web.json_response(completion_body(outcome), headers=headers)
+
+
+async def _stream(
+    request: web.Request, run: Any, chat: ChatRequest, keepalive_s: float
+) -> web.StreamResponse:
+    """Decide first, then stream; send SSE comments while the decision takes long.
+
+    If the decision is ready within ``keepalive_s`` (the usual case), an error gets its real
+    status code. Only after a keep-alive went out is the status committed to 200; an error after
+    that arrives as an SSE ``error`` event, which the openai SDK raises as ``APIError``.
+    """
+    task = asyncio.ensure_future(run)
+    response: web.StreamResponse | None = None
+    try:
+        while True:
+            try:
+                outcome = await asyncio.wait_for(asyncio.shield(task), keepalive_s)
+                break
+            except TimeoutError:
+                if response is None:
+                    response = _sse_response({})
+                    await response.prepare(request)
+                await response.write(b": firstpass: verifying\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        # the client left; the pipeline still finishes and writes its receipt
+        await asyncio.shield(task)
+        raise
+    if response is None:
+        if outcome.error is not None:
+            return _respond(outcome)
+        response = _sse_response(_headers(outcome))
+        await response.prepare(request)
+    with contextlib.suppress(ConnectionResetError):
+        if outcome.error is not None:
+            err = request_error_for(outcome.error)
+            await response.write(sse_error(str(err), type=err.type, code=err.code))
+            await response.write(b"data: [DONE]\n\n")
+        else:
+            for chunk in sse_chunks(outcome, include_usage=chat.include_usage):
+                await response.write(chunk)
+        await response.write_eof()
+    return response
+
+
+def _sse_response(headers: dict[str, str]) -> web.StreamResponse:
+    return web.StreamResponse(
+        status=200,
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "Connection": "keep-alive",
+            **headers,
+        },
+    )
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """GET /v1/models: each route's model names, as OpenAI lists models."""
+    config = request.app[CONFIG]
+    created = int(request.app[STATE].started_at)
+    data = []
+    seen: set[str] = set()
+    for route in config.routes:
+        for name in route.models:
+            if name == "*" or name in seen:
+                continue
+            seen.add(name)
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "firstpass",
+                    "firstpass": {
+                        "route": route.name,
+                        "ladder": [r.name for r in route.ladder],
+                    },
+                }
+            )
+    return web.json_response({"object": "list", "data": data})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """GET /healthz: the process is up."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """GET /readyz: start-up finished (sandbox, providers, receipt writer all open)."""
+    state = request.app[STATE]
+    if not state.ready:
+        return web.json_response({"status": "starting"}, status=503)
+    return web.json_response({"status": "ready", "in_flight": state.in_flight})

@@ -1,0 +1,197 @@
+"""Validate a chat-completions body and split it into what goes upstream and what stays here.
+
+The ``firstpass`` object (tests, setup, entry point, mode, task id) is removed before anything
+goes upstream: hidden tests never reach a model. Every refusal is a ``RequestError`` naming the
+offending parameter the way OpenAI does (``messages[1].role``, ``firstpass.tests.hidden``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from firstpass.errors import RequestError, SpecError
+from firstpass.pipeline import Checks
+from firstpass.providers import message_text, prompt_sha256
+
+__all__ = ["MODES", "ChatRequest", "parse_chat_body"]
+
+#: request modes: the plain cascade, the elastic policy in shadow or enforce, or no checks at all
+MODES = ("cascade", "shadow", "enforce", "passthrough")
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_FIRSTPASS_KEYS = frozenset({"tests", "setup", "entry_point", "mode", "task_id", "probe_inputs"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatRequest:
+    """A validated request: the upstream body plus everything Firstpass keeps for itself."""
+
+    model: str
+    upstream_body: dict[str, Any]  # without `firstpass`, `model`, `stream`, `stream_options`
+    stream: bool
+    include_usage: bool
+    n: int
+    mode: str | None  # None: the route's default
+    checks: Checks
+    task_id: str | None
+    prompt_sha256: str
+    n_messages: int
+    prompt_text: str
+
+
+def _bad(param: str, message: str, code: str | None = None) -> RequestError:
+    return RequestError(f"{param}: {message}", param=param, code=code or "invalid_value")
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages", "expected a non-empty array of messages")
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, Mapping):
+            raise _bad(where, "expected an object")
+        role = message.get("role")
+        if role not in _ROLES:
+            raise _bad(f"{where}.role", f"expected one of {', '.join(sorted(_ROLES))}")
+        content = message.get("content")
+        if content is None and role == "assistant":
+            continue
+        if not isinstance(content, str | list):
+            raise _bad(f"{where}.content", "expected a string or an array of content parts")
+
+
+def _number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> None:
+    value = body.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise _bad(key, f"expected a number between {lo:g} and {hi:g}")
+
+
+def _parse_checks(fp: Mapping[str, Any], parse_spec: Any) -> Checks:
+    tests = fp.get("tests")
+    if tests is None:
+        return Checks(visible=None, hidden=None, n_visible=0, n_hidden=0)
+    if isinstance(tests, list):  # shorthand: a bare list is the visible tests
+        tests = {"visible": tests}
+    if not isinstance(tests, Mapping):
+        raise _bad("firstpass.tests", 'expected an object {"visible": ..., "hidden": ...}')
+    unknown = set(tests) - {"visible", "hidden"}
+    if unknown:
+        raise _bad(
+            f"firstpass.tests.{sorted(unknown)[0]}", 'unknown key (use "visible" or "hidden")'
+        )
+    setup = fp.get("setup")
+    entry_point = fp.get("entry_point")
+    if setup is not None and not isinstance(setup, str):
+        raise _bad("firstpass.setup", "expected a string of Python code")
+    if entry_point is not None and (
+        not isinstance(entry_point, str) or not entry_point.isidentifier()
+    ):
+        raise _bad("firstpass.entry_point", "expected a Python identifier")
+    specs: dict[str, Any] = {}
+    for kind in ("visible", "hidden"):
+        raw = tests.get(kind)
+        if raw is None:
+            specs[kind] = None
+            continue
+        try:
+            specs[kind] = parse_spec(raw, setup=setup, entry_point=entry_point)
+        except SpecError as exc:
+            field = f"firstpass.tests.{kind}" + (f".{exc.field}" if exc.field else "")
+            raise RequestError(
+                f"{field}: {str(exc).split(': ', 1)[-1]}", param=field, code="invalid_tests"
+            ) from exc
+    return Checks(
+        visible=specs["visible"],
+        hidden=specs["hidden"],
+        n_visible=_count(specs["visible"]),
+        n_hidden=_count(specs["hidden"]),
+    )
+
+
+def _count(spec: Any) -> int:
+    if spec is None:
+        return 0
+    return int(
+        getattr(spec, "n_tests", None)
+        or len(getattr(spec, "asserts", ()) or getattr(spec, "cases", ()))
+    )
+
+
+def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> ChatRequest:
+    """Validate ``body`` (already JSON-decoded) and split off the ``firstpass`` object.
+
+    ``parse_spec`` is the sandbox's spec parser, passed in so this module stays free of the
+    sandbox import (and testable on its own).
+    """
+    if not isinstance(body, Mapping):
+        raise RequestError("the request body must be a JSON object", code="invalid_body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("model", "expected a non-empty string", code="missing_model")
+    messages = body.get("messages")
+    _check_messages(messages)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise _bad("stream", "expected true or false")
+    stream_options = body.get("stream_options")
+    if stream_options is not None and not isinstance(stream_options, Mapping):
+        raise _bad("stream_options", "expected an object")
+    include_usage = bool(stream_options and stream_options.get("include_usage"))
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 128:
+        raise _bad("n", "expected an integer between 1 and 128")
+    _number(body, "temperature", 0, 2)
+    _number(body, "top_p", 0, 1)
+
+    fp = body.get("firstpass")
+    if fp is None:
+        fp = {}
+    if not isinstance(fp, Mapping):
+        raise _bad("firstpass", "expected an object")
+    unknown = set(fp) - _FIRSTPASS_KEYS
+    if unknown:
+        raise _bad(
+            f"firstpass.{sorted(unknown)[0]}",
+            f"unknown key (known: {', '.join(sorted(_FIRSTPASS_KEYS))})",
+        )
+    mode = header_mode if header_mode is not None else fp.get("mode")
+    if mode is not None and mode not in MODES:
+        param = "X-Firstpass-Mode" if header_mode is not None else "firstpass.mode"
+        raise _bad(param, f"unknown mode {mode!r} (use one of {', '.join(MODES)})")
+    task_id = fp.get("task_id")
+    if task_id is not None and not isinstance(task_id, str):
+        raise _bad("firstpass.task_id", "expected a string")
+    checks = _parse_checks(fp, parse_spec)
+    if checks.any and n != 1:
+        raise _bad("n", "a verified request returns one answer: n must be 1 when tests are given")
+
+    upstream = {
+        k: v
+        for k, v in body.items()
+        if k not in ("firstpass", "model", "stream", "stream_options", "n")
+    }
+    if n != 1:
+        upstream["n"] = n
+    digest = prompt_sha256(body) or prompt_sha256({"messages": [{"role": "user", "content": ""}]})
+    text = next(
+        (message_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
+    return ChatRequest(
+        model=model,
+        upstream_body=upstream,
+        stream=stream,
+        include_usage=include_usage,
+        n=n,
+        mode=mode,
+        checks=checks,
+        task_id=task_id,
+        prompt_sha256=str(digest),
+        n_messages=len(messages),
+        prompt_text=text,
+    )

@@ -1,0 +1,145 @@
+"""OpenAI response bodies: ``chat.completion`` objects and ``chat.completion.chunk`` SSE events.
+
+A verified answer is only known whole, after the checks, so streaming replays the chosen answer
+as chunks; nothing is streamed before the decision (see ``_handlers.stream_outcome``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from firstpass.pipeline import Outcome
+
+__all__ = ["completion_body", "sse_chunks", "usage_of"]
+
+
+def usage_of(outcome: Outcome) -> dict[str, int]:
+    """Usage of the served call, per answer (what an OpenAI client expects for one choice)."""
+    served = outcome.served
+    if served is None:
+        return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    c = served.completion
+    prompt = c.input_tokens // max(1, c.calls)
+    completion = c.output_tokens // max(1, c.n)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def completion_body(outcome: Outcome) -> dict[str, Any]:
+    """The ``chat.completion`` for an outcome that served an answer."""
+    served = outcome.served
+    assert served is not None
+    if outcome.raw is not None and outcome.action == "passthrough":
+        body = dict(outcome.raw)
+        body.setdefault("object", "chat.completion")
+        body["firstpass"] = outcome.summary
+        return body
+    finish = served.completion.finish_reasons[0] if served.completion.finish_reasons else "stop"
+    return {
+        "id": f"chatcmpl-{outcome.receipt_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": served.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": served.text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": finish or "stop",
+            }
+        ],
+        "usage": usage_of(outcome),
+        "system_fingerprint": None,
+        "firstpass": outcome.summary,
+    }
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _pieces(text: str, size: int = 24) -> Iterator[str]:
+    """Split at whitespace near ``size`` characters, so chunks look like a model's tokens."""
+    start = 0
+    while start < len(text):
+        end = min(len(text), start + size)
+        if end < len(text):
+            space = text.rfind(" ", start + 1, end + 1)
+            if space > start:
+                end = space
+        yield text[start:end]
+        start = end
+
+
+def sse_chunks(outcome: Outcome, *, include_usage: bool) -> Iterator[bytes]:
+    """The chosen answer (or answers, pass-through with n > 1) as SSE events, then ``[DONE]``."""
+    served = outcome.served
+    assert served is not None
+    created = int(time.time())
+    base = {
+        "id": f"chatcmpl-{outcome.receipt_id}",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": served.model,
+        "system_fingerprint": None,
+    }
+    texts = served.completion.texts if outcome.action == "passthrough" else (served.text,)
+    reasons = served.completion.finish_reasons
+    for index, text in enumerate(texts):
+        yield _event(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": index,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+        for piece in _pieces(text):
+            yield _event(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": index,
+                            "delta": {"content": piece},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+            )
+        finish = (reasons[index] if index < len(reasons) else None) or "stop"
+        last = {
+            **base,
+            "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}],
+        }
+        if index == len(texts) - 1:
+            last["firstpass"] = outcome.summary
+        yield _event(last)
+    if include_usage:
+        usage = usage_of(outcome)
+        if outcome.action == "passthrough":
+            c = served.completion
+            usage = {
+                "prompt_tokens": c.input_tokens,
+                "completion_tokens": c.output_tokens,
+                "total_tokens": c.input_tokens + c.output_tokens,
+            }
+        yield _event({**base, "choices": [], "usage": usage})
+    yield b"data: [DONE]\n\n"
+
+
+def sse_error(message: str, *, type: str, code: str | None) -> bytes:
+    """An error event for the rare case the decision fails after keep-alives already went out."""
+    return _event({"error": {"message": message, "type": type, "param": None, "code": code}})

@@ -1,0 +1,167 @@
+"""A live Firstpass server and a stub upstream, both real HTTP on loopback, for SDK-level tests.
+
+Both run on one event loop in a background thread, so the test thread is free to use the
+*synchronous* openai client (which would otherwise block the loop the server runs on) as well as
+the async one on the test's own loop. The stub is scripted from the test thread before each call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from firstpass.config import Config, config_from_dict
+from firstpass.server import create_app, serve_forever
+from firstpass.server._app import RECEIPT_WRITER
+from tests.stub_upstream import StubUpstream
+
+T = TypeVar("T")
+
+CHEAP = "cheap-model"
+STRONG = "strong-model"
+MODEL = "firstpass-code"
+
+
+def stack_config(
+    upstream_url: str,
+    receipts: Path,
+    *,
+    honours_n: bool = True,
+    retries: int = 2,
+    timeout_s: float = 5.0,
+    on_exhausted: str = "unverified",
+    without_checks: str = "passthrough",
+    max_concurrency: int = 64,
+    max_body_bytes: int = 1_048_576,
+    client_keys_env: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    elastic: dict[str, Any] | None = None,
+    store_content: bool = False,
+    keepalive_s: float = 5.0,
+) -> Config:
+    """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts."""
+    data: dict[str, Any] = {
+        "server": {
+            "host": "127.0.0.1",
+            "port": 0,
+            "max_concurrency": max_concurrency,
+            "max_body_bytes": max_body_bytes,
+            "client_keys_env": list(client_keys_env),
+            "keepalive_s": keepalive_s,
+        },
+        "sandbox": {"wall_s": 5.0, "cpu_s": 5.0},
+        "receipts": {"path": str(receipts), "fsync": "never", "store_content": store_content},
+        "provider": [
+            {
+                "id": "stub",
+                "kind": "openai",
+                "base_url": upstream_url,
+                "timeout_s": timeout_s,
+                "connect_timeout_s": 1.0,
+                "retries": retries,
+                "backoff_base_s": 0.01,
+                "backoff_max_s": 0.05,
+                "honours_n": honours_n,
+            }
+        ],
+        "route": [
+            {
+                "name": "code",
+                "models": [MODEL],
+                "ladder": [f"stub/{CHEAP}", f"stub/{STRONG}"],
+                "temperature": 0.7,
+                "on_exhausted": on_exhausted,
+                "without_checks": without_checks,
+            }
+        ],
+        "price": [
+            {"model": f"stub/{CHEAP}", "input_per_mtok": 0.10, "output_per_mtok": 0.40},
+            {"model": f"stub/{STRONG}", "input_per_mtok": 3.00, "output_per_mtok": 15.00},
+        ],
+    }
+    if elastic is not None:
+        data["escalation"] = {"elastic": elastic}
+    return config_from_dict(data, base_dir=receipts.parent, env=env or {})
+
+
+class LiveStack:
+    """Stub upstream + Firstpass server on a private loop thread; ``close()`` drains receipts."""
+
+    def __init__(self, receipts: Path, **config_kwargs: Any) -> None:
+        self.receipts = receipts
+        self._config_kwargs = config_kwargs
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.stub: StubUpstream = self.run(self._start_stub())
+        self.config = stack_config(self.stub.url, receipts, **config_kwargs)
+        self._stop: asyncio.Event | None = None
+        self._server: asyncio.Future[None] | None = None
+        self.base_url = self.run(self._start_server())
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        """Run ``coro`` on the stack's loop and wait for it from the calling thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call_soon(self, fn: Callable[[], T]) -> T:
+        async def wrap() -> T:
+            return fn()
+
+        return self.run(wrap())
+
+    async def _start_stub(self) -> StubUpstream:
+        stub = StubUpstream()
+        await stub.start()
+        return stub
+
+    async def _start_server(self) -> str:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        ready = asyncio.Event()
+        self._stop = asyncio.Event()
+        self.app = create_app(self.config)
+        self._server = asyncio.ensure_future(
+            serve_forever(
+                self.config,
+                sock=sock,
+                started=lambda _u: ready.set(),
+                stop=self._stop,
+                app=self.app,
+            )
+        )
+        waiter = asyncio.ensure_future(ready.wait())
+        done, _ = await asyncio.wait({self._server, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if self._server in done:
+            waiter.cancel()
+            self._server.result()
+        return f"http://127.0.0.1:{port}/v1"
+
+    def flush(self) -> None:
+        """Wait until every receipt written so far is on disk."""
+        self.run(self.app[RECEIPT_WRITER].flush())
+
+    def receipts_list(self) -> list[dict[str, Any]]:
+        """Every receipt on disk so far, in order."""
+        from firstpass.receipts import iter_receipts
+
+        self.flush()
+        return list(iter_receipts(self.receipts))
+
+    async def _shutdown(self) -> None:
+        if self._stop is not None and self._server is not None:
+            self._stop.set()
+            await self._server
+        await self.stub.close()
+
+    def close(self) -> None:
+        try:
+            self.run(self._shutdown())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+            self.loop.close()

@@ -1,0 +1,257 @@
+"""Every refusal is an OpenAI-shaped error with the right status, and still leaves one receipt."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import time
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from firstpass.receipts import verify_chain
+from tests.server_harness import CHEAP, MODEL, STRONG
+from tests.stub_upstream import Reply
+
+GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
+TESTS = {"tests": {"visible": ["assert add(1, 2) == 3"]}, "entry_point": "add"}
+
+
+def _client(stack: Any, **kw: Any) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=stack.base_url, api_key=kw.pop("api_key", "unused"), max_retries=0, **kw
+    )
+
+
+def _error_shape(body: dict[str, Any]) -> dict[str, Any]:
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+def _post_raw(
+    stack: Any, data: bytes, headers: dict[str, str] | None = None
+) -> tuple[int, Any, Any]:
+    async def go() -> tuple[int, Any, Any]:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                f"{stack.base_url}/chat/completions",
+                data=data,
+                headers={"Content-Type": "application/json", **(headers or {})},
+            ) as r,
+        ):
+            return r.status, await r.json(content_type=None), r.headers
+
+    return asyncio.run(go())
+
+
+def test_malformed_json_is_a_400_in_openai_shape(live_stack: Any) -> None:
+    """A body that is not JSON gets 400 invalid_json, never a 500 or a traceback."""
+    stack = live_stack()
+    status, body, headers = _post_raw(stack, b'{"model": "x", "messages": [')
+    assert status == 400
+    err = _error_shape(body)
+    assert err["code"] == "invalid_json" and "Traceback" not in err["message"]
+    assert headers["X-Firstpass-Action"] == "rejected"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        ({"model": MODEL, "messages": []}, "messages"),
+        ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": 7},
+            "temperature",
+        ),
+        (
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "firstpass": {"tests": {"visible": 3}},
+            },
+            "firstpass.tests.visible",
+        ),
+        (
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "firstpass": {"bogus": 1},
+            },
+            "firstpass.bogus",
+        ),
+        (
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": "x"}],
+                "firstpass": {"mode": "yolo"},
+            },
+            "firstpass.mode",
+        ),
+    ],
+)
+def test_bad_fields_are_400_naming_the_parameter(
+    live_stack: Any, body: dict[str, Any], param: str
+) -> None:
+    """Each malformed field is refused with 400 and `param` pointing at it."""
+    stack = live_stack()
+    status, resp, _ = _post_raw(stack, json.dumps(body).encode())
+    assert status == 400
+    err = _error_shape(resp)
+    assert err["param"] is not None and err["param"].startswith(param)
+    assert err["type"] == "invalid_request_error"
+
+
+def test_wrong_client_key_is_401(live_stack: Any) -> None:
+    """With client keys configured, a wrong key is refused before anything else happens."""
+    stack = live_stack(client_keys_env=("FP_TEST_KEY",), env={"FP_TEST_KEY": "sesame"})
+    with pytest.raises(openai.AuthenticationError) as info:
+        _client(stack, api_key="wrong").chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}]
+        )
+    assert info.value.code == "invalid_api_key"
+    stack.stub.script(Reply.ok("fine"), model=CHEAP)
+    ok = _client(stack, api_key="sesame").chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}]
+    )
+    assert ok.choices[0].message.content == "fine"
+    assert len(stack.stub.completions) == 1  # the refused request never went upstream
+
+
+def test_unknown_model_is_404(live_stack: Any) -> None:
+    """A model that matches no route is a 404 naming the model parameter."""
+    stack = live_stack()
+    with pytest.raises(openai.NotFoundError) as info:
+        _client(stack).chat.completions.create(
+            model="gpt-nope", messages=[{"role": "user", "content": "x"}]
+        )
+    assert info.value.param == "model"
+
+
+def test_body_over_the_limit_is_413(live_stack: Any) -> None:
+    """A body larger than server.max_body_bytes is refused with 413."""
+    stack = live_stack(max_body_bytes=2048)
+    big = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "x" * 5000}]}
+    ).encode()
+    status, body, _ = _post_raw(stack, big)
+    assert status == 413
+    assert _error_shape(body)["code"] == "body_too_large"
+
+
+def test_full_concurrency_bound_is_429(live_stack: Any) -> None:
+    """Past server.max_concurrency requests in flight, new ones get 429 at once."""
+    stack = live_stack(max_concurrency=2)
+    stack.stub.script(
+        Reply.ok("slow", latency_ms=800), Reply.ok("slow", latency_ms=800), model=CHEAP
+    )
+    client = _client(stack)
+
+    def slow() -> Any:
+        return client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}]
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(slow), pool.submit(slow)]
+        time.sleep(0.3)
+        with pytest.raises(openai.RateLimitError) as info:
+            slow()
+        assert info.value.code == "concurrency_limit"
+        assert all(f.result().choices[0].message.content == "slow" for f in futures)
+
+
+def test_upstream_errors_are_retried_then_502(live_stack: Any) -> None:
+    """5xx from every rung, after retries, is a clean 502 in OpenAI's shape."""
+    stack = live_stack(retries=1)
+    stack.stub.script(Reply.error(503), Reply.error(503), model=CHEAP)
+    stack.stub.script(Reply.error(500), Reply.error(500), model=STRONG)
+    with pytest.raises(openai.APIStatusError) as info:
+        _client(stack).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"firstpass": TESTS},
+        )
+    assert info.value.status_code == 502
+    assert len(stack.stub.completions) == 4  # two attempts on each rung
+
+
+def test_upstream_error_then_success_is_served(live_stack: Any) -> None:
+    """A 429 with Retry-After, then an answer: the client sees only the answer."""
+    stack = live_stack()
+    stack.stub.script(Reply.error(429, retry_after=0.05), Reply.ok(GOOD), model=CHEAP)
+    raw = _client(stack).chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"firstpass": TESTS}
+    )
+    assert raw.headers["X-Firstpass-Action"] == "served"
+    (receipt,) = stack.receipts_list()
+    assert receipt["upstream_calls"][0]["attempts"] == 2
+
+
+def test_upstream_timeout_is_504(live_stack: Any) -> None:
+    """An upstream that never answers in time, on every rung, is a 504."""
+    stack = live_stack(retries=0, timeout_s=0.3)
+    stack.stub.script(Reply.timeout(2.0), model=CHEAP)
+    stack.stub.script(Reply.timeout(2.0), model=STRONG)
+    with pytest.raises(openai.APIStatusError) as info:
+        _client(stack).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"firstpass": TESTS},
+        )
+    assert info.value.status_code == 504
+
+
+def test_cut_connection_on_cheap_rung_escalates(live_stack: Any) -> None:
+    """A cheap rung that fails at the network level does not fail the request: the next rung answers."""
+    stack = live_stack(retries=0)
+    stack.stub.script(Reply.cut(), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = _client(stack).chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"firstpass": TESTS}
+    )
+    assert raw.headers["X-Firstpass-Action"] == "escalated"
+
+
+async def test_concurrent_burst_each_gets_an_answer_and_a_receipt(live_stack: Any) -> None:
+    """64 concurrent verified requests: all answered, 64 receipts, one valid chain."""
+    stack = live_stack()
+    stack.stub.script(*[Reply.ok(GOOD, latency_ms=20)] * 64, model=CHEAP)
+    client = openai.AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    async with client:
+        results = await asyncio.gather(
+            *(
+                client.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": f"req {i}"}],
+                    extra_body={"firstpass": TESTS},
+                )
+                for i in range(64)
+            )
+        )
+    assert all(r.choices[0].message.content == GOOD for r in results)
+    receipts = stack.receipts_list()
+    assert len(receipts) == 64 and len({r["id"] for r in receipts}) == 64
+    assert verify_chain(stack.receipts).ok
+
+
+def test_models_health_and_readiness_endpoints(live_stack: Any) -> None:
+    """GET /v1/models lists routes as models; /healthz and /readyz answer 200 once started."""
+    stack = live_stack()
+    models = _client(stack).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+    async def get(path: str) -> int:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(stack.base_url.removesuffix("/v1") + path) as r,
+        ):
+            return r.status
+
+    assert asyncio.run(get("/healthz")) == 200
+    assert asyncio.run(get("/readyz")) == 200
+    assert asyncio.run(get("/nope")) == 404
