@@ -1,0 +1,149 @@
+"""``firstpass receipts verify|show|summary``: audit a receipt log from the shell.
+
+``verify`` exits 0 when every hash and link re-derives and 1 naming the first bad line; ``show``
+exits 1 when the id is not in the log. An unreadable file is a ``ReceiptError`` (exit 2 via
+``firstpass.cli``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from firstpass.errors import FirstpassError
+from firstpass.receipts import ReceiptSummary, find_receipt, iter_receipts, summarize, verify_chain
+
+#: where ``show`` looks when neither ``--path`` nor a loadable config says
+DEFAULT_PATH = Path("receipts.jsonl")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``receipts`` and its three actions to the ``firstpass`` parser."""
+    parser = subparsers.add_parser(
+        "receipts",
+        help="verify, show and summarise receipt logs",
+        description="Audit a hash-chained receipt log (see docs/receipts.md).",
+    )
+    parser.set_defaults(func=lambda args: _usage(parser))
+    actions = parser.add_subparsers(dest="receipts_action", metavar="ACTION")
+
+    verify = actions.add_parser(
+        "verify",
+        help="re-derive every hash and link; exit 1 naming the first bad line",
+        description="Re-derive every hash and link of a receipt log. Exit 0 when it holds, "
+        "1 naming the first bad line (edited, reordered, deleted, inserted, truncated).",
+    )
+    verify.add_argument("path", type=Path, help="the receipt log (JSONL)")
+    verify.add_argument(
+        "--strict",
+        action="store_true",
+        help="also require every line to be byte-for-byte canonical JSON (parses every line)",
+    )
+    verify.set_defaults(func=_verify)
+
+    show = actions.add_parser(
+        "show", help="print one receipt as indented JSON", description="Print one receipt."
+    )
+    show.add_argument("id", help="the receipt id (rcpt_…), as in the X-Firstpass-Receipt header")
+    show.add_argument(
+        "--path",
+        type=Path,
+        default=None,
+        help="the receipt log (default: [receipts] path of the config, else receipts.jsonl)",
+    )
+    show.set_defaults(func=_show)
+
+    summary = actions.add_parser(
+        "summary",
+        help="counts by action, check pass rates, cost, latency percentiles",
+        description="Summarise a receipt log: actions, check pass rates, cost against the "
+        "top-rung counterfactual, p50/p95 latency, probe regimes and labels.",
+    )
+    summary.add_argument("path", type=Path, help="the receipt log (JSONL)")
+    summary.add_argument("--json", action="store_true", dest="as_json", help="print JSON")
+    summary.set_defaults(func=_summary)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _verify(args: argparse.Namespace) -> int:
+    report = verify_chain(args.path, strict=args.strict)
+    if report.ok:
+        print(f"ok: {report.n_lines} receipts, head {report.head}")
+        return 0
+    print(f"line {report.first_bad_line}: {report.reason}")
+    print(f"the {report.n_lines} receipts before it verify (head {report.head})")
+    return 1
+
+
+def _show(args: argparse.Namespace) -> int:
+    path = args.path if args.path is not None else _configured_path()
+    record = find_receipt(path, args.id)
+    if record is None:
+        print(f"no receipt {args.id} in {path}", file=sys.stderr)
+        return 1
+    print(json.dumps(record, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    summary = summarize(iter_receipts(args.path))
+    if args.as_json:
+        print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(format_summary(summary, args.path))
+    return 0
+
+
+def _configured_path() -> Path:
+    """``[receipts] path`` of the config when one loads, else ``receipts.jsonl``."""
+    try:
+        from firstpass.config import load_config
+
+        return Path(load_config().receipts.path)
+    except (ImportError, AttributeError, TypeError, OSError, FirstpassError):
+        return DEFAULT_PATH
+
+
+def format_summary(summary: ReceiptSummary, path: Path) -> str:
+    """The human-readable summary, one fact per line."""
+    lines = [f"{path}: {summary.n} receipts ({_counts(summary.modes)})"]
+    lines.append(f"actions: {_counts(summary.actions)}")
+    for name, rate in (("visible", summary.visible), ("gate", summary.gate)):
+        if rate.rate is None:
+            lines.append(f"{name} checks: none")
+        else:
+            lines.append(f"{name} checks: {rate.passed}/{rate.total} passed ({rate.rate:.1%})")
+    cost = f"cost: ${summary.cost_usd:.4f}"
+    if summary.top_rung_usd > 0:
+        saved = 1 - summary.cost_usd / summary.top_rung_usd
+        cost += f" vs ${summary.top_rung_usd:.4f} always calling the top rung ({saved:.1%} saved)"
+    if summary.probe_usd:
+        cost += f"; probes ${summary.probe_usd:.4f}"
+    lines.append(cost)
+    if summary.latency_p50_ms is None or summary.latency_p95_ms is None:
+        lines.append("latency: no timings")
+    else:
+        lines.append(
+            f"latency (total): p50 {summary.latency_p50_ms:.1f} ms,"
+            f" p95 {summary.latency_p95_ms:.1f} ms over {summary.n_timed}"
+        )
+    if summary.regimes:
+        lines.append(f"probe regimes: {_counts(summary.regimes)}")
+    if summary.counterfactuals:
+        lines.append(f"counterfactual actions: {_counts(summary.counterfactuals)}")
+    if summary.labelled or summary.regimes:
+        lines.append(
+            f"gate labels: {summary.labelled} labelled, {summary.label_passed} passed the gate"
+        )
+    return "\n".join(lines)
+
+
+def _counts(counts: Any) -> str:
+    return ", ".join(f"{key} {value}" for key, value in counts.items()) or "none"

@@ -1,0 +1,41 @@
+"""Upstream clients: any OpenAI-compatible HTTP endpoint, and replay from recorded samples.
+
+``build_provider(cfg, session=...)`` gives a :class:`Provider`; ``await provider.complete(model,
+body, n=k)`` gives a :class:`Completion` with ``k`` texts or raises ``UpstreamError`` /
+``UpstreamTimeout`` after the provider's retries. See ``docs/providers.md``.
+"""
+
+from __future__ import annotations
+
+from firstpass.providers._base import Completion, Provider, merge_completions
+from firstpass.providers._build import KINDS, build_provider
+from firstpass.providers._openai import OpenAIProvider, upstream_body
+from firstpass.providers._prompt import message_text, prompt_sha256
+from firstpass.providers._replay import (
+    ReplayProvider,
+    SampleRow,
+    SampleSet,
+    estimate_tokens,
+    load_sample_set,
+)
+from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_retry_after
+
+__all__ = [
+    "KINDS",
+    "Completion",
+    "OpenAIProvider",
+    "Provider",
+    "ReplayProvider",
+    "RetryPolicy",
+    "SampleRow",
+    "SampleSet",
+    "build_provider",
+    "estimate_tokens",
+    "is_retryable_status",
+    "load_sample_set",
+    "merge_completions",
+    "message_text",
+    "parse_retry_after",
+    "prompt_sha256",
+    "upstream_body",
+]

@@ -1,0 +1,343 @@
+"""The client for any OpenAI-compatible ``/chat/completions`` (OpenAI, vLLM, Ollama, Groq...).
+
+One shared ``aiohttp.ClientSession`` (the server's) carries every call, so connections are pooled.
+Each HTTP attempt has its own timeout and holds one slot of the provider's concurrency bound; the
+backoff sleeps between attempts hold none. The API key only ever goes into the ``Authorization``
+header: error messages are built from statuses and the upstream's own message, scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import structlog
+
+from firstpass.errors import ConfigError, UpstreamError, UpstreamTimeout
+from firstpass.providers._base import Completion, merge_completions
+from firstpass.providers._prompt import message_text
+from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_retry_after
+
+if TYPE_CHECKING:
+    from firstpass.config import ProviderConfig
+
+__all__ = ["OpenAIProvider", "upstream_body"]
+
+log = structlog.get_logger("firstpass.providers")
+
+#: body keys never sent upstream: our own checks (hidden tests must not reach a model), and the
+#: streaming options, which OpenAI rejects on a non-streaming request
+_DROPPED_KEYS = frozenset({"firstpass", "stream_options", "n"})
+
+#: how much of a non-JSON error body goes into a message
+_ERROR_SNIPPET_CHARS = 300
+
+
+def upstream_body(model: str, body: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """The JSON sent upstream: the client's body with our model, ``n`` and ``stream: false``.
+
+    ``n`` is omitted when 1 (some OpenAI-compatible servers reject it); every other field
+    (temperature, max_tokens, tools, seed...) passes through untouched.
+    """
+    payload = {key: value for key, value in body.items() if key not in _DROPPED_KEYS}
+    payload["model"] = model
+    payload["stream"] = False
+    if n > 1:
+        payload["n"] = n
+    return payload
+
+
+class _Malformed(Exception):
+    """A 2xx response we cannot use (not JSON, no choices); retried like a 5xx."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Failure:
+    """One failed attempt, kept so the final error can say what happened last."""
+
+    message: str
+    status: int | None
+    timeout: bool = False
+    retry_after_s: float | None = None
+    cause: BaseException | None = None
+
+
+def _parse_completion(obj: Any, n: int) -> tuple[list[str], list[str | None], int, int, Any]:
+    """Texts, finish reasons, prompt and completion tokens, and the choices list (at most ``n``)."""
+    if not isinstance(obj, dict):
+        raise _Malformed(f"expected a JSON object, got {type(obj).__name__}")
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _Malformed("the response has no `choices`")
+    if not all(isinstance(c, dict) for c in choices):
+        raise _Malformed("`choices` holds a non-object")
+    if all(isinstance(c.get("index"), int) for c in choices):
+        choices = sorted(choices, key=lambda c: c["index"])
+    choices = choices[:n]
+    texts: list[str] = []
+    reasons: list[str | None] = []
+    for choice in choices:
+        message = choice.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        texts.append(message_text(content))  # None (a pure tool call) gives ""
+        reason = choice.get("finish_reason")
+        reasons.append(reason if isinstance(reason, str) else None)
+    usage = obj.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    prompt_tokens = usage.get("prompt_tokens")
+    completion_tokens = usage.get("completion_tokens")
+    return (
+        texts,
+        reasons,
+        prompt_tokens if isinstance(prompt_tokens, int) else 0,
+        completion_tokens if isinstance(completion_tokens, int) else 0,
+        choices,
+    )
+
+
+def _error_detail(raw: bytes) -> str:
+    """The upstream's own error message (OpenAI shape), else the start of its body."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        error = obj.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if isinstance(obj.get("message"), str):
+            return str(obj["message"])
+    text = raw.decode("utf-8", errors="replace").strip()
+    if len(text) > _ERROR_SNIPPET_CHARS:
+        text = text[:_ERROR_SNIPPET_CHARS] + "..."
+    return text or "(empty body)"
+
+
+class OpenAIProvider:
+    """An OpenAI-compatible chat-completions upstream with retries and a concurrency bound."""
+
+    def __init__(
+        self,
+        cfg: ProviderConfig,
+        *,
+        session: aiohttp.ClientSession | None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if not cfg.base_url:
+            raise ConfigError(
+                "provider.base_url", f"provider {cfg.id!r}: required for kind 'openai'"
+            )
+        if not cfg.base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                "provider.base_url",
+                f"provider {cfg.id!r}: {cfg.base_url!r} is not an http:// or https:// URL",
+            )
+        if cfg.max_concurrency < 1:
+            raise ConfigError("provider.max_concurrency", f"provider {cfg.id!r}: must be >= 1")
+        self._cfg = cfg
+        self._url = cfg.base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if cfg.api_key:
+            self._headers["Authorization"] = f"Bearer {cfg.api_key}"
+        self._timeout = aiohttp.ClientTimeout(
+            total=cfg.timeout_s, sock_connect=cfg.connect_timeout_s
+        )
+        self._policy = RetryPolicy(
+            retries=cfg.retries, base_s=cfg.backoff_base_s, max_s=cfg.backoff_max_s
+        )
+        self._semaphore = asyncio.BoundedSemaphore(cfg.max_concurrency)
+        self._session = session
+        self._owns_session = session is None
+        self._rng = rng if rng is not None else random.Random()
+        self._sleep = sleep
+
+    @property
+    def id(self) -> str:
+        return self._cfg.id
+
+    @property
+    def honours_n(self) -> bool:
+        return self._cfg.honours_n
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy built from the config."""
+        return self._policy
+
+    async def start(self) -> None:
+        """Open a session of our own if none was given (a server always gives one)."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._cfg.max_concurrency)
+            self._session = aiohttp.ClientSession(connector=connector)
+
+    async def aclose(self) -> None:
+        """Close the session only if we opened it."""
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def complete(
+        self,
+        model: str,
+        body: Mapping[str, Any],
+        *,
+        n: int = 1,
+        request_key: str | None = None,
+    ) -> Completion:
+        """``n`` choices from ``model``: one call if ``n`` is honoured, else ``n`` concurrent calls.
+
+        ``request_key`` is ignored here (it only selects recorded samples in replay).
+        """
+        del request_key
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if self._session is None:
+            await self.start()
+        started = time.perf_counter()
+        if n == 1 or self.honours_n:
+            first = await self._call(model, body, n)
+            missing = n - first.n
+            if missing <= 0:
+                return replace(first, latency_ms=(time.perf_counter() - started) * 1000.0)
+            log.warning(
+                "upstream returned fewer choices than asked; topping up",
+                provider=self.id,
+                model=model,
+                asked=n,
+                got=first.n,
+                hint="set honours_n = false for this provider",
+            )
+            extra = await _gather_all([self._call(model, body, 1) for _ in range(missing)])
+            merged = merge_completions(
+                [first, *extra], latency_ms=(time.perf_counter() - started) * 1000.0
+            )
+            return replace(merged, topped_up=missing)
+        parts = await _gather_all([self._call(model, body, 1) for _ in range(n)])
+        return merge_completions(parts, latency_ms=(time.perf_counter() - started) * 1000.0)
+
+    async def _call(self, model: str, body: Mapping[str, Any], n: int) -> Completion:
+        """One logical HTTP call asking for ``n`` choices, retried per the policy."""
+        data = json.dumps(upstream_body(model, body, n), ensure_ascii=False).encode("utf-8")
+        started = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome = await self._attempt(data, model, n, attempt)
+            if isinstance(outcome, Completion):
+                latency_ms = (time.perf_counter() - started) * 1000.0
+                return replace(outcome, latency_ms=latency_ms)
+            if attempt >= self._policy.max_attempts:
+                break
+            delay = self._policy.delay_s(
+                attempt, draw=self._rng.random(), retry_after_s=outcome.retry_after_s
+            )
+            log.info(
+                "retrying upstream call",
+                provider=self.id,
+                model=model,
+                attempt=attempt,
+                status=outcome.status,
+                reason=outcome.message,
+                delay_s=round(delay, 3),
+            )
+            await self._sleep(delay)
+        error_type = UpstreamTimeout if outcome.timeout else UpstreamError
+        raise error_type(
+            f"provider {self.id!r}: model {model!r} failed after {attempt} attempt"
+            f"{'s' if attempt != 1 else ''}: {self._scrub(outcome.message)}",
+            provider=self.id,
+            status=outcome.status,
+            attempts=attempt,
+        ) from outcome.cause
+
+    async def _attempt(
+        self, data: bytes, model: str, n: int, attempt: int
+    ) -> Completion | _Failure:
+        """One HTTP attempt: the completion, a retryable failure, or a raised non-retryable one."""
+        try:
+            async with self._semaphore:
+                status, headers, raw = await self._post(data)
+        except TimeoutError as exc:  # aiohttp's total and connect timeouts both land here
+            return _Failure(
+                message=f"no response within {self._cfg.timeout_s:g}s",
+                status=None,
+                timeout=True,
+                cause=exc,
+            )
+        except (aiohttp.ClientError, OSError) as exc:  # refused, reset, cut mid-body
+            return _Failure(
+                message=f"connection failed ({type(exc).__name__}: {exc})", status=None, cause=exc
+            )
+        if 200 <= status <= 299:
+            try:
+                obj = json.loads(raw)
+                texts, reasons, tokens_in, tokens_out, choices = _parse_completion(obj, n)
+            except (ValueError, _Malformed) as exc:
+                return _Failure(
+                    message=f"unusable response (HTTP {status}): {exc}", status=status, cause=exc
+                )
+            if len(choices) != len(obj["choices"]):
+                obj = {**obj, "choices": choices}
+            return Completion(
+                texts=tuple(texts),
+                finish_reasons=tuple(reasons),
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                latency_ms=0.0,  # set by the caller, retries included
+                attempts=attempt,
+                status=status,
+                calls=1,
+                model=model,
+                raw=obj,
+            )
+        detail = self._scrub(_error_detail(raw))
+        if not is_retryable_status(status):
+            raise UpstreamError(
+                f"provider {self.id!r}: upstream answered HTTP {status} for model {model!r} "
+                f"(not retried): {detail}",
+                provider=self.id,
+                status=status,
+                attempts=attempt,
+            )
+        return _Failure(
+            message=f"HTTP {status}: {detail}",
+            status=status,
+            retry_after_s=parse_retry_after(
+                headers.get("Retry-After"), value_ms=headers.get("retry-after-ms")
+            ),
+        )
+
+    async def _post(self, data: bytes) -> tuple[int, Mapping[str, str], bytes]:
+        """One HTTP attempt: status, headers and the whole body (read under the same timeout)."""
+        assert self._session is not None
+        async with self._session.post(
+            self._url, data=data, headers=self._headers, timeout=self._timeout
+        ) as response:
+            raw = await response.read()
+            return response.status, response.headers, raw
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with the API key masked, in case an upstream echoes it back."""
+        key = self._cfg.api_key
+        return text.replace(key, "***") if key else text
+
+
+async def _gather_all(coros: list[Coroutine[Any, Any, Completion]]) -> list[Completion]:
+    """Run calls concurrently, results in order; a failure cancels the rest and is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

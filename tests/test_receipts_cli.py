@@ -1,0 +1,145 @@
+"""Behaviour of ``firstpass receipts verify|show|summary``: output and exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firstpass import cli
+from firstpass.receipts import ReceiptWriter, new_receipt_id
+
+
+@pytest.fixture(autouse=True)
+def only_receipts_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build the parser with just this subcommand, so these tests do not depend on the others."""
+    monkeypatch.setattr(cli, "COMMANDS", ("receipts",))
+
+
+def make(action: str, total_ms: float, *, visible: bool = True, cost: float = 0.001) -> dict:
+    return {
+        "id": new_receipt_id(),
+        "mode": "cascade",
+        "decision": {"action": action, "steps": [], "counterfactual": None, "gate_label": None},
+        "checks": [{"kind": "visible", "passed": visible, "n_passed": int(visible), "n_total": 1}],
+        "cost": {"total_usd": cost, "top_rung_usd": 0.01, "probe_usd": 0.0},
+        "timings_ms": {"total": total_ms},
+    }
+
+
+def write_log(path: Path, records: list[dict[str, Any]]) -> None:
+    async def run() -> None:
+        async with ReceiptWriter(path) as writer:
+            for record in records:
+                await writer.write(record)
+
+    asyncio.run(run())
+
+
+@pytest.fixture
+def records() -> list[dict[str, Any]]:
+    return [
+        make("served", 10.0),
+        make("escalated", 20.0, visible=False, cost=0.011),
+        make("served", 30.0),
+    ]
+
+
+@pytest.fixture
+def log(tmp_path: Path, records: list[dict[str, Any]]) -> Path:
+    path = tmp_path / "receipts.jsonl"
+    write_log(path, records)
+    return path
+
+
+def test_verify_prints_ok_with_count_and_head_and_exits_0(log: Path, capsys):
+    """An intact log prints ``ok: N receipts, head sha256:…`` and exits 0."""
+    assert cli.main(["receipts", "verify", str(log)]) == 0
+    head = json.loads(log.read_bytes().splitlines()[-1])["hash"]
+    assert capsys.readouterr().out.strip() == f"ok: 3 receipts, head {head}"
+
+
+def test_verify_names_the_first_bad_line_and_exits_1(log: Path, capsys):
+    """A tampered log prints ``line L: <reason>`` first and exits 1."""
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"escalated"', b'"served"')
+    log.write_bytes(b"".join(lines))
+    assert cli.main(["receipts", "verify", str(log)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("line 2: hash mismatch")
+    assert out[1].startswith("the 1 receipts before it verify")
+
+
+def test_verify_reports_a_truncated_last_line(log: Path, capsys):
+    """A crash-cut last line is reported as truncated on its line, exit 1."""
+    log.write_bytes(log.read_bytes()[:-20])
+    assert cli.main(["receipts", "verify", "--strict", str(log)]) == 1
+    assert capsys.readouterr().out.startswith("line 3: truncated")
+
+
+def test_verify_of_a_missing_file_is_a_one_line_error_exit_2(tmp_path: Path, capsys):
+    """An unreadable path gives a one-line message on stderr and exit 2, no traceback."""
+    assert cli.main(["receipts", "verify", str(tmp_path / "none.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("firstpass receipts:") and "none.jsonl" in err
+    assert "Traceback" not in err
+
+
+def test_show_prints_the_receipt_as_indented_json(log: Path, records, capsys):
+    """``show ID --path P`` prints that receipt, indented, with its chain keys; exit 0."""
+    assert cli.main(["receipts", "show", records[1]["id"], "--path", str(log)]) == 0
+    out = capsys.readouterr().out
+    shown = json.loads(out)
+    assert shown["id"] == records[1]["id"]
+    assert shown["decision"]["action"] == "escalated"
+    assert shown["hash"].startswith("sha256:")
+    assert out.startswith('{\n  "')
+
+
+def test_show_of_an_unknown_id_exits_1(log: Path, capsys):
+    """An id that is not in the log prints why on stderr and exits 1."""
+    assert cli.main(["receipts", "show", "rcpt_NOPE", "--path", str(log)]) == 1
+    assert "no receipt rcpt_NOPE" in capsys.readouterr().err
+
+
+def test_show_defaults_to_receipts_jsonl_in_the_working_directory(
+    tmp_path: Path, records, monkeypatch: pytest.MonkeyPatch, capsys
+):
+    """Without ``--path`` and without a config file, ``show`` reads ./receipts.jsonl."""
+    write_log(tmp_path / "receipts.jsonl", records)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FIRSTPASS_CONFIG", raising=False)
+    assert cli.main(["receipts", "show", records[0]["id"]]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == records[0]["id"]
+
+
+def test_summary_prints_actions_rates_cost_and_latency(log: Path, capsys):
+    """The text summary shows counts by action, visible pass rate, cost and p50/p95."""
+    assert cli.main(["receipts", "summary", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "3 receipts (cascade 3)" in out
+    assert "actions: served 2, escalated 1" in out
+    assert "visible checks: 2/3 passed (66.7%)" in out
+    assert "gate checks: none" in out
+    assert "cost: $0.0130 vs $0.0300 always calling the top rung (56.7% saved)" in out
+    assert "p50 20.0 ms, p95 29.0 ms" in out
+
+
+def test_summary_json_is_machine_readable(log: Path, capsys):
+    """``summary --json`` prints the same numbers as JSON."""
+    assert cli.main(["receipts", "summary", str(log), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["n"] == 3
+    assert data["actions"] == {"served": 2, "escalated": 1}
+    assert data["checks"]["visible"] == {"passed": 2, "total": 3, "rate": pytest.approx(2 / 3)}
+    assert data["latency_ms"]["p50"] == pytest.approx(20.0)
+    assert data["cost"]["top_rung_usd"] == pytest.approx(0.03)
+
+
+def test_receipts_without_an_action_prints_usage_and_exits_2(capsys):
+    """``firstpass receipts`` alone prints the actions it offers and exits 2."""
+    assert cli.main(["receipts"]) == 2
+    assert "verify" in capsys.readouterr().err

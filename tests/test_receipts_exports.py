@@ -1,0 +1,40 @@
+"""The public surface of ``firstpass.receipts`` is exactly its ``__all__``."""
+
+from __future__ import annotations
+
+import firstpass.receipts as receipts
+
+PUBLIC = {
+    "GENESIS_HASH",
+    "CheckRate",
+    "FsyncPolicy",
+    "ReceiptSummary",
+    "ReceiptWriter",
+    "VerifyReport",
+    "WriterStats",
+    "canonical_bytes",
+    "find_receipt",
+    "iter_receipts",
+    "new_receipt_id",
+    "record_hash",
+    "sha256_text",
+    "summarize",
+    "verify_chain",
+}
+
+
+def test_all_lists_exactly_the_public_names():
+    """``__all__`` is the documented public API, and every name in it is importable."""
+    assert set(receipts.__all__) == PUBLIC
+    for name in receipts.__all__:
+        assert getattr(receipts, name) is not None
+
+
+def test_no_other_public_names_leak_from_the_package():
+    """Module attributes without a leading underscore are the public API (plus submodules)."""
+    leaked = {
+        name
+        for name in vars(receipts)
+        if not name.startswith("_") and name not in PUBLIC and name != "annotations"
+    }
+    assert leaked == set()

@@ -1,0 +1,175 @@
+"""Behaviour of ``summarize``: counts, pass rates, costs and latency percentiles over receipts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from firstpass.receipts import summarize
+from firstpass.receipts._summary import MISSING, percentile
+
+
+def check(kind: str, passed: bool) -> dict[str, Any]:
+    return {
+        "rung": 0,
+        "sample": 0,
+        "kind": kind,
+        "passed": passed,
+        "n_passed": int(passed),
+        "n_total": 1,
+        "category": None if passed else "assertion_failed",
+        "ms": 5.0,
+    }
+
+
+def receipt(
+    action: str,
+    checks: list[dict[str, Any]],
+    total_ms: float | None,
+    cost: float,
+    top: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "id": f"rcpt_{action}_{total_ms}",
+        "mode": extra.pop("mode", "cascade"),
+        "decision": {"action": action, "steps": [], "counterfactual": None, "gate_label": None},
+        "checks": checks,
+        "cost": {"total_usd": cost, "top_rung_usd": top, "probe_usd": 0.0},
+        "probe": None,
+    }
+    if total_ms is not None:
+        record["timings_ms"] = {"total": total_ms}
+    record.update(extra)
+    return record
+
+
+RECORDS = [
+    receipt("served", [check("visible", True), check("gate", True)], 10.0, 0.001, 0.01),
+    receipt(
+        "escalated",
+        [check("visible", True), check("gate", False), check("visible", True), check("gate", True)],
+        30.0,
+        0.011,
+        0.01,
+    ),
+    receipt(
+        "exhausted_unverified",
+        [check("visible", False), check("visible", False)],
+        50.0,
+        0.011,
+        0.01,
+    ),
+    receipt(
+        "upstream_error",
+        [],
+        20.0,
+        0.0,
+        0.0,
+        error={"status": 502, "type": "upstream_error", "message": "boom"},
+    ),
+    receipt(
+        "served",
+        [check("visible", True)],
+        40.0,
+        0.002,
+        0.01,
+        mode="shadow",
+        probe={"k": 5, "pass_count": 5, "regime": "serve", "cost_usd": 0.0005},
+        decision={"action": "served", "counterfactual": "served", "gate_label": True},
+    ),
+    receipt(
+        "escalated",
+        [check("visible", True)],
+        100.0,
+        0.012,
+        0.01,
+        mode="shadow",
+        probe={"k": 5, "pass_count": 2, "regime": "gate", "cost_usd": 0.0005},
+        decision={"action": "escalated", "counterfactual": "escalated", "gate_label": False},
+    ),
+]
+
+
+def test_summary_counts_actions_modes_and_check_pass_rates():
+    """Actions and modes are counted; visible and gate pass rates come from checks[] by kind."""
+    summary = summarize(RECORDS)
+    assert summary.n == 6
+    assert summary.actions == {
+        "served": 2,
+        "escalated": 2,
+        "exhausted_unverified": 1,
+        "upstream_error": 1,
+    }
+    assert summary.modes == {"cascade": 4, "shadow": 2}
+    assert (summary.visible.passed, summary.visible.total) == (5, 7)
+    assert (summary.gate.passed, summary.gate.total) == (2, 3)
+    assert summary.gate.rate == pytest.approx(2 / 3)
+
+
+def test_summary_totals_cost_against_the_top_rung_counterfactual():
+    """Cost sums cost.total_usd and sets it beside the always-top-rung cost."""
+    summary = summarize(RECORDS)
+    assert summary.cost_usd == pytest.approx(0.001 + 0.011 + 0.011 + 0.002 + 0.012)
+    assert summary.top_rung_usd == pytest.approx(0.05)
+
+
+def test_summary_latency_percentiles_match_numpy():
+    """p50/p95 of timings_ms.total equal numpy's default (linear) percentiles."""
+    summary = summarize(RECORDS)
+    totals = [10.0, 30.0, 50.0, 20.0, 40.0, 100.0]
+    assert summary.latency_p50_ms == pytest.approx(np.percentile(totals, 50))
+    assert summary.latency_p95_ms == pytest.approx(np.percentile(totals, 95))
+    assert summary.n_timed == 6
+
+
+def test_summary_reports_probe_regimes_and_labels_when_present():
+    """With elastic receipts: counts by probe.regime, counterfactuals and gate labels."""
+    summary = summarize(RECORDS)
+    assert summary.regimes == {"serve": 1, "gate": 1}
+    assert summary.counterfactuals == {"served": 1, "escalated": 1}
+    assert (summary.labelled, summary.label_passed) == (2, 1)
+    plain = summarize(RECORDS[:4])
+    assert plain.regimes == {} and plain.labelled == 0
+
+
+def test_receipts_with_only_the_required_keys_are_counted_not_guessed():
+    """A receipt with only id/mode/hash/prev_hash counts toward n and a missing action, nothing
+    else; malformed fields are skipped."""
+    minimal = {"id": "rcpt_1", "mode": "passthrough", "prev_hash": "x", "hash": "y"}
+    odd = {
+        "id": "rcpt_2",
+        "mode": "cascade",
+        "decision": "served",
+        "checks": [None, {"kind": []}],
+        "cost": {"total_usd": True},
+        "timings_ms": {"total": "fast"},
+    }
+    summary = summarize([minimal, odd])
+    assert summary.n == 2
+    assert summary.actions == {MISSING: 2}
+    assert summary.visible.total == summary.gate.total == 0 and summary.visible.rate is None
+    assert summary.cost_usd == 0.0
+    assert summary.latency_p50_ms is None and summary.n_timed == 0
+
+
+def test_empty_input_gives_an_empty_summary():
+    """No receipts: n is 0, rates and percentiles are None, and it still serialises to JSON."""
+    summary = summarize([])
+    assert summary.n == 0 and summary.latency_p95_ms is None
+    assert summary.to_dict()["checks"]["gate"]["rate"] is None
+
+
+@given(
+    st.lists(st.floats(min_value=-1e6, max_value=1e6), min_size=1, max_size=50),
+    st.floats(min_value=0, max_value=1),
+)
+def test_percentile_matches_numpy_linear(values: list[float], q: float):
+    """The percentile used for latencies is numpy's default linear interpolation."""
+    assert percentile(sorted(values), q) == pytest.approx(
+        float(np.percentile(values, q * 100)), rel=1e-9, abs=1e-6
+    )
