@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from firstpass.logs import configure_logging
+
+    configure_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

@@ -210,3 +210,55 @@ def test_receipts_hold_hashes_not_text_by_default(live_stack: Any) -> None:
     (receipt,) = stack.receipts_list()
     assert receipt["served"]["answer_sha256"].startswith("sha256:")
     assert receipt["request"]["prompt_sha256"]
+
+
+def _raw_stream(stack: Any, body: dict[str, Any]) -> tuple[int, str, Any]:
+    import asyncio
+
+    import aiohttp
+
+    async def go() -> tuple[int, str, Any]:
+        async with aiohttp.ClientSession() as s, s.post(
+            f"{stack.base_url}/chat/completions", json=body
+        ) as r:
+            return r.status, await r.text(), r.headers
+
+    return asyncio.run(go())
+
+
+def test_slow_decision_sends_keepalive_comments_before_the_answer(live_stack: Any) -> None:
+    """While verification runs past keepalive_s, SSE comments keep the stream open; then chunks."""
+    stack = live_stack(keepalive_s=0.1)
+    stack.stub.script(Reply.ok(GOOD, latency_ms=600), model=CHEAP)
+    status, text, _ = _raw_stream(
+        stack,
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "write add"}],
+            "stream": True,
+            "firstpass": TESTS,
+        },
+    )
+    assert status == 200
+    first_data = text.index("data: ")
+    assert ": firstpass: verifying" in text[:first_data]  # nothing but comments before the answer
+    assert text.rstrip().endswith("data: [DONE]")
+
+
+def test_streamed_request_that_fails_early_gets_its_real_status(live_stack: Any) -> None:
+    """A streamed request whose decision fails before any keep-alive is a plain JSON error."""
+    stack = live_stack(retries=0)
+    stack.stub.script(Reply.error(500), model=CHEAP)
+    stack.stub.script(Reply.error(500), model=STRONG)
+    status, text, headers = _raw_stream(
+        stack,
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "write add"}],
+            "stream": True,
+            "firstpass": TESTS,
+        },
+    )
+    assert status == 502
+    assert json.loads(text)["error"]["type"] == "upstream_error"
+    assert headers["X-Firstpass-Action"] == "upstream_error"

@@ -82,6 +82,8 @@ class DemoRow:
     cost_usd: float
     overhead_ms: float
     receipt_id: str
+    counterfactual: str | None = None
+    gate_label: bool | None = None
 
 
 def _request_body(task: dict[str, Any], mode: str | None) -> dict[str, Any]:
@@ -115,6 +117,8 @@ def _row(task_id: str, status: int, body: dict[str, Any], headers: Any) -> DemoR
         cost_usd=float(fp.get("cost_usd") or 0.0),
         overhead_ms=float(fp.get("overhead_ms") or 0.0),
         receipt_id=headers.get("X-Firstpass-Receipt", ""),
+        counterfactual=fp.get("counterfactual"),
+        gate_label=fp.get("gate_label"),
     )
 
 
@@ -136,7 +140,12 @@ async def _run(
         server.result()
     base = f"http://127.0.0.1:{port}"
     print(f"proxy listening on {base} (replay upstream, offline)", file=out)
-    header = f"{'task':<9} {'status':>6} {'action':<21} {'regime':<9} {'served by':<20} {'visible':>7} {'gate':<8} {'cost $':>9} {'ovh ms':>7}"
+    header = (
+        f"{'task':<9} {'status':>6} {'action':<21} {'regime':<9} {'served by':<20} "
+        f"{'visible':>7} {'gate':<8} {'cost $':>9} {'ovh ms':>7}"
+    )
+    if mode == "shadow":
+        header += f"  {'elastic would':<20} {'label':<5}"
     print(header, file=out)
     print("-" * len(header), file=out)
     rows: list[DemoRow] = []
@@ -149,12 +158,15 @@ async def _run(
                     body = await resp.json()
                     row = _row(task["task_id"], resp.status, body, resp.headers)
                 rows.append(row)
-                print(
+                line = (
                     f"{row.task_id:<9} {row.status:>6} {row.action:<21} {row.regime or '-':<9} "
                     f"{row.served_model or '-':<20} {row.visible:>7} {row.gate:<8} "
-                    f"{row.cost_usd:>9.6f} {row.overhead_ms:>7.1f}",
-                    file=out,
+                    f"{row.cost_usd:>9.6f} {row.overhead_ms:>7.1f}"
                 )
+                if mode == "shadow":
+                    label = {True: "pass", False: "fail", None: "-"}[row.gate_label]
+                    line += f"  {row.counterfactual or '-':<20} {label:<5}"
+                print(line, file=out)
     finally:
         stop.set()
         await server

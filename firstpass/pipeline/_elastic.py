@@ -151,7 +151,9 @@ class ElasticMixin:
             rung=rung,
             k=k,
             answers=tuple(
-                Answer(rung_index=index, rung=rung, completion=sample_view(completion, i))
+                Answer(
+                    rung_index=index, rung=rung, completion=sample_view(completion, i), sample=i
+                )
                 for i in range(len(texts))
             ),
             visible=tuple(results),

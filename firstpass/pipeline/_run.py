@@ -380,22 +380,34 @@ def _summary(result: Any) -> CheckSummary:
 def _response_summary(record: dict[str, Any]) -> dict[str, Any]:
     """The ``firstpass`` object of the response: the receipt's gist, no hashes of content."""
     served = record.get("served") or {}
-    served_rung = served.get("rung")
-    visible = [c for c in record["checks"] if c["kind"] == "visible" and c["rung"] == served_rung]
-    gate = [c for c in record["checks"] if c["kind"] == "gate" and c["rung"] == served_rung]
+    where = (served.get("rung"), served.get("sample", 0))
+
+    def last(kind: str) -> dict[str, Any] | None:
+        found = [
+            c
+            for c in record["checks"]
+            if c["kind"] == kind and (c["rung"], c["sample"]) == where and not c.get("purpose")
+        ]
+        return found[-1] if found else None
+
+    visible = last("visible")
+    gate = last("gate")
     probe = record.get("probe")
-    return {
+    decision = record["decision"]
+    summary = {
         "receipt_id": record["id"],
         "mode": record["mode"],
         "route": record["route"],
-        "action": record["decision"]["action"],
+        "action": decision["action"],
         "regime": probe.get("regime") if probe else None,
         "served_model": f"{served['provider']}/{served['model']}" if served else None,
         "verification": served.get("verification") if served else None,
-        "visible": {"passed": visible[-1]["n_passed"], "total": visible[-1]["n_total"]}
-        if visible
-        else None,
-        "gate": ("passed" if gate[-1]["passed"] else "failed") if gate else "skipped",
+        "visible": {"passed": visible["n_passed"], "total": visible["n_total"]} if visible else None,
+        "gate": ("passed" if gate["passed"] else "failed") if gate else "skipped",
         "cost_usd": record["cost"]["total_usd"],
         "overhead_ms": record["timings_ms"]["overhead"],
     }
+    if record["mode"] == "shadow":
+        summary["counterfactual"] = decision.get("counterfactual")
+        summary["gate_label"] = decision.get("gate_label")
+    return summary

@@ -73,6 +73,7 @@ class Answer:
     rung_index: int
     rung: Rung
     completion: Any  # firstpass.providers.Completion
+    sample: int = 0
 
     def served(self, verification: str) -> Served:
         return Served(
@@ -82,6 +83,7 @@ class Answer:
             text=self.completion.texts[0],
             verification=verification,
             completion=self.completion,
+            sample=self.sample,
         )
 
 

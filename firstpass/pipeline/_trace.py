@@ -28,8 +28,9 @@ class Served:
     provider: str
     model: str
     text: str
-    verification: str  # "verified" | "unverified" | "unchecked"
+    verification: str  # "verified" | "unverified" | "unchecked" | "gate_skipped"
     completion: Completion
+    sample: int = 0  # which sample of the rung's call (the elastic probe draws several)
 
 
 def _round(x: float, digits: int = 3) -> float:
@@ -213,6 +214,7 @@ class Trace:
             if served is None
             else {
                 "rung": served.rung,
+                "sample": served.sample,
                 "provider": served.provider,
                 "model": served.model,
                 "answer_sha256": sha256_text(served.text),

@@ -232,7 +232,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 def _request_info(chat: ChatRequest) -> dict[str, Any]:
     return {
         "model": chat.model,
-        "prompt_sha256": chat.prompt_sha256,
+        "prompt_sha256": f"sha256:{chat.prompt_sha256}",
         "n_messages": chat.n_messages,
         "n_visible": chat.checks.n_visible,
         "n_hidden": chat.checks.n_hidden,

@@ -1,0 +1,60 @@
+"""``firstpass.toml`` → frozen, validated config objects (see docs/config.md for every key).
+
+    config = load_config()            # path → $FIRSTPASS_CONFIG → ./firstpass.toml
+    route = config.route_for("demo")  # RouteConfig | None
+    price = config.price(route.ladder[0].name)
+
+Validation happens once, at start: any problem is a ``ConfigError`` whose message starts with the
+key path (``route[0].ladder[1]: unknown provider "opnai" (known: replay, openai)``).
+"""
+
+from __future__ import annotations
+
+from firstpass.config._build import config_from_dict
+from firstpass.config._digest import config_digest, public_dict
+from firstpass.config._env import (
+    ENV_CONFIG,
+    ENV_ELASTIC_MODE,
+    ENV_HOST,
+    ENV_PORT,
+    ENV_RECEIPTS,
+)
+from firstpass.config._load import DEFAULT_CONFIG, load_config, resolve_config_path
+from firstpass.config._model import (
+    ANY_MODEL,
+    Config,
+    ElasticConfig,
+    Price,
+    ProviderConfig,
+    ReceiptsConfig,
+    RouteChecks,
+    RouteConfig,
+    Rung,
+    SandboxSettings,
+    ServerConfig,
+)
+
+__all__ = [
+    "ANY_MODEL",
+    "DEFAULT_CONFIG",
+    "ENV_CONFIG",
+    "ENV_ELASTIC_MODE",
+    "ENV_HOST",
+    "ENV_PORT",
+    "ENV_RECEIPTS",
+    "Config",
+    "ElasticConfig",
+    "Price",
+    "ProviderConfig",
+    "ReceiptsConfig",
+    "RouteChecks",
+    "RouteConfig",
+    "Rung",
+    "SandboxSettings",
+    "ServerConfig",
+    "config_digest",
+    "config_from_dict",
+    "load_config",
+    "public_dict",
+    "resolve_config_path",
+]

@@ -1,0 +1,352 @@
+"""Raw TOML data + environment → a validated ``Config``, or the first ConfigError found.
+
+Each section has one builder; ``[escalation.elastic]`` lives in ``_elastic``, the environment
+overrides in ``_env``, the digest in ``_digest``. Cross-section rules (ladder providers exist, every
+rung has a price, no model is claimed by two routes) run once the sections they need are read, so
+their messages can list what *is* known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from firstpass.config import _fields as f
+from firstpass.config._checks import validate_checks
+from firstpass.config._digest import config_digest
+from firstpass.config._elastic import build_elastic
+from firstpass.config._env import apply_env
+from firstpass.config._model import (
+    ANY_MODEL,
+    MAX_K,
+    Config,
+    Price,
+    ProviderConfig,
+    ReceiptsConfig,
+    RouteChecks,
+    RouteConfig,
+    Rung,
+    SandboxSettings,
+    ServerConfig,
+)
+from firstpass.errors import ConfigError
+
+_TOP_KEYS = ("server", "sandbox", "receipts", "provider", "route", "price", "escalation")
+_SERVER_KEYS = (
+    "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s"
+)  # fmt: skip
+_SANDBOX_KEYS = ("concurrency", "wall_s", "cpu_s", "memory_mb", "site_packages")
+_RECEIPTS_KEYS = ("path", "fsync", "store_content", "queue_size")
+_PROVIDER_COMMON = (
+    "id", "kind", "timeout_s", "connect_timeout_s", "retries", "backoff_base_s", "backoff_max_s",
+    "honours_n", "max_concurrency",
+)  # fmt: skip
+_PROVIDER_ONLY = {"openai": ("base_url", "api_key_env"), "replay": ("samples", "seed")}
+_ROUTE_KEYS = (
+    "name", "models", "ladder", "temperature", "on_exhausted", "without_checks", "checks"
+)  # fmt: skip
+_CHECKS_KEYS = ("visible", "hidden", "setup", "entry_point")
+_PRICE_KEYS = ("model", "input_per_mtok", "output_per_mtok")
+
+_PROVIDER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def config_from_dict(
+    data: Mapping[str, Any],
+    *,
+    base_dir: Path,
+    env: Mapping[str, str],
+    source: Path | None = None,
+) -> Config:
+    """Validate parsed TOML: relative paths resolve against ``base_dir``, secrets come from ``env``.
+
+    Tests call this directly; ``load_config`` calls it after reading the file.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError("", f"expected a table at the top level, got {f.describe(data)}")
+    f.check_keys(data, "", _TOP_KEYS)
+    base_dir = Path(base_dir)
+    server = _server(f.get_table(data, "server", "", {}), env)
+    sandbox = _sandbox(f.get_table(data, "sandbox", "", {}))
+    receipts = _receipts(f.get_table(data, "receipts", "", {}), base_dir)
+    providers = _providers(f.get_tables(data, "provider", ""), base_dir, env)
+    prices = _prices(f.get_tables(data, "price", ""), providers)
+    routes = _routes(f.get_tables(data, "route", ""), providers, prices)
+    elastic = build_elastic(f.get_table(data, "escalation", "", {}), base_dir)
+    server, receipts, elastic = apply_env(env, server, receipts, elastic)
+    config = Config(
+        server=server,
+        sandbox=sandbox,
+        receipts=receipts,
+        providers=providers,
+        routes=routes,
+        prices=MappingProxyType(prices),
+        elastic=elastic,
+        source=source,
+    )
+    return dataclasses.replace(config, digest=config_digest(config))
+
+
+def _env_secret(env: Mapping[str, str], name: str, key_path: str) -> str:
+    if not _ENV_NAME.match(name):
+        raise ConfigError(key_path, f'"{name}" is not an environment variable name')
+    value = env.get(name, "")
+    if not value.strip():
+        raise ConfigError(key_path, f"environment variable {name} is not set")
+    return value
+
+
+def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
+    p = "server"
+    f.check_keys(table, p, _SERVER_KEYS)
+    names = f.get_str_list(table, "client_keys_env", p, ())
+    keys = frozenset(
+        _env_secret(env, name, f"{p}.client_keys_env[{i}]") for i, name in enumerate(names)
+    )
+    return ServerConfig(
+        host=f.get_str(table, "host", p, "127.0.0.1"),
+        port=f.get_int(table, "port", p, 8787, lo=0, hi=65535),
+        max_body_bytes=f.get_int(table, "max_body_bytes", p, 1_048_576, lo=1),
+        max_concurrency=f.get_int(table, "max_concurrency", p, 256, lo=1),
+        client_keys_env=names,
+        client_keys=keys,
+        debug=f.get_bool(table, "debug", p, False),
+        keepalive_s=f.get_float(table, "keepalive_s", p, 5.0, lo=0.0, lo_open=True),
+    )
+
+
+def _sandbox(table: Mapping[str, Any]) -> SandboxSettings:
+    p = "sandbox"
+    f.check_keys(table, p, _SANDBOX_KEYS)
+    return SandboxSettings(
+        concurrency=f.get_int(table, "concurrency", p, 0, lo=0, hi=1024),
+        wall_s=f.get_float(table, "wall_s", p, 10.0, lo=0.0, lo_open=True),
+        cpu_s=f.get_float(table, "cpu_s", p, 10.0, lo=0.0, lo_open=True),
+        memory_mb=f.get_int(table, "memory_mb", p, 512, lo=32),
+        site_packages=f.get_bool(table, "site_packages", p, False),
+    )
+
+
+def _receipts(table: Mapping[str, Any], base_dir: Path) -> ReceiptsConfig:
+    p = "receipts"
+    f.check_keys(table, p, _RECEIPTS_KEYS)
+    return ReceiptsConfig(
+        path=f.get_path(table, "path", p, base_dir, "receipts.jsonl"),
+        fsync=f.get_choice(table, "fsync", p, ("always", "batch", "never"), "batch"),
+        store_content=f.get_bool(table, "store_content", p, False),
+        queue_size=f.get_int(table, "queue_size", p, 10_000, lo=1),
+    )
+
+
+def _providers(
+    tables: list[Mapping[str, Any]], base_dir: Path, env: Mapping[str, str]
+) -> tuple[ProviderConfig, ...]:
+    if not tables:
+        raise ConfigError("provider", "at least one [[provider]] is required")
+    seen: dict[str, int] = {}
+    out = []
+    for i, table in enumerate(tables):
+        p = f"provider[{i}]"
+        kind = f.get_choice(table, "kind", p, tuple(_PROVIDER_ONLY))
+        f.check_keys(table, p, (*_PROVIDER_COMMON, *_PROVIDER_ONLY[kind]))
+        pid = f.get_str(table, "id", p)
+        if not _PROVIDER_ID.match(pid):
+            raise ConfigError(f"{p}.id", f'"{pid}" may hold only letters, digits, "_", "-" and "."')
+        if pid in seen:
+            raise ConfigError(
+                f"{p}.id", f'duplicate provider id "{pid}" (also provider[{seen[pid]}])'
+            )
+        seen[pid] = i
+        base_url = api_key_env = api_key = samples = None
+        seed = 0
+        if kind == "openai":
+            base_url = f.get_str(table, "base_url", p)
+            if not base_url.startswith(("http://", "https://")):
+                raise ConfigError(f"{p}.base_url", f'expected an http(s) URL, got "{base_url}"')
+            api_key_env = f.get_str(table, "api_key_env", p, None)
+            if api_key_env is not None:
+                api_key = _env_secret(env, api_key_env, f"{p}.api_key_env")
+        else:
+            samples = f.get_path(table, "samples", p, base_dir, f.REQUIRED)
+            if not samples.is_file():
+                raise ConfigError(f"{p}.samples", f"sample file {samples} does not exist")
+            seed = f.get_int(table, "seed", p, 0)
+        backoff_base = f.get_float(table, "backoff_base_s", p, 0.25, lo=0.0)
+        out.append(
+            ProviderConfig(
+                id=pid,
+                kind=kind,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                api_key=api_key,
+                timeout_s=f.get_float(table, "timeout_s", p, 60.0, lo=0.0, lo_open=True),
+                connect_timeout_s=f.get_float(
+                    table, "connect_timeout_s", p, 5.0, lo=0.0, lo_open=True
+                ),
+                retries=f.get_int(table, "retries", p, 2, lo=0, hi=20),
+                backoff_base_s=backoff_base,
+                backoff_max_s=f.get_float(
+                    table, "backoff_max_s", p, max(8.0, backoff_base), lo=backoff_base
+                ),
+                honours_n=f.get_bool(table, "honours_n", p, True),
+                max_concurrency=f.get_int(table, "max_concurrency", p, 64, lo=1),
+                samples=samples,
+                seed=seed,
+            )
+        )
+    return tuple(out)
+
+
+def _known(providers: tuple[ProviderConfig, ...]) -> str:
+    return ", ".join(p.id for p in providers)
+
+
+def _rung_provider(text: str, key_path: str, providers: tuple[ProviderConfig, ...]) -> Rung:
+    try:
+        rung = Rung.parse(text)
+    except ValueError as exc:
+        raise ConfigError(key_path, str(exc)) from exc
+    if rung.provider not in {p.id for p in providers}:
+        raise ConfigError(
+            key_path, f'unknown provider "{rung.provider}" (known: {_known(providers)})'
+        )
+    return rung
+
+
+def _prices(
+    tables: list[Mapping[str, Any]], providers: tuple[ProviderConfig, ...]
+) -> dict[str, Price]:
+    prices: dict[str, Price] = {}
+    for i, table in enumerate(tables):
+        p = f"price[{i}]"
+        f.check_keys(table, p, _PRICE_KEYS)
+        name = _rung_provider(f.get_str(table, "model", p), f"{p}.model", providers).name
+        if name in prices:
+            raise ConfigError(f"{p}.model", f'duplicate [[price]] for "{name}"')
+        prices[name] = Price(
+            model=name,
+            input_per_mtok=f.get_float(table, "input_per_mtok", p, lo=0.0),
+            output_per_mtok=f.get_float(table, "output_per_mtok", p, lo=0.0),
+        )
+    return prices
+
+
+def _ladder(
+    raw: Any, p: str, providers: tuple[ProviderConfig, ...], prices: Mapping[str, Price]
+) -> tuple[Rung, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(
+            p, f'expected a non-empty array of "provider/model" rungs, got {f.describe(raw)}'
+        )
+    rungs: list[Rung] = []
+    for j, item in enumerate(raw):
+        where = f"{p}[{j}]"
+        k = None
+        if isinstance(item, Mapping):
+            f.check_keys(item, where, ("rung", "k"))
+            text = f.get_str(item, "rung", where)
+            k = f.get_int(item, "k", where, None, lo=1, hi=MAX_K)
+        elif isinstance(item, str):
+            text = item
+        else:
+            raise ConfigError(
+                where,
+                'expected "provider/model" or a table {rung = ..., k = ...}, '
+                f"got {f.describe(item)}",
+            )
+        rung = dataclasses.replace(_rung_provider(text, where, providers), k=k)
+        if rung.name not in prices:
+            raise ConfigError(where, f'no [[price]] for "{rung.name}"')
+        for earlier, other in enumerate(rungs):
+            if other.name == rung.name:
+                raise ConfigError(where, f'"{rung.name}" is already rung {earlier}')
+        rungs.append(rung)
+    return tuple(rungs)
+
+
+def _routes(
+    tables: list[Mapping[str, Any]],
+    providers: tuple[ProviderConfig, ...],
+    prices: Mapping[str, Price],
+) -> tuple[RouteConfig, ...]:
+    if not tables:
+        raise ConfigError("route", "at least one [[route]] is required")
+    names: dict[str, int] = {}
+    claimed: dict[str, int] = {}
+    out = []
+    for i, table in enumerate(tables):
+        p = f"route[{i}]"
+        f.check_keys(table, p, _ROUTE_KEYS)
+        name = f.get_str(table, "name", p)
+        if name in names:
+            raise ConfigError(
+                f"{p}.name", f'duplicate route name "{name}" (also route[{names[name]}])'
+            )
+        names[name] = i
+        models = f.get_str_list(table, "models", p, (name,))
+        if not models:
+            raise ConfigError(f"{p}.models", 'must list at least one model (or "*")')
+        for j, model in enumerate(models):
+            if model in claimed:
+                what = "the catch-all" if model == ANY_MODEL else f'model "{model}"'
+                raise ConfigError(
+                    f"{p}.models[{j}]", f"{what} is already matched by route[{claimed[model]}]"
+                )
+            claimed[model] = i
+        checks = _route_checks(table, p)
+        default_without = "route_checks" if checks is not None else "passthrough"
+        without = f.get_choice(
+            table, "without_checks", p, ("passthrough", "reject", "route_checks"), default_without
+        )
+        if without == "route_checks" and checks is None:
+            raise ConfigError(f"{p}.without_checks", '"route_checks" needs a [route.checks] table')
+        if checks is not None and without != "route_checks":
+            raise ConfigError(
+                f"{p}.checks", f'never used: without_checks = "{without}" (use "route_checks")'
+            )
+        out.append(
+            RouteConfig(
+                name=name,
+                models=models,
+                ladder=_ladder(f.get_any(table, "ladder", p), f"{p}.ladder", providers, prices),
+                temperature=f.get_float(table, "temperature", p, 0.8, lo=0.0, hi=2.0),
+                on_exhausted=f.get_choice(
+                    table, "on_exhausted", p, ("unverified", "error"), "unverified"
+                ),
+                without_checks=without,
+                checks=checks,
+            )
+        )
+    return tuple(out)
+
+
+def _route_checks(table: Mapping[str, Any], p: str) -> RouteChecks | None:
+    raw = f.get_table(table, "checks", p, None)
+    if raw is None:
+        return None
+    where = f"{p}.checks"
+    f.check_keys(raw, where, _CHECKS_KEYS)
+    if "visible" not in raw and "hidden" not in raw:
+        raise ConfigError(where, 'needs "visible" or "hidden" tests (or both)')
+    checks = RouteChecks(
+        visible=_plain(raw.get("visible")),
+        hidden=_plain(raw.get("hidden")),
+        setup=f.get_str(raw, "setup", where, None),
+        entry_point=f.get_str(raw, "entry_point", where, None),
+    )
+    validate_checks(checks, where)
+    return checks
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy as plain dicts and lists, so the frozen config shares nothing with the caller."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

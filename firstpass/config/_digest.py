@@ -1,0 +1,54 @@
+"""The config digest receipts carry: SHA-256 over canonical JSON of the config minus secrets."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from firstpass.config._model import Config
+
+
+def config_digest(config: Config) -> str:
+    """``sha256:`` + hex over the canonical JSON of the effective config, secrets left out."""
+    body = public_dict(config)
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def public_dict(config: Config) -> dict[str, Any]:
+    """The effective config as JSON-ready data without secrets (``api_key``, ``client_keys``)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return value.as_posix()
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, frozenset | set):
+            return sorted(plain(v) for v in value)
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+
+    server = dataclasses.asdict(config.server)
+    del server["client_keys"]
+    providers = []
+    for provider in config.providers:
+        row = dataclasses.asdict(provider)
+        del row["api_key"]
+        providers.append(row)
+    body: dict[str, Any] = plain(
+        {
+            "server": server,
+            "sandbox": dataclasses.asdict(config.sandbox),
+            "receipts": dataclasses.asdict(config.receipts),
+            "providers": providers,
+            "routes": [dataclasses.asdict(r) for r in config.routes],
+            "prices": {k: dataclasses.asdict(v) for k, v in config.prices.items()},
+            "elastic": None if config.elastic is None else dataclasses.asdict(config.elastic),
+        }
+    )
+    return body

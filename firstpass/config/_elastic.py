@@ -1,0 +1,98 @@
+"""``[escalation.elastic]`` and the calibration JSON that λ may come from.
+
+When the block cites a calibration file that exists, its ``id``, ``alpha`` and ``delta`` are read
+so receipts can name where λ came from, and a λ in the file that the calibration did not certify
+is refused: a receipt must not claim a guarantee the config does not carry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from firstpass.config import _fields as f
+from firstpass.config._model import MAX_K, ElasticConfig
+from firstpass.errors import ConfigError
+
+#: where the block lives, for key paths (the TOML key "lambda" is ``ElasticConfig.lambda_``)
+ELASTIC_PATH = "escalation.elastic"
+_ELASTIC_KEYS = (
+    "k", "lambda", "escalate_at", "mode", "calibration", "alpha", "delta", "max_gate_candidates"
+)  # fmt: skip
+
+
+def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfig | None:
+    """The elastic policy from ``[escalation]``; None (plain cascade) when the block is absent."""
+    f.check_keys(escalation, "escalation", ("elastic",))
+    table = f.get_table(escalation, "elastic", "escalation", None)
+    if table is None:
+        return None
+    p = ELASTIC_PATH
+    f.check_keys(table, p, _ELASTIC_KEYS)
+    k = f.get_int(table, "k", p, 5, lo=1, hi=MAX_K)
+    calibration = f.get_path(table, "calibration", p, base_dir, None)
+    cal = read_calibration(calibration) if calibration is not None else {}
+    lam = f.get_float(table, "lambda", p, None, lo=0.0, hi=1.0)
+    if lam is None:
+        lam = cal.get("lambda") if cal.get("lambda") is not None else 1.0
+    elif "lambda" in cal and cal["lambda"] != lam:
+        certified = "no λ" if cal["lambda"] is None else f"λ = {cal['lambda']:g}"
+        raise ConfigError(
+            f"{p}.lambda",
+            f"{lam:g} differs from the calibration file, which certified {certified}"
+            f" ({calibration}); paste the block it printed, or drop `calibration`",
+        )
+    values: dict[str, Any] = {}
+    for key in ("alpha", "delta"):
+        mine = f.get_float(table, key, p, None, lo=0.0, hi=1.0)
+        if mine is not None and cal.get(key) is not None and cal[key] != mine:
+            raise ConfigError(
+                f"{p}.{key}", f"{mine:g} differs from the calibration file's {cal[key]:g}"
+            )
+        values[key] = mine if mine is not None else cal.get(key)
+    return ElasticConfig(
+        k=k,
+        lambda_=lam,
+        escalate_at=f.get_int(table, "escalate_at", p, 0, lo=0, hi=k - 1),
+        mode=f.get_choice(table, "mode", p, ("shadow", "enforce"), "shadow"),
+        calibration=calibration,
+        calibration_id=cal.get("id"),
+        alpha=values["alpha"],
+        delta=values["delta"],
+        max_gate_candidates=f.get_int(table, "max_gate_candidates", p, 1, lo=1, hi=k),
+    )
+
+
+def read_calibration(path: Path) -> dict[str, Any]:
+    """``id``, ``lambda``, ``alpha``, ``delta`` from a calibration JSON; a missing file gives {}."""
+    where = f"{ELASTIC_PATH}.calibration"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(where, f"cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(where, f"{path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"{path}: expected a JSON object, got {f.describe(data)}")
+    out: dict[str, Any] = {}
+    if "id" in data:
+        if not isinstance(data["id"], str) or not data["id"]:
+            raise ConfigError(where, f'{path}: "id" must be a non-empty string')
+        out["id"] = data["id"]
+    for key, lo, hi in (("lambda", 0.0, 1.0), ("alpha", 0.0, 1.0), ("delta", 0.0, 1.0)):
+        if key not in data:
+            continue
+        value = data[key]
+        if value is None:
+            out[key] = None
+            continue
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or not lo <= value <= hi:
+            raise ConfigError(where, f'{path}: "{key}" must be a number in [{lo:g}, {hi:g}]')
+        out[key] = float(value)
+    return out

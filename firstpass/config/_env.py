@@ -1,0 +1,50 @@
+"""Environment overrides, applied after the file is validated; a bad value names the variable."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+
+from firstpass.config import _fields as f
+from firstpass.config._model import ElasticConfig, ReceiptsConfig, ServerConfig
+from firstpass.errors import ConfigError
+
+ENV_CONFIG = "FIRSTPASS_CONFIG"
+ENV_HOST = "FIRSTPASS_HOST"
+ENV_PORT = "FIRSTPASS_PORT"
+ENV_RECEIPTS = "FIRSTPASS_RECEIPTS"
+ENV_ELASTIC_MODE = "FIRSTPASS_ELASTIC_MODE"
+
+
+def apply_env(
+    env: Mapping[str, str],
+    server: ServerConfig,
+    receipts: ReceiptsConfig,
+    elastic: ElasticConfig | None,
+) -> tuple[ServerConfig, ReceiptsConfig, ElasticConfig | None]:
+    """FIRSTPASS_HOST / _PORT / _RECEIPTS / _ELASTIC_MODE; a bad value names the variable."""
+    if ENV_HOST in env:
+        host = env[ENV_HOST].strip()
+        if not host:
+            raise ConfigError(ENV_HOST, "must not be empty")
+        server = dataclasses.replace(server, host=host)
+    if ENV_PORT in env:
+        raw = env[ENV_PORT].strip()
+        if not raw.isdigit():
+            raise ConfigError(ENV_PORT, f"expected an integer, got {f.describe(env[ENV_PORT])}")
+        server = dataclasses.replace(server, port=f.check_range(int(raw), ENV_PORT, lo=0, hi=65535))
+    if ENV_RECEIPTS in env:
+        raw = env[ENV_RECEIPTS].strip()
+        if not raw:
+            raise ConfigError(ENV_RECEIPTS, "must not be empty")
+        receipts = dataclasses.replace(receipts, path=Path(raw).expanduser())
+    if ENV_ELASTIC_MODE in env:
+        mode = f.check_choice(
+            env[ENV_ELASTIC_MODE].strip(), ENV_ELASTIC_MODE, ("shadow", "enforce", "off")
+        )
+        if mode == "off":
+            elastic = None
+        else:
+            elastic = dataclasses.replace(elastic or ElasticConfig(), mode=mode)  # type: ignore[arg-type]
+    return server, receipts, elastic

@@ -1,0 +1,209 @@
+"""The validated configuration: frozen, keyword-only value objects built once at start.
+
+Nothing here reads files or the environment; ``firstpass.config._build`` does that and hands
+these objects out. Every field has the default a user gets when the key is absent from
+``firstpass.toml`` (see docs/config.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Literal
+
+from firstpass.errors import ConfigError
+
+FsyncPolicy = Literal["always", "batch", "never"]
+ProviderKind = Literal["openai", "replay"]
+OnExhausted = Literal["unverified", "error"]
+WithoutChecks = Literal["passthrough", "reject", "route_checks"]
+ElasticMode = Literal["shadow", "enforce"]
+
+#: the ``models`` entry that matches any requested model
+ANY_MODEL = "*"
+#: the largest k (samples per probe) a rung or the elastic block may ask for; OpenAI caps n at 128
+MAX_K = 128
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """The HTTP listener and its limits; ``client_keys`` are resolved from ``client_keys_env``."""
+
+    host: str = "127.0.0.1"
+    port: int = 8787
+    max_body_bytes: int = 1_048_576
+    max_concurrency: int = 256
+    client_keys_env: tuple[str, ...] = ()
+    client_keys: frozenset[str] = field(default=frozenset(), repr=False)
+    debug: bool = False
+    keepalive_s: float = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxSettings:
+    """How the sandbox runs samples; ``concurrency = 0`` means one worker per CPU core."""
+
+    concurrency: int = 0
+    wall_s: float = 10.0
+    cpu_s: float = 10.0
+    memory_mb: int = 512
+    site_packages: bool = False
+
+    @property
+    def resolved_concurrency(self) -> int:
+        """The number of samples run at once: ``concurrency``, or the core count when it is 0."""
+        return self.concurrency or os.cpu_count() or 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceiptsConfig:
+    """Where receipts go and how hard each line is pushed to disk."""
+
+    path: Path = Path("receipts.jsonl")
+    fsync: FsyncPolicy = "batch"
+    store_content: bool = False
+    queue_size: int = 10_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderConfig:
+    """One upstream: an OpenAI-compatible HTTP endpoint, or recorded samples replayed offline."""
+
+    id: str
+    kind: ProviderKind
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 5.0
+    retries: int = 2
+    backoff_base_s: float = 0.25
+    backoff_max_s: float = 8.0
+    honours_n: bool = True
+    max_concurrency: int = 64
+    samples: Path | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rung:
+    """One step of a ladder: a model at a provider, optionally with its own probe size ``k``."""
+
+    provider: str
+    model: str
+    k: int | None = None
+
+    @property
+    def name(self) -> str:
+        """``provider/model``, the key prices and receipts use."""
+        return f"{self.provider}/{self.model}"
+
+    @classmethod
+    def parse(cls, text: str, *, k: int | None = None) -> Rung:
+        """Split ``provider/model`` at the first ``/``: model ids (``org/model``) may hold more."""
+        provider, sep, model = text.partition("/")
+        if not sep or not provider or not model:
+            raise ValueError(f'expected "provider/model", got "{text}"')
+        return cls(provider=provider, model=model, k=k)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Price:
+    """What one rung costs, in US dollars per million tokens."""
+
+    model: str
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """USD for one call that used these token counts."""
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouteChecks:
+    """Checks for requests that bring none: raw test-spec JSON, in the shape the sandbox takes."""
+
+    visible: object | None = None
+    hidden: object | None = None
+    setup: str | None = None
+    entry_point: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouteConfig:
+    """Which requested models a route serves, and the ladder of rungs it climbs, cheapest first."""
+
+    name: str
+    models: tuple[str, ...]
+    ladder: tuple[Rung, ...]
+    temperature: float = 0.8
+    on_exhausted: OnExhausted = "unverified"
+    without_checks: WithoutChecks = "passthrough"
+    checks: RouteChecks | None = None
+
+    def matches(self, model: str) -> bool:
+        """True when ``model`` is listed, or the route lists ``*``."""
+        return model in self.models or ANY_MODEL in self.models
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElasticConfig:
+    """The elastic policy (``[escalation.elastic]``); absent from the file → the plain cascade.
+
+    ``calibration_id``, ``alpha`` and ``delta`` come from the calibration JSON when it exists, so
+    receipts can name where λ came from.
+    """
+
+    k: int = 5
+    lambda_: float = 1.0
+    escalate_at: int = 0
+    mode: ElasticMode = "shadow"
+    calibration: Path | None = None
+    calibration_id: str | None = None
+    alpha: float | None = None
+    delta: float | None = None
+    max_gate_candidates: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """The whole effective configuration; ``digest`` identifies it (without secrets) on receipts."""
+
+    server: ServerConfig
+    sandbox: SandboxSettings
+    receipts: ReceiptsConfig
+    providers: tuple[ProviderConfig, ...]
+    routes: tuple[RouteConfig, ...]
+    prices: Mapping[str, Price] = field(default_factory=lambda: MappingProxyType({}))
+    elastic: ElasticConfig | None = None
+    source: Path | None = None
+    digest: str = ""
+
+    def route_for(self, model: str) -> RouteConfig | None:
+        """The first route listing ``model`` exactly, else the first listing ``*``, else None."""
+        for route in self.routes:
+            if model in route.models:
+                return route
+        for route in self.routes:
+            if ANY_MODEL in route.models:
+                return route
+        return None
+
+    def provider(self, provider_id: str) -> ProviderConfig:
+        """The provider with this id; ConfigError when there is none (validation rules that out)."""
+        for provider in self.providers:
+            if provider.id == provider_id:
+                return provider
+        known = ", ".join(p.id for p in self.providers)
+        raise ConfigError("provider", f'unknown provider "{provider_id}" (known: {known})')
+
+    def price(self, rung_name: str) -> Price:
+        """The price of ``provider/model``; ConfigError when there is none."""
+        try:
+            return self.prices[rung_name]
+        except KeyError:
+            raise ConfigError("price", f'no [[price]] for "{rung_name}"') from None

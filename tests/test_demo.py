@@ -1,0 +1,39 @@
+"""`firstpass demo` runs the real proxy offline and shows every outcome, with a valid chain."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from firstpass.demo.runner import run_demo
+from firstpass.receipts import iter_receipts, verify_chain
+
+
+def test_demo_shows_serve_escalate_and_exhaustion_with_a_verified_chain(tmp_path: Path) -> None:
+    """The cascade demo serves cheap answers, escalates, exhausts once, and its chain verifies."""
+    out = io.StringIO()
+    receipts = tmp_path / "demo.jsonl"
+    assert run_demo(receipts=receipts, out=out) == 0
+    text = out.getvalue()
+    for action in ("served", "escalated", "exhausted_unverified"):
+        assert f" {action} " in text
+    assert "receipt chain: ok, 12 receipts" in text
+    assert verify_chain(receipts).ok
+    assert {r["mode"] for r in iter_receipts(receipts)} == {"cascade"}
+
+
+@pytest.mark.parametrize("mode", ["shadow", "enforce"])
+def test_demo_with_the_elastic_policy_prints_each_regime(tmp_path: Path, mode: str) -> None:
+    """With --mode shadow|enforce every regime appears, and shadow receipts all carry a label."""
+    out = io.StringIO()
+    receipts = tmp_path / f"{mode}.jsonl"
+    assert run_demo(receipts=receipts, mode=mode, out=out) == 0
+    rows = list(iter_receipts(receipts))
+    assert {r["probe"]["regime"] for r in rows} == {"escalate", "gate", "serve"}
+    if mode == "shadow":
+        assert all(r["decision"]["gate_label"] in (True, False) for r in rows)
+        assert "elastic would" in out.getvalue()
+    else:
+        assert "served_without_gate" in out.getvalue()

@@ -1,0 +1,224 @@
+"""Elastic verification end to end: probe, regimes, enforce and shadow, through the real SDK."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from firstpass.config import config_from_dict
+from firstpass.errors import ConfigError
+from tests.server_harness import CHEAP, MODEL, STRONG
+from tests.stub_upstream import Reply
+
+GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
+GOOD2 = "```python\ndef add(x, y):\n    total = x + y\n    return total\n```"
+WRONG = "```python\ndef add(a, b):\n    return a - b\n```"
+VISIBLE_ONLY = "```python\ndef add(a, b):\n    return 3\n```"
+
+TESTS: dict[str, Any] = {
+    "tests": {
+        "visible": ["assert add(1, 2) == 3"],
+        "hidden": {
+            "entry_point": "add",
+            "cases": [{"args": [1, 2], "expected": 3}, {"args": [-1, 1], "expected": 0}],
+        },
+    },
+    "entry_point": "add",
+}
+
+
+def elastic(mode: str, **kw: Any) -> dict[str, Any]:
+    return {"k": 5, "lambda": 0.9, "escalate_at": 0, "mode": mode, **kw}
+
+
+def ask(stack: Any, mode: str | None = None) -> Any:
+    fp = dict(TESTS)
+    if mode:
+        fp["mode"] = mode
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    return client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "write add"}], extra_body={"firstpass": fp}
+    )
+
+
+def gate_runs(receipt: dict[str, Any], rung: int = 0) -> list[dict[str, Any]]:
+    return [c for c in receipt["checks"] if c["kind"] == "gate" and c["rung"] == rung]
+
+
+# -- enforce ----------------------------------------------------------------------------------
+
+
+def test_zero_of_k_escalates_at_once_without_a_gate_on_the_cheap_rung(live_stack: Any) -> None:
+    """0/k visible passes: one n=k probe call, no cheap gate, straight to the next rung."""
+    stack = live_stack(elastic=elastic("enforce"))
+    stack.stub.script(Reply.ok(*[WRONG] * 5), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    assert raw.headers["X-Firstpass-Regime"] == "escalate"
+    assert raw.headers["X-Firstpass-Action"] == "escalated"
+    calls = stack.stub.completions
+    assert [(c.model, c.n) for c in calls] == [(CHEAP, 5), (STRONG, 1)]
+    (receipt,) = stack.receipts_list()
+    assert receipt["probe"]["k"] == 5 and receipt["probe"]["pass_count"] == 0
+    assert receipt["probe"]["regime"] == "escalate"
+    assert gate_runs(receipt, 0) == []
+    assert receipt["decision"]["action"] == "escalated"
+
+
+def test_k_of_k_serves_a_passing_sample_without_the_gate(live_stack: Any) -> None:
+    """k/k visible passes at λ = 0.9: served at once, the gate is skipped and says so."""
+    stack = live_stack(elastic=elastic("enforce"))
+    stack.stub.script(Reply.ok(*[GOOD] * 5), model=CHEAP)
+    raw = ask(stack)
+    fp = raw.parse().model_extra["firstpass"]
+    assert fp["action"] == "served_without_gate" and fp["regime"] == "serve"
+    assert fp["gate"] == "skipped" and fp["verification"] == "gate_skipped"
+    (receipt,) = stack.receipts_list()
+    assert [c["kind"] for c in receipt["checks"]] == ["visible"] * 5
+    assert len(stack.stub.completions) == 1
+
+
+def test_middle_regime_gate_pass_serves_the_candidate(live_stack: Any) -> None:
+    """2/5 passing: the gate runs on the most-agreed passing sample and it is served."""
+    stack = live_stack(elastic=elastic("enforce"))
+    stack.stub.script(Reply.ok(WRONG, GOOD2, WRONG, GOOD, GOOD), model=CHEAP)
+    raw = ask(stack)
+    completion = raw.parse()
+    # GOOD appears twice among passing samples (3 and 4): the candidate is sample 3
+    assert completion.choices[0].message.content == GOOD
+    assert raw.headers["X-Firstpass-Action"] == "served_after_gate"
+    (receipt,) = stack.receipts_list()
+    assert receipt["probe"]["regime"] == "gate" and receipt["probe"]["candidate"] == 3
+    assert [g["sample"] for g in gate_runs(receipt)] == [3]
+    assert len(stack.stub.completions) == 1
+
+
+def test_middle_regime_gate_fail_escalates(live_stack: Any) -> None:
+    """The gate rejects the candidate: escalate to the next rung, checked the cascade way."""
+    stack = live_stack(elastic=elastic("enforce"))
+    stack.stub.script(Reply.ok(VISIBLE_ONLY, WRONG, WRONG, WRONG, WRONG), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    assert raw.headers["X-Firstpass-Action"] == "escalated"
+    (receipt,) = stack.receipts_list()
+    assert [g["passed"] for g in gate_runs(receipt, 0)] == [False]
+    assert [(c["kind"], c["passed"]) for c in receipt["checks"] if c["rung"] == 1] == [
+        ("visible", True),
+        ("gate", True),
+    ]
+
+
+def test_more_gate_candidates_are_tried_before_escalating(live_stack: Any) -> None:
+    """max_gate_candidates = 2: a second passing sample is gated when the first fails."""
+    stack = live_stack(elastic=elastic("enforce", max_gate_candidates=2))
+    stack.stub.script(Reply.ok(VISIBLE_ONLY, GOOD, WRONG, WRONG, WRONG), model=CHEAP)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    assert raw.headers["X-Firstpass-Action"] == "served_after_gate"
+    assert [c.model for c in stack.stub.completions] == [CHEAP]
+
+
+def test_exhaustion_after_elastic_escalation_serves_best_unverified(live_stack: Any) -> None:
+    """Every rung fails: on_exhausted = unverified serves the best attempt, probe included."""
+    stack = live_stack(elastic=elastic("enforce"))
+    stack.stub.script(Reply.ok(VISIBLE_ONLY, WRONG, WRONG, WRONG, WRONG), model=CHEAP)
+    stack.stub.script(Reply.ok(WRONG), model=STRONG)
+    raw = ask(stack)
+    assert raw.headers["X-Firstpass-Action"] == "exhausted_unverified"
+    assert raw.parse().choices[0].message.content == VISIBLE_ONLY
+
+
+def test_provider_without_n_gets_k_concurrent_calls(live_stack: Any) -> None:
+    """When the provider does not honour n, the probe makes k one-sample calls."""
+    stack = live_stack(elastic=elastic("enforce"), honours_n=False)
+    stack.stub.script(*[Reply.ok(GOOD)] * 5, model=CHEAP)
+    raw = ask(stack)
+    assert raw.headers["X-Firstpass-Action"] == "served_without_gate"
+    calls = stack.stub.completions
+    assert len(calls) == 5 and all(c.model == CHEAP and c.n == 1 for c in calls)
+
+
+# -- shadow -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("samples", "strong", "counterfactual", "label"),
+    [
+        ([GOOD] * 5, GOOD, "serve_without_gate", True),
+        ([WRONG] * 5, GOOD, "escalate", False),
+        ([WRONG, GOOD, WRONG, WRONG, WRONG], GOOD, "escalate_after_gate", True),
+        ([VISIBLE_ONLY, WRONG, WRONG, WRONG, WRONG], GOOD, "escalate_after_gate", False),
+        ([VISIBLE_ONLY] * 5, GOOD, "serve_without_gate", False),
+    ],
+)
+def test_shadow_serves_what_the_cascade_serves_and_labels_the_elastic_candidate(
+    live_stack: Any, samples: list[str], strong: str, counterfactual: str, label: bool
+) -> None:
+    """Shadow's answer equals the plain cascade's on the same samples; every receipt is labelled."""
+    cascade = live_stack()
+    cascade.stub.script(Reply.ok(samples[0]), model=CHEAP)
+    cascade.stub.script(Reply.ok(strong), model=STRONG)
+    expected = ask(cascade)
+
+    shadow = live_stack(elastic=elastic("shadow"))
+    shadow.stub.script(Reply.ok(*samples), model=CHEAP)
+    shadow.stub.script(Reply.ok(strong), model=STRONG)
+    got = ask(shadow)
+
+    assert got.parse().choices[0].message.content == expected.parse().choices[0].message.content
+    assert got.headers["X-Firstpass-Action"] == expected.headers["X-Firstpass-Action"]
+    (receipt,) = shadow.receipts_list()
+    assert receipt["mode"] == "shadow"
+    assert receipt["probe"]["k"] == 5
+    assert receipt["decision"]["gate_label"] is label
+    if counterfactual == "escalate_after_gate" and label:
+        counterfactual = "serve_after_gate"
+    assert receipt["decision"]["counterfactual"] == counterfactual
+    assert receipt["cost"]["probe_usd"] > 0
+    assert "counterfactual_usd" in receipt["cost"]
+
+
+def test_request_mode_overrides_the_configured_mode(live_stack: Any) -> None:
+    """firstpass.mode / X-Firstpass-Mode picks cascade, shadow or enforce per request."""
+    stack = live_stack(elastic=elastic("shadow"))
+    stack.stub.script(Reply.ok(GOOD), model=CHEAP)
+    raw = ask(stack, mode="cascade")
+    assert raw.headers["X-Firstpass-Mode"] == "cascade"
+    assert [c.n for c in stack.stub.completions] == [1]
+
+
+def test_elastic_modes_without_config_are_refused(live_stack: Any) -> None:
+    """Asking for shadow or enforce without [escalation.elastic] is a 400 naming firstpass.mode."""
+    stack = live_stack()
+    with pytest.raises(openai.BadRequestError) as info:
+        ask(stack, mode="enforce")
+    assert info.value.param == "firstpass.mode"
+
+
+@pytest.mark.parametrize(
+    ("bad", "key"),
+    [
+        ({"k": 0}, "escalation.elastic.k"),
+        ({"lambda": 1.5}, "escalation.elastic.lambda"),
+        ({"mode": "yolo"}, "escalation.elastic.mode"),
+        ({"max_gate_candidates": 0}, "escalation.elastic.max_gate_candidates"),
+    ],
+)
+def test_invalid_elastic_config_fails_at_start_naming_the_key(
+    tmp_path: Path, bad: dict[str, Any], key: str
+) -> None:
+    """Invalid elastic settings are a ConfigError whose message starts with the key path."""
+    data = {
+        "provider": [{"id": "p", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"}],
+        "route": [{"name": "r", "models": ["*"], "ladder": ["p/a"]}],
+        "price": [{"model": "p/a", "input_per_mtok": 1, "output_per_mtok": 1}],
+        "escalation": {"elastic": {**elastic("enforce"), **bad}},
+    }
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data, base_dir=tmp_path, env={})
+    assert str(info.value).startswith(key)
