@@ -42,6 +42,7 @@ def stack_config(
     elastic: dict[str, Any] | None = None,
     store_content: bool = False,
     keepalive_s: float = 5.0,
+    debug: bool = False,
 ) -> Config:
     """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts."""
     data: dict[str, Any] = {
@@ -52,6 +53,7 @@ def stack_config(
             "max_body_bytes": max_body_bytes,
             "client_keys_env": list(client_keys_env),
             "keepalive_s": keepalive_s,
+            "debug": debug,
         },
         "sandbox": {"wall_s": 5.0, "cpu_s": 5.0},
         "receipts": {"path": str(receipts), "fsync": "never", "store_content": store_content},
@@ -91,8 +93,11 @@ def stack_config(
 class LiveStack:
     """Stub upstream + Firstpass server on a private loop thread; ``close()`` drains receipts."""
 
-    def __init__(self, receipts: Path, **config_kwargs: Any) -> None:
+    def __init__(
+        self, receipts: Path, *, sandbox_factory: Any = None, **config_kwargs: Any
+    ) -> None:
         self.receipts = receipts
+        self._sandbox_factory = sandbox_factory
         self._config_kwargs = config_kwargs
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -124,7 +129,7 @@ class LiveStack:
         port = sock.getsockname()[1]
         ready = asyncio.Event()
         self._stop = asyncio.Event()
-        self.app = create_app(self.config)
+        self.app = create_app(self.config, sandbox_factory=self._sandbox_factory)
         self._server = asyncio.ensure_future(
             serve_forever(
                 self.config,

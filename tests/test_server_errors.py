@@ -255,3 +255,37 @@ def test_models_health_and_readiness_endpoints(live_stack: Any) -> None:
     assert asyncio.run(get("/healthz")) == 200
     assert asyncio.run(get("/readyz")) == 200
     assert asyncio.run(get("/nope")) == 404
+
+
+class _BrokenSandbox:
+    """A sandbox with a bug: every run raises something we never planned for."""
+
+    isolation = "none"
+
+    async def __aenter__(self) -> _BrokenSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def run(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret internal detail")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_bug_of_ours_is_a_500_without_traceback_and_still_one_receipt(
+    live_stack: Any, debug: bool
+) -> None:
+    """An unexpected exception answers 500 in OpenAI's shape; debug names it, never a traceback."""
+    stack = live_stack(sandbox_factory=lambda _config: _BrokenSandbox(), debug=debug)
+    stack.stub.script(Reply.ok(GOOD), model=CHEAP)
+    with pytest.raises(openai.InternalServerError) as info:
+        _client(stack).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"firstpass": TESTS}
+        )
+    message = info.value.message
+    assert "Traceback" not in message and "internal error" in message
+    assert ("RuntimeError: secret internal detail" in message) is debug
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["action"] == "internal_error"
+    assert receipt["error"]["status"] == 500

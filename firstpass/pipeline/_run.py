@@ -115,7 +115,10 @@ class Pipeline(ElasticMixin):
             raise
         except Exception as exc:  # a bug of ours: answer 500 without a traceback, keep the receipt
             log.exception("pipeline_error", receipt_id=receipt_id)
-            err = FirstpassError(f"internal error while handling {receipt_id}; see the server log")
+            message = f"internal error while handling {receipt_id}; see the server log"
+            if self.config.server.debug:  # name the exception, never the traceback
+                message += f" ({type(exc).__name__}: {exc})"
+            err = FirstpassError(message)
             record = trace.record(
                 action="internal_error",
                 served=None,

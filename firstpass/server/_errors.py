@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from firstpass.errors import RequestError, UpstreamError, UpstreamTimeout
+from firstpass.errors import FirstpassError, RequestError, UpstreamError, UpstreamTimeout
 
 __all__ = ["error_body", "error_middleware", "error_response", "request_error_for"]
 
@@ -67,6 +67,8 @@ def request_error_for(exc: BaseException) -> RequestError:
         return RequestError(str(exc), status=504, code="upstream_timeout", type="upstream_timeout")
     if isinstance(exc, UpstreamError):
         return RequestError(str(exc), status=502, code="upstream_error", type="upstream_error")
+    if isinstance(exc, FirstpassError):  # the pipeline's own 500: its message is safe to show
+        return RequestError(str(exc), status=500, type="server_error")
     return RequestError(
         "internal error; the server log has the details", status=500, type="server_error"
     )
@@ -93,6 +95,16 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             405: f"method {request.method} is not allowed on {request.path}",
         }.get(exc.status, exc.reason)
         return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
-    except Exception:
+    except Exception as exc:
         log.exception("unhandled_error", path=request.path)
-        return error_response(500, "internal error; the server log has the details")
+        message = "internal error; the server log has the details"
+        if _debug(request):  # server.debug: name the exception, still never the traceback
+            message += f" ({type(exc).__name__}: {exc})"
+        return error_response(500, message)
+
+
+def _debug(request: web.Request) -> bool:
+    from firstpass.server._handlers import CONFIG
+
+    config = request.app.get(CONFIG)
+    return bool(config is not None and config.server.debug)
