@@ -1,0 +1,7 @@
+"""``python -m calibration ...``"""
+
+import sys
+
+from calibration.cli import main
+
+sys.exit(main())

@@ -1,0 +1,181 @@
+"""``python -m calibration`` and ``firstpass calibrate``: flags in, report, JSON and TOML out.
+
+The parser builder is shared with ``firstpass.commands.calibrate``; numpy and scipy are imported
+only when a calibration runs, so building the ``firstpass`` parser stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from firstpass.errors import CalibrationError, FirstpassError
+
+__all__ = ["DESCRIPTION", "add_arguments", "build_parser", "main", "run"]
+
+DESCRIPTION = (
+    "Calibrate the elastic threshold λ from labelled probe outcomes (shadow receipts or a "
+    "study file), with a finite-sample guarantee on served failures among requests that skip "
+    "the gate."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the calibration flags to ``parser`` (used by both entry points)."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--receipts", nargs="+", metavar="PATH", help="shadow receipt logs (JSONL, hash-chained)"
+    )
+    src.add_argument(
+        "--study",
+        metavar="PATH",
+        help='labelled study file: JSONL rows {"k", "pass_count", "label"}',
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="tolerated served-failure rate among requests that skip the gate (default 0.05)",
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=0.05,
+        help="tolerated chance that the calibration data misleads (LTT; default 0.05)",
+    )
+    parser.add_argument(
+        "--method",
+        default="ltt",
+        help="ltt (Learn then Test, default) or crc (conformal risk control)",
+    )
+    parser.add_argument(
+        "--holdout",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="hold out this fraction and report on it",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the holdout split (default 0)")
+    parser.add_argument("--out", metavar="FILE", help="write the calibration JSON here")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the calibration JSON to stdout instead of the report",
+    )
+    parser.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="use receipt logs whose hash chain does not verify",
+    )
+    parser.add_argument(
+        "--escalate-at",
+        type=int,
+        default=0,
+        metavar="C",
+        help="elastic escalates at once when the visible pass count is <= C (default 0; -1: never)",
+    )
+    parser.add_argument(
+        "--by-route", action="store_true", help="also calibrate each route separately"
+    )
+    parser.add_argument(
+        "--score",
+        default="pass_share",
+        metavar="NAME",
+        help="receipts: which probe score to calibrate (pass_share, or a key of probe.scores)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="plot the risk bound and skip share against λ (needs matplotlib)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m calibration``."""
+    parser = argparse.ArgumentParser(prog="python -m calibration", description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def _progress(path: str, lines: int) -> None:
+    print(f"calibration: {path}: {lines:,} lines read", file=sys.stderr, flush=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CalibrationError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a calibration from parsed flags; raises ``CalibrationError`` on unusable input."""
+    from calibration import data as data_mod
+    from calibration import report
+    from calibration.fit import Settings, calibrate
+
+    settings = Settings(
+        method=args.method,
+        alpha=args.alpha,
+        delta=args.delta,
+        holdout=args.holdout,
+        seed=args.seed,
+        escalate_at=args.escalate_at,
+        by_route=args.by_route,
+    )
+    if args.study is not None:
+        if args.score != data_mod.PASS_SHARE:
+            raise CalibrationError("--score applies to receipts; study rows carry their own score")
+        labelled = data_mod.read_study(args.study, progress=_progress)
+    else:
+        labelled = data_mod.read_receipts(
+            args.receipts,
+            allow_unverified=args.allow_unverified,
+            score=args.score,
+            progress=_progress,
+        )
+    result = calibrate(labelled, settings)
+    doc = report.to_json_dict(result)
+    text = report.to_json_text(doc)
+    if args.out:
+        _write_atomic(Path(args.out), text)
+    if args.plot:
+        from calibration.plot import plot_calibration
+
+        plot_calibration(result, Path(args.plot))
+    if not result.source.verified:
+        print(
+            f"calibration: --allow-unverified: used {result.source.used} labelled receipts from "
+            f"{result.source.lines} lines of logs whose hash chain does not verify",
+            file=sys.stderr,
+        )
+    if args.json:
+        sys.stdout.write(text)
+        return 0
+    print(report.text_report(result))
+    print(f"calibration id {doc['id']}" + (f", written to {args.out}" if args.out else ""))
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    print()
+    print(report.toml_block(result, out_path=args.out), end="")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: one-line messages and exit code 2 for bad input, never a traceback."""
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except FirstpassError as exc:
+        print(f"calibration: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

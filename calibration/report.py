@@ -1,0 +1,238 @@
+"""Presenting a calibration: the calibration JSON, the human report, the TOML block to paste."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from calibration.data import PASS_SHARE
+from calibration.fit import Calibration, Fit
+from calibration.stats import ProportionRow
+
+__all__ = ["guarantee_text", "text_report", "to_json_dict", "to_json_text", "toml_block"]
+
+_METHOD_NAMES = {"ltt": "Learn then Test", "crc": "conformal risk control"}
+
+
+def guarantee_text(method: str, alpha: float, delta: float) -> str:
+    """The promise λ̂ carries, stated with its assumption."""
+    if method == "ltt":
+        return (
+            f"With probability at least {1 - delta:g} over the calibration data, the share of "
+            f"requests skipping the gate whose candidate fails the gate is at most {alpha:g}, "
+            "for future requests exchangeable with the calibration requests."
+        )
+    return (
+        f"In expectation over calibration data and a new request, the share of all requests "
+        f"served without the gate and failing the gate is at most {alpha:g}, for requests "
+        "exchangeable with the calibration requests."
+    )
+
+
+def _fit_dict(fit: Fit) -> dict[str, Any]:
+    return {
+        "route": fit.route,
+        "lambda": fit.lam,
+        "lambda_label": fit.lam_label,
+        "n": fit.n,
+        "k": fit.k,
+        "skip_share": fit.skip_share,
+        "escalate_share": fit.escalate_share,
+        "gate_calls": {
+            "uniform": fit.n,
+            "saved": fit.gate_calls_saved,
+            "saved_share": fit.gate_calls_saved / fit.n,
+        },
+        "levels": [level.to_dict() for level in fit.levels],
+        "regimes": [row.to_dict() for row in fit.regimes],
+        "regimes_by_level": [row.to_dict() for row in fit.by_level],
+        "auc": {
+            "failure_positive": True,
+            "one_minus_score": fit.auc_one_minus_score.auc,
+            "binary_entropy": fit.auc_entropy.auc,
+            "n_failed": fit.auc_entropy.n_positive,
+            "n_passed": fit.auc_entropy.n_negative,
+            "rows": fit.n_all,
+        },
+        "explanation": fit.explanation,
+        "holdout": None if fit.holdout is None else fit.holdout.to_dict(),
+    }
+
+
+def to_json_dict(cal: Calibration, *, created_at: datetime | None = None) -> dict[str, Any]:
+    """The calibration JSON. ``id`` is derived from the content (same data and settings, same
+    id), so a receipt that names it points at exactly this calibration."""
+    s = cal.settings
+    body: dict[str, Any] = {
+        "method": s.method,
+        "alpha": s.alpha,
+        "delta": s.delta,
+        "guarantee": guarantee_text(s.method, s.alpha, s.delta),
+        "score": cal.score_name,
+        "escalate_at": s.escalate_at,
+        "holdout_fraction": s.holdout,
+        "seed": s.seed,
+        **_fit_dict(cal.overall),
+        "routes": [_fit_dict(fit) for fit in cal.routes],
+        "data_digest": cal.data_digest,
+        "source": cal.source.to_dict(),
+    }
+    body.pop("route")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    when = (created_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"id": f"cal_{digest[:16]}", "created_at": when, **body}
+
+
+def to_json_text(obj: dict[str, Any]) -> str:
+    """Pretty JSON for files and ``--json``."""
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def toml_block(cal: Calibration, *, out_path: str | None) -> str:
+    """The ``[escalation.elastic]`` block to paste, or a comment saying why there is none."""
+    parts = []
+    fits = cal.routes if cal.routes else (cal.overall,)
+    for fit in fits:
+        parts.append(_toml_for(fit, cal, out_path, per_route=bool(cal.routes)))
+    return "\n".join(parts)
+
+
+def _toml_for(fit: Fit, cal: Calibration, out_path: str | None, *, per_route: bool) -> str:
+    s = cal.settings
+    head = f"# route {json.dumps(fit.route)}\n" if per_route else ""
+    if fit.lam is None:
+        return (
+            head + "# no [escalation.elastic] block: no λ is certified by this data "
+            '(keep the verified cascade, or keep mode = "shadow" to collect more labels)\n'
+        )
+    lines = [head + "[escalation.elastic]"]
+    if fit.k is not None:
+        lines.append(f"k = {fit.k}")
+    else:
+        lines.append("# the data mixes k values: set k to the one this route will use")
+    lines.append(
+        f"lambda = {fit.lam!r}   # λ̂ = {fit.lam_label} "
+        f"({s.method.upper()}, α = {s.alpha:g}, δ = {s.delta:g}, n = {fit.n})"
+    )
+    if s.escalate_at >= 0:
+        lines.append(f"escalate_at = {s.escalate_at}")
+    if cal.score_name != PASS_SHARE:
+        lines.append(f'score = "{cal.score_name}"')
+    lines.append('mode = "enforce"   # from "shadow", once you accept this λ')
+    if out_path is not None:
+        lines.append(f"calibration = {json.dumps(out_path, ensure_ascii=False)}")
+    else:
+        lines.append('# calibration = "..."   (pass --out FILE to write the calibration JSON)')
+    return "\n".join(lines) + "\n"
+
+
+def _pct(x: float | None) -> str:
+    return "   n/a" if x is None else f"{100 * x:5.1f}%"
+
+
+def _ci(ci: Sequence[float]) -> str:
+    return f"[{100 * ci[0]:5.1f}, {100 * ci[1]:5.1f}]"
+
+
+def _table(rows: Sequence[ProportionRow], title: str) -> list[str]:
+    out = [
+        title,
+        f"  {'':<8} {'n':>9}  {'share':>6} {'95% CI':<15} {'gate pass':>9} {'95% CI':<15}",
+    ]
+    for r in rows:
+        out.append(
+            f"  {r.name:<8} {r.n:>9}  {_pct(r.share)} {_ci(r.share_ci):<15} "
+            f"{_pct(r.pass_rate):>9} {_ci(r.pass_rate_ci):<15}"
+        )
+    return out
+
+
+def _fit_text(fit: Fit, cal: Calibration, *, title: str | None) -> list[str]:
+    s = cal.settings
+    out = []
+    if title is not None:
+        out.append(f"── {title} ──")
+    if fit.lam is None:
+        out.append("λ̂: none certified")
+    else:
+        out.append(f"λ̂ = {fit.lam_label} (λ = {fit.lam:g})")
+    out.append(
+        f"  skip the gate:       {_pct(fit.skip_share)} of {fit.n} requests "
+        f"(gate runs saved vs uniform verification: {fit.gate_calls_saved} of {fit.n})"
+    )
+    if fit.escalate_share is not None and s.escalate_at >= 0:
+        out.append(
+            f"  escalate at once:    {_pct(fit.escalate_share)} "
+            f"(visible pass count ≤ {s.escalate_at})"
+        )
+    out.append("  " + fit.explanation)
+    out.append("")
+    bound = "UCB" if s.method == "ltt" else "(m+1)/(N+1)"
+    out.append(
+        f"  {'level':<8} {'λ':>7} {'n skip':>9} {'failures':>9} {'p-value':>9} "
+        f"{bound:>11} {'skip':>6}  certified"
+    )
+    for lv in fit.levels:
+        p = "" if lv.p_value is None else f"{lv.p_value:.3g}"
+        out.append(
+            f"  {lv.label:<8} {lv.lam:>7.4f} {lv.n:>9} {lv.failures:>9} {p:>9} "
+            f"{lv.risk_bound:>11.4f} {_pct(lv.skip_share)}  {'yes' if lv.certified else 'no'}"
+        )
+    out.append("")
+    out += _table(fit.regimes, f"  regimes over {fit.n_all} rows (95% Clopper–Pearson intervals)")
+    out += _table(fit.by_level, "  per level")
+    a1, ae = fit.auc_one_minus_score, fit.auc_entropy
+    if a1.auc is None:
+        out.append("  AUC: undefined (every row has the same label)")
+    else:
+        out.append(
+            f"  AUC predicting gate failure ({a1.n_positive} failed, {a1.n_negative} passed): "
+            f"1 − score {a1.auc:.3f}; binary entropy of the score {ae.auc:.3f} "
+            "(entropy has no direction: 0/k and k/k both score 0)"
+        )
+    if fit.holdout is not None:
+        h = fit.holdout
+        out.append(
+            f"  holdout ({h.n} rows): skip share {_pct(h.skip_share)} {_ci(h.skip_share_ci)}; "
+            f"served failure among skips {_pct(h.served_failure)} "
+            f"{_ci(h.served_failure_ci)} ({h.failures} of {h.skipped})"
+        )
+    out.append("")
+    return out
+
+
+def text_report(cal: Calibration) -> str:
+    """The human report printed by the CLI."""
+    s, src = cal.settings, cal.source
+    out = [
+        f"Calibration by {_METHOD_NAMES[s.method]}: α = {s.alpha:g}, δ = {s.delta:g}, "
+        f"score = {cal.score_name}",
+        "  " + guarantee_text(s.method, s.alpha, s.delta),
+        f"  data: {src.used} labelled rows from {', '.join(src.paths)} ({src.lines} lines read)",
+    ]
+    if src.skipped:
+        out.append(
+            "  skipped: " + ", ".join(f"{n} {why}" for why, n in sorted(src.skipped.items()))
+        )
+    if src.kind == "receipts":
+        if src.verified:
+            heads = ", ".join(h or "(empty)" for h in src.chain_heads)
+            out.append(f"  hash chain verified; head {heads}")
+        else:
+            out.append(
+                f"  UNVERIFIED: {src.lines} lines read, {src.used} labelled receipts used, from "
+                "logs whose hash chain does not verify:"
+            )
+            out += [f"    {p}" for p in src.chain_problems]
+    if s.holdout is not None:
+        out.append(f"  holdout: {s.holdout:g} of the rows held out (seed {s.seed})")
+    out.append("")
+    out += _fit_text(cal.overall, cal, title="all routes" if cal.routes else None)
+    for fit in cal.routes:
+        name = "(no route)" if fit.route is None else repr(fit.route)
+        out += _fit_text(fit, cal, title=f"route {name}")
+    return "\n".join(out)

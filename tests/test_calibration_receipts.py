@@ -1,0 +1,243 @@
+"""Shadow receipts are verified before use, filtered to labelled ones, and the skips explained.
+
+The receipts here are written by a small writer that follows the documented canonical form
+(independently of ``calibration.data``), so a mismatch in either side would show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calibration import Settings, calibrate, read_receipts
+from calibration.cli import main
+from firstpass.errors import CalibrationError
+
+GENESIS = "sha256:" + "0" * 64
+
+
+def write_chain(path: Path, records: list[dict[str, Any]]) -> Path:
+    """Append records with prev_hash/hash over the canonical JSON, as firstpass.receipts does."""
+    prev = GENESIS
+    with path.open("w", encoding="utf-8") as fh:
+        for record in records:
+            body = {**record, "prev_hash": prev}
+            canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            body["hash"] = prev = "sha256:" + hashlib.sha256(canon.encode("utf-8")).hexdigest()
+            fh.write(json.dumps(body, ensure_ascii=False) + "\n")
+    return path
+
+
+def shadow(
+    k: int, c: int, label: bool | None, *, route: str = "code", **extra: Any
+) -> dict[str, Any]:
+    """A shadow receipt with the documented keys (probe.k, probe.pass_count, gate_label)."""
+    regime = "escalate" if c == 0 else ("serve" if c == k else "gate")
+    return {
+        "mode": "shadow",
+        "route": route,
+        "request_sha256": "sha256:" + "ab" * 32,
+        "probe": {"k": k, "pass_count": c, "regime": regime, **extra},
+        "decision": {"action": "serve", "counterfactual": regime, "gate_label": label},
+    }
+
+
+def _labelled_log(path: Path) -> Path:
+    records = [shadow(5, 5, True, route="ünïcode")] * 80 + [shadow(5, 3, False)] * 10
+    records += [shadow(5, 4, None)] * 3  # no label
+    records += [{"mode": "cascade", "route": "code"}] * 4  # not shadow
+    records += [
+        {"mode": "shadow", "route": "code", "decision": {"gate_label": True}}
+    ] * 2  # no probe
+    return write_chain(path, records)
+
+
+def test_labelled_shadow_receipts_are_used_and_the_rest_counted_by_reason(tmp_path: Path) -> None:
+    """Only shadow receipts with a probe and a gate label are used; every skip has a reason."""
+    data = read_receipts([_labelled_log(tmp_path / "r.jsonl")])
+    assert data.n == 90 and int(data.failed.sum()) == 10
+    assert data.source.skipped == {"no gate label": 3, "not shadow mode": 4, "no probe": 2}
+    assert data.source.verified and data.source.chain_heads[0].startswith("sha256:")
+    assert set(data.route_names) == {"ünïcode", "code"}
+
+
+def test_the_chain_head_is_the_last_receipts_hash(tmp_path: Path) -> None:
+    """The head recorded for the calibration JSON is the hash on the log's last line."""
+    path = _labelled_log(tmp_path / "r.jsonl")
+    last = json.loads(path.read_text(encoding="utf-8").splitlines()[-1])
+    assert read_receipts([path]).source.chain_heads == (last["hash"],)
+
+
+def _tamper(path: Path, line: int) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[line - 1])
+    record["decision"]["gate_label"] = not record["decision"]["gate_label"]
+    lines[line - 1] = json.dumps(record, ensure_ascii=False)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_a_broken_chain_is_refused_naming_the_line(tmp_path: Path) -> None:
+    """A receipt edited after the fact breaks the chain; calibration refuses and names the line."""
+    path = _labelled_log(tmp_path / "r.jsonl")
+    _tamper(path, 7)
+    with pytest.raises(
+        CalibrationError,
+        match=r"r\.jsonl: hash chain does not verify at line 7.*--allow-unverified",
+    ):
+        read_receipts([path])
+
+
+def test_allow_unverified_uses_the_lines_and_says_so(tmp_path: Path) -> None:
+    """With allow_unverified a broken log is read, and the source records the problem."""
+    path = _labelled_log(tmp_path / "r.jsonl")
+    _tamper(path, 7)
+    data = read_receipts([path], allow_unverified=True)
+    assert data.n == 90 and not data.source.verified
+    assert "line 7" in data.source.chain_problems[0]
+
+
+def test_a_truncated_last_line_is_skipped_only_when_unverified(tmp_path: Path) -> None:
+    """A crash mid-write leaves half a line: refused by default, skipped and counted otherwise."""
+    path = _labelled_log(tmp_path / "r.jsonl")
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write('{"mode": "shadow", "pro')
+    with pytest.raises(CalibrationError, match="line 100"):
+        read_receipts([path])
+    data = read_receipts([path], allow_unverified=True)
+    assert data.source.skipped["unparseable line (unverified log)"] == 1
+
+
+def test_several_logs_are_verified_each_and_combined(tmp_path: Path) -> None:
+    """Two logs: both chains checked, both heads kept, rows combined."""
+    a = write_chain(tmp_path / "a.jsonl", [shadow(5, 5, True)] * 30)
+    b = write_chain(tmp_path / "b.jsonl", [shadow(5, 5, True)] * 40)
+    data = read_receipts([a, b])
+    assert data.n == 70 and len(data.source.chain_heads) == 2
+
+
+def test_receipts_without_any_label_are_an_error_that_says_how_to_get_labels(
+    tmp_path: Path,
+) -> None:
+    """No labelled receipt at all: the error counts the skips and points at shadow mode."""
+    path = write_chain(tmp_path / "r.jsonl", [{"mode": "cascade"}] * 3)
+    with pytest.raises(CalibrationError, match=r"3 not shadow mode.*mode = \"shadow\""):
+        read_receipts([path])
+
+
+def test_a_malformed_probe_is_named_by_line(tmp_path: Path) -> None:
+    """A receipt whose probe has a pass count above k is refused with its line number."""
+    path = write_chain(tmp_path / "r.jsonl", [shadow(5, 5, True), shadow(5, 7, True)])
+    with pytest.raises(CalibrationError, match=r"line 2: \"probe.pass_count\""):
+        read_receipts([path])
+
+
+def test_another_probe_score_can_be_calibrated(tmp_path: Path) -> None:
+    """--score NAME reads probe.scores[NAME] (a share with levels i/k) and skips receipts
+    without it."""
+    records = [shadow(5, 5, True, scores={"agreement": 1.0})] * 60
+    records += [shadow(5, 5, True, scores={"agreement": 0.8})] * 40
+    records += [shadow(5, 5, False, scores={"agreement": 0.4})] * 20
+    records += [shadow(5, 5, True)] * 5
+    data = read_receipts([write_chain(tmp_path / "r.jsonl", records)], score="agreement")
+    assert data.n == 120 and data.source.skipped == {"no probe.scores.agreement": 5}
+    fit = calibrate(data, Settings()).overall
+    assert fit.lam == 0.8
+    assert data.score_name == "agreement"
+
+
+def test_cli_refuses_a_broken_chain_with_exit_code_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI prints one line naming the bad line and exits 2, with no traceback."""
+    path = _labelled_log(tmp_path / "r.jsonl")
+    _tamper(path, 3)
+    assert main(["--receipts", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "line 3" in err and "--allow-unverified" in err and "Traceback" not in err
+
+
+def test_cli_with_allow_unverified_reports_how_many_lines_it_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--allow-unverified calibrates anyway and says how many receipts from how many lines."""
+    path = _labelled_log(tmp_path / "r.jsonl")
+    _tamper(path, 3)
+    assert main(["--receipts", str(path), "--allow-unverified"]) == 0
+    captured = capsys.readouterr()
+    assert "used 90 labelled receipts from 99 lines" in captured.err
+    assert "UNVERIFIED" in captured.out
+
+
+def test_cli_puts_the_chain_head_in_the_calibration_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The calibration JSON's source names the receipt files and their verified chain heads."""
+    path = _labelled_log(tmp_path / "r.jsonl")
+    out = tmp_path / "cal.json"
+    assert main(["--receipts", str(path), "--out", str(out)]) == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["source"]["chain_heads"] == list(read_receipts([path]).source.chain_heads)
+    assert doc["source"]["skipped"] == {"no gate label": 3, "no probe": 2, "not shadow mode": 4}
+    assert doc["lambda"] == 1.0 and doc["n"] == 90
+
+
+def test_the_proxys_chain_report_is_what_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """firstpass.receipts.verify_chain is the judge: its failure (line, reason) is reported, and
+    its head is the one recorded."""
+    from firstpass import receipts
+
+    verdicts = {
+        "good.jsonl": receipts.VerifyReport(ok=True, n_lines=60, head="sha256:" + "e" * 64),
+        "bad.jsonl": receipts.VerifyReport(
+            ok=False,
+            n_lines=11,
+            head="sha256:" + "d" * 64,
+            first_bad_line=12,
+            reason="hash mismatch",
+        ),
+    }
+    monkeypatch.setattr(receipts, "verify_chain", lambda path: verdicts[Path(path).name])
+    good = write_chain(tmp_path / "good.jsonl", [shadow(5, 5, True)] * 60)
+    assert read_receipts([good]).source.chain_heads == ("sha256:" + "e" * 64,)
+    bad = write_chain(tmp_path / "bad.jsonl", [shadow(5, 5, True)] * 60)
+    with pytest.raises(
+        CalibrationError,
+        match=r"bad\.jsonl: hash chain does not verify at line 12 \(hash mismatch\)",
+    ):
+        read_receipts([bad])
+    problems = read_receipts([bad], allow_unverified=True).source.chain_problems
+    assert problems == (
+        f"{bad}: hash chain does not verify at line 12 (hash mismatch); "
+        "11 lines verified before it",
+    )
+
+
+def test_an_unreadable_log_is_a_calibration_error(tmp_path: Path) -> None:
+    """A receipt path that cannot be read is reported as such, not as a traceback."""
+    with pytest.raises(CalibrationError, match="cannot read"):
+        read_receipts([tmp_path / "missing.jsonl"])
+
+
+async def test_receipts_written_by_the_proxys_writer_calibrate(tmp_path: Path) -> None:
+    """A log written by firstpass.receipts.ReceiptWriter verifies and calibrates, and editing
+    one of its lines afterwards is caught."""
+    from firstpass.receipts import ReceiptWriter, new_receipt_id
+
+    path = tmp_path / "proxy.jsonl"
+    async with ReceiptWriter(path, fsync="never") as writer:
+        for record in [shadow(5, 5, True)] * 70 + [shadow(5, 2, False)] * 5:
+            await writer.write({"id": new_receipt_id(), **record})
+    # reading is blocking file work: off the event loop, as the CLI does it (no loop at all)
+    data = await asyncio.to_thread(read_receipts, [path])
+    assert data.n == 75 and data.source.verified
+    assert calibrate(data, Settings()).overall.lam == 1.0
+    await asyncio.to_thread(_tamper, path, 40)
+    with pytest.raises(CalibrationError, match="line 40"):
+        await asyncio.to_thread(read_receipts, [path])
