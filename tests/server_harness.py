@@ -43,6 +43,7 @@ def stack_config(
     store_content: bool = False,
     keepalive_s: float = 5.0,
     debug: bool = False,
+    strong_k: int | None = None,
 ) -> Config:
     """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts."""
     data: dict[str, Any] = {
@@ -74,7 +75,10 @@ def stack_config(
             {
                 "name": "code",
                 "models": [MODEL],
-                "ladder": [f"stub/{CHEAP}", f"stub/{STRONG}"],
+                "ladder": [
+                    f"stub/{CHEAP}",
+                    {"rung": f"stub/{STRONG}", "k": strong_k} if strong_k else f"stub/{STRONG}",
+                ],
                 "temperature": 0.7,
                 "on_exhausted": on_exhausted,
                 "without_checks": without_checks,

@@ -222,3 +222,19 @@ def test_invalid_elastic_config_fails_at_start_naming_the_key(
     with pytest.raises(ConfigError) as info:
         config_from_dict(data, base_dir=tmp_path, env={})
     assert str(info.value).startswith(key)
+
+
+def test_a_higher_rung_with_its_own_k_is_probed_too(live_stack: Any) -> None:
+    """A rung with its own k is probed like rung 0 (one n=k call) instead of checked singly."""
+    stack = live_stack(elastic=elastic("enforce"), strong_k=3)
+    stack.stub.script(Reply.ok(*[WRONG] * 5), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD, GOOD, GOOD), model=STRONG)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    assert raw.headers["X-Firstpass-Action"] == "escalated"
+    assert [(c.model, c.n) for c in stack.stub.completions] == [(CHEAP, 5), (STRONG, 3)]
+    (receipt,) = stack.receipts_list()
+    assert receipt["probe"]["regime"] == "escalate"
+    (later,) = receipt["probe"]["later"]
+    assert (later["rung"], later["k"], later["regime"]) == (1, 3, "serve")
+    assert receipt["served"]["verification"] == "gate_skipped"

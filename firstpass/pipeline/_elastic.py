@@ -22,7 +22,7 @@ from typing import Any
 
 from firstpass.config import Rung
 from firstpass.errors import UpstreamError
-from firstpass.pipeline._state import Answer, LadderState, Outcome, RunRequest
+from firstpass.pipeline._state import Answer, LadderResult, LadderState, Outcome, RunRequest
 from firstpass.policy import (
     Attempt,
     CheckSummary,
@@ -183,75 +183,84 @@ class ElasticMixin:
     # -- enforce -------------------------------------------------------------------------------
 
     async def _enforce(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+        """Probe rung 0 (and any higher rung with its own ``k``); other rungs the cascade way."""
         if req.checks.visible is None:
             req.trace.step("probe:skipped:no_visible_tests")
             return await self._cascade(req)
-        probe, error = await self._probe(req, 0)
-        if probe is None:
-            state = LadderState(
-                attempts=[Attempt(rung=0, upstream_failed=True)], answers=[None], last_error=error
-            )
-            result = await self._run_ladder(req, state)
-            return self._conclude(req, result, probe={"rung": 0, "error": str(error)})
-        record = self._probe_record(probe)
-        has_gate = req.checks.hidden is not None
-        gate_results: dict[int, Any] = {}
+        probes: list[Probe] = []
 
-        if probe.regime == "serve":
-            served = probe.answers[probe.candidate].served("gate_skipped")
-            req.trace.step(f"serve_without_gate:{probe.candidate}")
-            return self._finish(
-                req,
-                action="served_without_gate",
-                served=served,
-                probe=record,
-                extra_cost=self._cascade_estimate(req, probe, escalated=False),
-            )
-        if probe.regime == "gate":
-            if not has_gate:  # nothing more to check: the visible tests were the whole check
-                served = probe.answers[probe.candidate].served("verified")
-                req.trace.step(f"serve:{probe.candidate}")
-                return self._finish(
-                    req,
-                    action="served_after_gate",
-                    served=served,
-                    probe=record,
-                    extra_cost=self._cascade_estimate(req, probe, escalated=False),
-                )
-            for sample in probe.order[: self.config.elastic.max_gate_candidates]:
-                result = await self._gate(req, probe, sample, purpose=None)
-                gate_results[sample] = result
-                req.trace.step(f"gate:0:{sample}:{'pass' if result.passed else 'fail'}")
-                if result.passed:
-                    return self._finish(
-                        req,
-                        action="served_after_gate",
-                        served=probe.answers[sample].served("verified"),
-                        probe=record,
-                        extra_cost=self._cascade_estimate(req, probe, escalated=False),
-                    )
-        # escalate: at once (regime escalate) or after the gate failed every candidate
-        best = probe.candidate
-        gate = gate_results.get(best)
-        state = LadderState(
-            attempts=[
-                Attempt(
-                    rung=0,
-                    visible=_summary(probe.visible[best]),
-                    gate=_summary(gate) if gate is not None else None,
-                    declined=True,
-                )
-            ],
-            answers=[probe.answers[best]],
-        )
-        req.trace.step("escalate")
-        result = await self._run_ladder(req, state)
+        async def run_rung(
+            req: RunRequest, state: LadderState, index: int
+        ) -> LadderResult | None:
+            if index == 0 or req.route.ladder[index].k:
+                return await self._enforce_rung(req, state, index, probes)
+            await self._attempt_rung(req, state, index)
+            return None
+
+        result = await self._run_ladder(req, LadderState(), rung_runner=run_rung)
+        if not probes:  # the probe call itself failed upstream
+            error = next((c["error"] for c in req.trace.upstream_calls if c["error"]), None)
+            return self._conclude(req, result, probe={"rung": 0, "error": error})
+        record = self._probe_record(probes[0])
+        if len(probes) > 1:
+            record["later"] = [self._probe_record(p) for p in probes[1:]]
+        escalated = result.served is None or result.served.rung > 0
         return self._conclude(
             req,
             result,
             probe=record,
-            extra_cost=self._cascade_estimate(req, probe, escalated=True),
+            extra_cost=self._cascade_estimate(req, probes[0], escalated=escalated),
         )
+
+    async def _enforce_rung(
+        self, req: RunRequest, state: LadderState, index: int, probes: list[Probe]
+    ) -> LadderResult | None:
+        """One elastic rung: serve, gate, or record a declined attempt and let the ladder go on."""
+        probe, error = await self._probe(req, index)
+        if probe is None:
+            state.attempts.append(Attempt(rung=index, upstream_failed=True))
+            state.answers.append(None)
+            state.last_error = error
+            return None
+        probes.append(probe)
+        first = index == 0
+        if probe.regime == "serve":
+            req.trace.step(f"serve_without_gate:{index}:{probe.candidate}")
+            return LadderResult(
+                action="served_without_gate" if first else "escalated",
+                served=probe.answers[probe.candidate].served("gate_skipped"),
+            )
+        gate_results: dict[int, Any] = {}
+        if probe.regime == "gate":
+            if req.checks.hidden is None:  # the visible tests were the whole check
+                req.trace.step(f"serve:{index}:{probe.candidate}")
+                return LadderResult(
+                    action="served_after_gate" if first else "escalated",
+                    served=probe.answers[probe.candidate].served("verified"),
+                )
+            for sample in probe.order[: self.config.elastic.max_gate_candidates]:
+                result = await self._gate(req, probe, sample, purpose=None)
+                gate_results[sample] = result
+                req.trace.step(f"gate:{index}:{sample}:{'pass' if result.passed else 'fail'}")
+                if result.passed:
+                    return LadderResult(
+                        action="served_after_gate" if first else "escalated",
+                        served=probe.answers[sample].served("verified"),
+                    )
+        # escalate: at once (regime escalate) or after the gate failed every candidate
+        best = probe.candidate
+        gate = gate_results.get(best)
+        state.attempts.append(
+            Attempt(
+                rung=index,
+                visible=_summary(probe.visible[best]),
+                gate=_summary(gate) if gate is not None else None,
+                declined=True,
+            )
+        )
+        state.answers.append(probe.answers[best])
+        req.trace.step(f"escalate:{index}")
+        return None
 
     # -- shadow --------------------------------------------------------------------------------
 

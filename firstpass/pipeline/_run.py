@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -41,6 +41,9 @@ from firstpass.providers import Provider
 __all__ = ["Answer", "Checks", "LadderResult", "LadderState", "Outcome", "Pipeline"]
 
 log = structlog.get_logger("firstpass.pipeline")
+
+#: runs one rung in place of a plain cascade attempt (see ``Pipeline._run_ladder``)
+RungRunner = Callable[[RunRequest, LadderState, int], Awaitable[LadderResult | None]]
 
 
 class Pipeline(ElasticMixin):
@@ -156,11 +159,16 @@ class Pipeline(ElasticMixin):
         result = await self._run_ladder(req, LadderState())
         return self._conclude(req, result)
 
-    async def _run_ladder(self, req: RunRequest, state: LadderState) -> LadderResult:
+    async def _run_ladder(
+        self, req: RunRequest, state: LadderState, rung_runner: RungRunner | None = None
+    ) -> LadderResult:
         """Continue the cascade from ``state`` (attempts already made) until it decides.
 
-        The elastic policy hands over a state holding its probe's best attempt on rung 0, so the
-        cascade resumes at rung 1 and can still serve that attempt unverified at exhaustion.
+        Shadow mode hands over a state holding rung 0's attempt (a probe sample), so the cascade
+        resumes at rung 1 and can still serve that attempt unverified at exhaustion.
+        ``rung_runner`` replaces the plain cascade attempt for some rungs (the elastic policy
+        probes rungs that have a ``k``); it returns a result to end the ladder, or ``None`` after
+        recording an attempt that was not served.
         """
         ladder = req.route.ladder
         while True:
@@ -171,7 +179,12 @@ class Pipeline(ElasticMixin):
                 first_rung=state.first_rung,
             )
             if isinstance(step, CallRung):
-                await self._attempt_rung(req, state, step.rung)
+                if rung_runner is None:
+                    await self._attempt_rung(req, state, step.rung)
+                    continue
+                done = await rung_runner(req, state, step.rung)
+                if done is not None:
+                    return done
                 continue
             if isinstance(step, Serve | ServeUnverified):
                 answer = state.answers[step.attempt]
