@@ -46,7 +46,9 @@ class LoadResult:
         return self.n / self.wall_s if self.wall_s else 0.0
 
 
-def build_post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[str, int, bytes]:
+def build_post(
+    url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> tuple[str, int, bytes]:
     """(host, port, raw request bytes) for a JSON POST to ``url`` with keep-alive."""
     parts = urlsplit(url)
     payload = json.dumps(body).encode()
@@ -87,7 +89,13 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 
 
 async def _worker(
-    host: str, port: int, raw: bytes, deadline: float, budget: list[int], out: list[float], statuses: dict[int, int]
+    host: str,
+    port: int,
+    raw: bytes,
+    deadline: float,
+    budget: list[int],
+    out: list[float],
+    statuses: dict[int, int],
 ) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
@@ -115,7 +123,9 @@ async def run_load(
     """``requests`` POSTs over ``concurrency`` keep-alive connections (after a warm-up)."""
     host, port, raw = build_post(url, body, headers)
     if warmup:
-        await run_load(url, body, concurrency=concurrency, requests=warmup, warmup=0, headers=headers)
+        await run_load(
+            url, body, concurrency=concurrency, requests=warmup, warmup=0, headers=headers
+        )
     out: list[float] = []
     statuses: dict[int, int] = {}
     budget = [requests]

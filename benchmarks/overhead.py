@@ -53,7 +53,7 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=1) as r:  # noqa: S310 - loopback only
+            with urllib.request.urlopen(url, timeout=1) as r:
                 if r.status == 200:
                     return
         except OSError:
@@ -71,7 +71,7 @@ port = {proxy_port}
 max_concurrency = 4096
 
 [receipts]
-path = "{tmp / 'receipts.jsonl'}"
+path = "{tmp / "receipts.jsonl"}"
 fsync = "batch"
 
 [[provider]]
@@ -106,7 +106,10 @@ async def measure(
     plain = {"model": "bench", "messages": [{"role": "user", "content": "write add(a, b)"}]}
     verified = {**plain, "firstpass": CHECKS}
     rows: list[dict[str, Any]] = []
-    for path, body, n in (("pass-through", plain, requests), ("verified", verified, verified_requests)):
+    for path, body, n in (
+        ("pass-through", plain, requests),
+        ("verified", verified, verified_requests),
+    ):
         for conc in (1, 32):
             d = await run_load(direct, plain, concurrency=conc, requests=n)
             p = await run_load(proxy, body, concurrency=conc, requests=n)
@@ -123,8 +126,10 @@ async def measure(
                 }
             )
             print(f"{path:<12} c={conc:<3} direct {fmt(d)}")
-            print(f"{'':<12} {'':<5} proxy  {fmt(p)}   added p50 {p.p50 - d.p50:+.3f} ms"
-                  f"{'  ERRORS ' + str(bad) if bad else ''}")
+            print(
+                f"{'':<12} {'':<5} proxy  {fmt(p)}   added p50 {p.p50 - d.p50:+.3f} ms"
+                f"{'  ERRORS ' + str(bad) if bad else ''}"
+            )
     return rows
 
 
@@ -147,14 +152,18 @@ def markdown(rows: list[dict[str, Any]], argv: list[str]) -> str:
             f"{d.pct(99):.3f} | {p.pct(99):.3f} | {r['added_p99']:+.3f} | {p.rps:.0f} |"
         )
     lines.append("")
-    lines.append("The verified path runs one visible assert and a 10-case gate in the sandbox per request.")
+    lines.append(
+        "The verified path runs one visible assert and a 10-case gate in the sandbox per request."
+    )
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=3000, help="per pass-through measurement")
-    parser.add_argument("--verified-requests", type=int, default=300, help="per verified measurement")
+    parser.add_argument(
+        "--verified-requests", type=int, default=300, help="per verified measurement"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not write results/overhead.md")
     args = parser.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -167,16 +176,27 @@ def main(argv: list[str] | None = None) -> int:
         try:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "tests.stub_upstream", "--port", str(stub_port),
-                     "--latency-ms", "0", "--answer", ANSWER],
-                    cwd=ROOT, env=env,
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.stub_upstream",
+                        "--port",
+                        str(stub_port),
+                        "--latency-ms",
+                        "0",
+                        "--answer",
+                        ANSWER,
+                    ],
+                    cwd=ROOT,
+                    env=env,
                 )
             )
             cfg = write_config(Path(tmp), stub_port, proxy_port)
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "firstpass", "serve", "--config", str(cfg)],
-                    cwd=ROOT, env=env,
+                    cwd=ROOT,
+                    env=env,
                 )
             )
             wait_ready(f"http://127.0.0.1:{stub_port}/v1/models")

@@ -87,9 +87,13 @@ def run_setting(
                     if mode == "cascade":
                         stack.stub.script(Reply.ok(answer, latency_ms=latency_ms), model=CHEAP)
                     elif honours_n:
-                        stack.stub.script(Reply.ok(*[answer] * k, latency_ms=latency_ms), model=CHEAP)
+                        stack.stub.script(
+                            Reply.ok(*[answer] * k, latency_ms=latency_ms), model=CHEAP
+                        )
                     else:
-                        stack.stub.script(*[Reply.ok(answer, latency_ms=latency_ms)] * k, model=CHEAP)
+                        stack.stub.script(
+                            *[Reply.ok(answer, latency_ms=latency_ms)] * k, model=CHEAP
+                        )
                     t0 = time.perf_counter()
                     client.chat.completions.create(
                         model=MODEL,
@@ -97,7 +101,7 @@ def run_setting(
                         extra_body={"firstpass": _request(task, mode)},
                     )
                     walls.append((time.perf_counter() - t0) * 1000.0)
-            receipts = stack.receipts_list()[len(tasks):]
+            receipts = stack.receipts_list()[len(tasks) :]
             calls = [sum(c["calls"] for c in r["upstream_calls"]) for r in receipts]
             trips = [len(r["upstream_calls"]) for r in receipts]
             regimes = [r["probe"]["regime"] for r in receipts if r.get("probe")]
@@ -134,9 +138,33 @@ def main(argv: list[str] | None = None) -> int:
     tasks = tasks[: args.tasks]
     L = args.latency_ms
     rows = [
-        run_setting("cascade (n=1, visible + gate)", tasks, mode="cascade", k=args.k, latency_ms=L, honours_n=True, reps=args.reps),
-        run_setting(f"enforce probe (one call, n={args.k})", tasks, mode="enforce", k=args.k, latency_ms=L, honours_n=True, reps=args.reps),
-        run_setting(f"enforce probe ({args.k} calls, no n)", tasks, mode="enforce", k=args.k, latency_ms=L, honours_n=False, reps=args.reps),
+        run_setting(
+            "cascade (n=1, visible + gate)",
+            tasks,
+            mode="cascade",
+            k=args.k,
+            latency_ms=L,
+            honours_n=True,
+            reps=args.reps,
+        ),
+        run_setting(
+            f"enforce probe (one call, n={args.k})",
+            tasks,
+            mode="enforce",
+            k=args.k,
+            latency_ms=L,
+            honours_n=True,
+            reps=args.reps,
+        ),
+        run_setting(
+            f"enforce probe ({args.k} calls, no n)",
+            tasks,
+            mode="enforce",
+            k=args.k,
+            latency_ms=L,
+            honours_n=False,
+            reps=args.reps,
+        ),
     ]
     lines = [
         "# Probe latency",

@@ -21,7 +21,7 @@ COMMANDS = ("serve", "demo", "check", "receipts", "calibrate")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="firstpass",
-        description="A verification proxy for LLM serving: cheap samples, tests, a calibrated gate.",
+        description="A verification proxy for LLM serving: cheap samples, tests, a calibrated gate",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

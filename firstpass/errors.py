@@ -1,12 +1,12 @@
 """Every error Firstpass raises on purpose, in one tree.
 
-    FirstpassError                 base; ``str(exc)`` is a one-line message telling the user what to do
-    ├── ConfigError                a bad config file or override; names the key path (``route[0].ladder[1]``)
+    FirstpassError                 base; ``str(exc)`` is one line telling the user what to do
+    ├── ConfigError                a bad config file or override; names the key path
     ├── SpecError                  a malformed test spec; names the bad field
     ├── SandboxError               the sandbox itself could not run (not a verdict on a sample)
     ├── UpstreamError              a provider failed after its retries            → HTTP 502
     │   └── UpstreamTimeout        ... by timing out                              → HTTP 504
-    ├── RequestError               a client request we refuse (status, param, code) → HTTP 4xx
+    ├── RequestError               a request we refuse (status, param, code)      → HTTP 4xx
     ├── ReceiptError               the receipt log cannot be read or written
     │   └── ChainError             the hash chain does not verify; names the first bad line
     └── CalibrationError           calibration input or parameters are unusable
@@ -39,7 +39,8 @@ class FirstpassError(Exception):
 class ConfigError(FirstpassError):
     """A config value is missing, unknown or of the wrong type.
 
-    ``key_path`` is where it is (``server.port``, ``route[0].ladder[1]``); the message starts with it.
+    ``key_path`` is where it is (``server.port``, ``route[0].ladder[1]``); the message starts
+    with it.
     """
 
     def __init__(self, key_path: str, message: str) -> None:

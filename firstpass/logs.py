@@ -24,6 +24,7 @@ class _Stderr:
     def flush(self) -> None:
         sys.stderr.flush()
 
+
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 

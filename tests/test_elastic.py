@@ -40,7 +40,9 @@ def ask(stack: Any, mode: str | None = None) -> Any:
         fp["mode"] = mode
     client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
     return client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=[{"role": "user", "content": "write add"}], extra_body={"firstpass": fp}
+        model=MODEL,
+        messages=[{"role": "user", "content": "write add"}],
+        extra_body={"firstpass": fp},
     )
 
 

@@ -218,9 +218,10 @@ def _raw_stream(stack: Any, body: dict[str, Any]) -> tuple[int, str, Any]:
     import aiohttp
 
     async def go() -> tuple[int, str, Any]:
-        async with aiohttp.ClientSession() as s, s.post(
-            f"{stack.base_url}/chat/completions", json=body
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"{stack.base_url}/chat/completions", json=body) as r,
+        ):
             return r.status, await r.text(), r.headers
 
     return asyncio.run(go())

@@ -281,7 +281,9 @@ def test_a_bug_of_ours_is_a_500_without_traceback_and_still_one_receipt(
     stack.stub.script(Reply.ok(GOOD), model=CHEAP)
     with pytest.raises(openai.InternalServerError) as info:
         _client(stack).chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "x"}], extra_body={"firstpass": TESTS}
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"firstpass": TESTS},
         )
     message = info.value.message
     assert "Traceback" not in message and "internal error" in message

@@ -188,11 +188,10 @@ def run_demo(
     )
     try:
         import uvloop
-
-        runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
-        runner = asyncio.run
-    rows = runner(_run(config, tasks, mode, out))
+        rows = asyncio.run(_run(config, tasks, mode, out))
+    else:
+        rows = uvloop.run(_run(config, tasks, mode, out))
     report = verify_chain(receipts)
     actions: dict[str, int] = {}
     for row in rows:

@@ -1,4 +1,4 @@
-# mypy: disable-error-code="attr-defined"
+# mypy: disable-error-code="attr-defined, no-any-return"
 """The elastic policy's I/O: draw the k-sample probe, route on it (enforce) or label it (shadow).
 
 Enforce: probe → ``escalate`` (rung 1 at once, no gate paid on rung 0), ``serve`` (a passing
@@ -151,9 +151,7 @@ class ElasticMixin:
             rung=rung,
             k=k,
             answers=tuple(
-                Answer(
-                    rung_index=index, rung=rung, completion=sample_view(completion, i), sample=i
-                )
+                Answer(rung_index=index, rung=rung, completion=sample_view(completion, i), sample=i)
                 for i in range(len(texts))
             ),
             visible=tuple(results),
@@ -189,9 +187,7 @@ class ElasticMixin:
             return await self._cascade(req)
         probes: list[Probe] = []
 
-        async def run_rung(
-            req: RunRequest, state: LadderState, index: int
-        ) -> LadderResult | None:
+        async def run_rung(req: RunRequest, state: LadderState, index: int) -> LadderResult | None:
             if index == 0 or req.route.ladder[index].k:
                 return await self._enforce_rung(req, state, index, probes)
             await self._attempt_rung(req, state, index)

@@ -418,7 +418,9 @@ def _response_summary(record: dict[str, Any]) -> dict[str, Any]:
         "regime": probe.get("regime") if probe else None,
         "served_model": f"{served['provider']}/{served['model']}" if served else None,
         "verification": served.get("verification") if served else None,
-        "visible": {"passed": visible["n_passed"], "total": visible["n_total"]} if visible else None,
+        "visible": {"passed": visible["n_passed"], "total": visible["n_total"]}
+        if visible
+        else None,
         "gate": ("passed" if gate["passed"] else "failed") if gate else "skipped",
         "cost_usd": record["cost"]["total_usd"],
         "overhead_ms": record["timings_ms"]["overhead"],

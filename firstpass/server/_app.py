@@ -41,7 +41,7 @@ log = structlog.get_logger("firstpass.server")
 RECEIPT_WRITER = web.AppKey("receipt_writer", ReceiptWriter)
 _WRITER = RECEIPT_WRITER
 _SESSION = web.AppKey("session", aiohttp.ClientSession)
-_PROVIDERS = web.AppKey("providers", dict)
+_PROVIDERS: web.AppKey[dict[str, Provider]] = web.AppKey("providers", dict)
 _SANDBOX = web.AppKey("sandbox", object)
 
 SandboxFactory = Callable[[Config], Any]
@@ -144,9 +144,10 @@ def create_app(
         await sandbox.__aexit__(None, None, None)
 
     async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
+        built: dict[str, Provider] = app[_PROVIDERS]
         app[PIPELINE] = Pipeline(
             config=config,
-            providers=app[_PROVIDERS],
+            providers=built,
             sandbox=app[_SANDBOX],
             writer=app[_WRITER],
         )

@@ -81,11 +81,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except RequestError as exc:
         return error_response(exc.status, str(exc), type=exc.type, param=exc.param, code=exc.code)
-    except web.HTTPRequestEntityTooLarge as exc:
+    except web.HTTPRequestEntityTooLarge:
         return error_response(
-            413,
-            f"request body too large (limit {exc.max_size} bytes; see server.max_body_bytes)",
-            code="body_too_large",
+            413, "request body too large (see server.max_body_bytes)", code="body_too_large"
         )
     except web.HTTPException as exc:
         if exc.status < 400:

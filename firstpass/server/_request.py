@@ -132,7 +132,7 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("model", "expected a non-empty string", code="missing_model")
-    messages = body.get("messages")
+    messages: list[Any] = body.get("messages")  # type: ignore[assignment]
     _check_messages(messages)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
