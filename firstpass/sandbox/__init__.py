@@ -1,0 +1,25 @@
+"""Run untrusted model code against tests: extraction, specs, isolation, verdicts.
+
+See docs/sandbox.md for what is isolated, the spec shape and the threat model.
+"""
+
+from ._extract import Extraction, extract_code
+from ._limits import Limits
+from ._result import CATEGORIES, SampleResult, TestResult
+from ._runner import Sandbox
+from ._spec import AssertSpec, Case, CasesSpec, TestSpec, parse_spec
+
+__all__ = [
+    "CATEGORIES",
+    "AssertSpec",
+    "Case",
+    "CasesSpec",
+    "Extraction",
+    "Limits",
+    "SampleResult",
+    "Sandbox",
+    "TestResult",
+    "TestSpec",
+    "extract_code",
+    "parse_spec",
+]

@@ -1,0 +1,47 @@
+"""Resource limits for one sample run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from firstpass.errors import ConfigError
+
+__all__ = ["Limits"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What one sample may use. Every limit is enforced by the kernel (rlimits) or the zygote.
+
+    ``cpu_s`` (RLIMIT_CPU) and ``wall_s`` (the zygote's deadline, which kills the whole uid) bound
+    time; each test also gets a quarter of ``min(cpu_s, wall_s)`` when there are several, so one
+    hanging test does not hide the others. ``memory_mb`` is the address-space limit (the
+    interpreter itself takes ~30 MB of it). ``output_bytes`` caps stdout+stderr together.
+    ``site_packages`` runs the sample in an interpreter that can import installed packages.
+    """
+
+    cpu_s: float = 5.0
+    wall_s: float = 10.0
+    memory_mb: int = 1024
+    file_size_mb: float = 16.0
+    nproc: int = 32
+    nofile: int = 64
+    output_bytes: int = 1_000_000
+    site_packages: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_s", "wall_s", "file_size_mb"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise ConfigError(f"limits.{name}", f"must be a positive number, got {value!r}")
+        for name, least in (("memory_mb", 64), ("nproc", 1), ("nofile", 8), ("output_bytes", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigError(f"limits.{name}", f"must be an integer >= {least}, got {value!r}")
+        if not isinstance(self.site_packages, bool):
+            raise ConfigError("limits.site_packages", "must be true or false")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The form the zygote reads."""
+        return asdict(self)

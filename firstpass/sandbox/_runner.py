@@ -1,0 +1,589 @@
+"""The async front: :class:`Sandbox` keeps a zygote running and hands it samples.
+
+The proxy's event loop only ever writes a request frame and awaits the answer: all process
+work (forks, rlimits, pipes, cleanup) happens in the zygote (``_zygote.py``), and the few
+blocking steps here (uid-block lock file) run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import itertools
+import json
+import os
+import sys
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from firstpass.errors import SandboxError, SpecError
+
+from . import _harness
+from ._extract import extract_code
+from ._isolation import DEFAULT_HIDE, Isolation, detect_isolation
+from ._limits import Limits
+from ._result import SampleResult, TestResult
+from ._spec import AssertSpec, Case, CasesSpec, TestSpec
+
+if TYPE_CHECKING:  # firstpass.probe imports the sandbox's codec: no import cycle at run time
+    from firstpass.probe import ProbeInputs
+
+__all__ = ["Sandbox"]
+
+_ZYGOTE = str(Path(__file__).with_name("_zygote.py"))
+#: per-sandbox uid blocks; in a block, each zygote lane has 2 uids (worker, judge) per slot
+UID_START = 61_000_000
+UID_BLOCK = 1024
+UID_BLOCKS = 256
+#: zygote lanes: (site_packages, alt) -> lane; one-shot interpreters use LANES - 1
+LANES = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
+N_LANES = len(LANES) + 1
+MAX_CONCURRENCY = UID_BLOCK // (2 * N_LANES)
+#: how many resolved reference specs to keep
+RESOLVED_CACHE = 4096
+_LOCK_DIR = "/run/firstpass-sandbox"
+
+
+class _ZygoteDied(Exception):
+    """The zygote ended; ``started`` says whether it had begun running the request."""
+
+    def __init__(self, started: bool = False) -> None:
+        self.started = started
+        super().__init__("the sandbox process died")
+
+
+class _Zygote:
+    """One zygote process and the requests in flight on it."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.proc: asyncio.subprocess.Process | None = None
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.acked: set[int] = set()
+        self.reader: asyncio.Task[None] | None = None
+        self.errlog: asyncio.Task[None] | None = None
+        self.pid = 0
+        self.root = ""
+        self.alive = False
+        self.stderr_tail = b""
+
+    async def start(self) -> None:
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={},
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start the sandbox interpreter: {exc}") from exc
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.errlog = asyncio.create_task(self._drain_stderr(self.proc.stderr))
+        try:
+            hello = await asyncio.wait_for(self._read_frame(), 20)
+        except (TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+            await self.kill()
+            tail = self.stderr_tail.decode(errors="replace").strip()[-500:]
+            raise SandboxError(f"the sandbox did not start: {tail or exc!r}") from exc
+        self.pid, self.root, self.alive = int(hello["pid"]), str(hello["root"]), True
+        self.reader = asyncio.create_task(self._read_loop())
+
+    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(1 << 16):
+            self.stderr_tail = (self.stderr_tail + chunk)[-4096:]
+
+    async def _read_frame(self) -> Any:
+        assert self.proc is not None and self.proc.stdout is not None
+        head = await self.proc.stdout.readexactly(_harness.FRAME.size)
+        (size,) = _harness.FRAME.unpack(head)
+        if size > _harness.MAX_FRAME:
+            raise ValueError("oversized frame from the zygote")
+        return json.loads(await self.proc.stdout.readexactly(size))
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                msg = await self._read_frame()
+                if msg.get("ack"):
+                    self.acked.add(msg.get("id"))
+                    continue
+                self.acked.discard(msg.get("id"))
+                fut = self.pending.pop(msg.get("id"), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+        except (asyncio.IncompleteReadError, ValueError, ConnectionError):
+            pass
+        finally:
+            self.alive = False
+            for key, fut in self.pending.items():
+                if not fut.done():
+                    fut.set_exception(_ZygoteDied(started=key in self.acked))
+            self.pending.clear()
+
+    async def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        if not self.alive or self.proc is None or self.proc.stdin is None:
+            raise _ZygoteDied()
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[req["id"]] = fut
+        try:
+            self.proc.stdin.write(_harness.encode_frame(req))
+            await self.proc.stdin.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            self.pending.pop(req["id"], None)
+            raise _ZygoteDied() from exc
+        return await fut
+
+    async def close(self, timeout: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            await self.kill()
+        await self._finish_tasks()
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)
+            await self.proc.wait()
+        self.alive = False
+        await self._finish_tasks()
+
+    async def _finish_tasks(self) -> None:
+        for task in (self.reader, self.errlog):
+            if task is not None and not task.done():
+                try:
+                    await asyncio.wait_for(task, 5)
+                except TimeoutError:
+                    task.cancel()
+
+
+def _lock_uid_block() -> tuple[int, IO[str]]:
+    """Claim a uid block no other sandbox on this host holds (blocking: run in a thread)."""
+    os.makedirs(_LOCK_DIR, mode=0o700, exist_ok=True)
+    for block in range(UID_BLOCKS):
+        handle = open(os.path.join(_LOCK_DIR, f"uids-{block}.lock"), "w")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        return UID_START + block * UID_BLOCK, handle
+    raise SandboxError(f"all {UID_BLOCKS} sandbox uid blocks are in use on this host")
+
+
+class Sandbox:
+    """Run untrusted answers against test specs, isolated, in parallel (``concurrency`` at once).
+
+    Use as ``async with Sandbox() as sb: await sb.run(answer, spec)``. ``isolation`` forces a
+    level (``"auto"`` picks the strongest available); ``hide`` lists host paths mounted over
+    with an empty read-only tmpfs inside the sandbox (data sets with reference answers, say).
+    """
+
+    def __init__(
+        self,
+        concurrency: int | None = None,
+        limits: Limits | None = None,
+        *,
+        isolation: str = "auto",
+        hide: tuple[str, ...] = (),
+    ) -> None:
+        self.concurrency = int(concurrency or os.cpu_count() or 1)
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise SandboxError(f"concurrency must be between 1 and {MAX_CONCURRENCY}")
+        self.limits = limits or Limits()
+        self.hide = tuple(str(p) for p in hide)
+        self._requested = isolation
+        self._iso: Isolation | None = None
+        self._uid_base: int | None = None
+        self._uid_lock: IO[str] | None = None
+        #: (site_packages, alt) -> zygote; the alt one has another hash seed (see resolve)
+        self._zygotes: dict[tuple[bool, bool], _Zygote] = {}
+        self._zygote_lock = asyncio.Lock()
+        self._deaths: list[float] = []
+        self._slots: asyncio.Queue[int] = asyncio.Queue()
+        self._dirty: set[int] = set()
+        self._ids = itertools.count(1)
+        self._resolved: OrderedDict[str, CasesSpec] = OrderedDict()  # LRU, RESOLVED_CACHE long
+        self._resolving: dict[str, asyncio.Lock] = {}
+        self._started = False
+        self._mounts: dict[bool, dict[str, list[str]]] = {}
+
+    # ---- lifecycle
+
+    async def __aenter__(self) -> Sandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Probe isolation, claim uids and start the zygote (``async with`` does this)."""
+        if self._started:
+            return
+        self._iso = await detect_isolation(self._requested)
+        hide = tuple(dict.fromkeys((*DEFAULT_HIDE, *self.hide)))
+        self._mounts = {
+            sp: {"hide": list(hide), "keep": list(await asyncio.to_thread(_keep_paths, hide, sp))}
+            for sp in (False, True)
+        }
+        if self._iso.drop_uid:
+            self._uid_base, self._uid_lock = await asyncio.to_thread(_lock_uid_block)
+        for slot in range(self.concurrency):
+            self._slots.put_nowait(slot)
+        self._started = True
+        await self._zygote(self.limits.site_packages)
+
+    async def aclose(self) -> None:
+        """Stop the zygotes (they kill whatever still runs) and release the uid block."""
+        for zyg in list(self._zygotes.values()):
+            await zyg.close()
+        self._zygotes.clear()
+        if self._uid_lock is not None:
+            await asyncio.to_thread(self._uid_lock.close)
+            self._uid_lock = None
+        self._started = False
+
+    @property
+    def isolation(self) -> str:
+        """The isolation level in force (``netns+uid``, ``netns``, ``uid`` or ``none``)."""
+        if self._iso is None:
+            raise SandboxError("the sandbox is not started: use 'async with Sandbox() as sb'")
+        return self._iso.level
+
+    @property
+    def uid_range(self) -> range:
+        """The uids this sandbox's samples and judges run as (empty without uid isolation)."""
+        if self._uid_base is None:
+            return range(0)
+        return range(self._uid_base, self._uid_base + 2 * self.concurrency * N_LANES)
+
+    @property
+    def zygote_pid(self) -> int | None:
+        """The running zygote's pid (its private /tmp is ``/proc/<pid>/root/tmp``)."""
+        zyg = self._zygotes.get((False, False))
+        return zyg.pid if zyg is not None and zyg.alive else None
+
+    def _argv(self, site_packages: bool, *, alt: bool = False, oneshot: bool = False) -> list[str]:
+        assert self._iso is not None
+        cfg: dict[str, Any] = {
+            "lane": N_LANES - 1 if oneshot else LANES[(site_packages, alt)],
+            "uid_base": self._uid_base,
+            "slots": self.concurrency,
+            "private_tmp": self._iso.private_tmp,
+            # a lane belongs to one zygote at a time (a restarted one sweeps what the dead one
+            # left); one-shots share theirs, so each sweeps only its own slot
+            "sweep_at_start": not oneshot,
+        }
+        if self._iso.private_tmp:
+            cfg["mounts"] = self._mounts[site_packages]
+        flags = ["-I"] if site_packages else ["-I", "-S"]
+        return self._iso.command([sys.executable, *flags, _ZYGOTE, json.dumps(cfg)])
+
+    async def _zygote(self, site_packages: bool, alt: bool = False) -> _Zygote:
+        async with self._zygote_lock:
+            key = (site_packages, alt)
+            zyg = self._zygotes.get(key)
+            if zyg is not None and zyg.alive:
+                return zyg
+            if zyg is not None:
+                self._deaths.append(time.monotonic())
+                await zyg.kill()
+            zyg = _Zygote(self._argv(site_packages, alt=alt))
+            await zyg.start()
+            self._zygotes[key] = zyg
+            return zyg
+
+    def _crash_looping(self) -> bool:
+        now = time.monotonic()
+        self._deaths = [t for t in self._deaths if now - t < 60]
+        return len(self._deaths) >= 3
+
+    # ---- running samples
+
+    async def run(
+        self,
+        answer: str,
+        spec: TestSpec,
+        limits: Limits | None = None,
+        entry_point: str | None = None,
+        *,
+        probe: ProbeInputs | None = None,
+    ) -> SampleResult:
+        """Extract the code from ``answer`` and run it against ``spec``.
+
+        With ``probe`` (``firstpass.probe.ProbeInputs``), the same worker process then calls
+        ``probe.entry_point`` on each probe input (``probe.per_input_s`` each) and the result's
+        ``behaviour`` is the digest of those outputs: recorded, never judged.
+        A bad sample is a result, never an exception; ``SandboxError`` means the sandbox failed.
+        """
+        t0 = time.perf_counter()
+        if not self._started:
+            raise SandboxError("the sandbox is not started: use 'async with Sandbox() as sb'")
+        limits = limits or self.limits
+        ep = entry_point or spec.entry_point
+        found = extract_code(answer, ep)
+        sha = hashlib.sha256(found.code.encode()).hexdigest()
+        if isinstance(spec, CasesSpec) and not spec.resolved:
+            spec = await self.resolve(spec, limits)
+        behaviour: tuple[str, tuple[str, ...]] | None = None
+        if not found.code:
+            tests = tuple(
+                TestResult(
+                    index=i,
+                    passed=False,
+                    error_type="no_code",
+                    message="no code found in the answer",
+                )
+                for i in range(spec.n_tests)
+            )
+        else:
+            req = self._request(found.code, spec, ep)
+            if probe is not None:
+                req["probe"] = [list(a) for a in probe.args]
+                req["probe_s"] = float(probe.per_input_s)
+                req["probe_entry"] = probe.entry_point
+            resp = await self._submit(req, limits)
+            tests = self._tests(resp, spec.n_tests)
+            behaviour = _behaviour(resp, len(probe.args)) if probe is not None else None
+        return SampleResult.build(
+            tests,
+            isolation=self.isolation,
+            wall_ms=(time.perf_counter() - t0) * 1000,
+            extraction=found.rule,
+            code_sha256=sha,
+            behaviour=behaviour,
+        )
+
+    async def run_many(
+        self,
+        answers: list[str],
+        spec: TestSpec,
+        limits: Limits | None = None,
+        entry_point: str | None = None,
+        *,
+        probe: ProbeInputs | None = None,
+    ) -> list[SampleResult]:
+        """Run several answers against one spec in parallel; results keep the answers' order."""
+        if isinstance(spec, CasesSpec) and not spec.resolved:
+            spec = await self.resolve(spec, limits)
+        return list(
+            await asyncio.gather(
+                *(self.run(a, spec, limits, entry_point, probe=probe) for a in answers)
+            )
+        )
+
+    @staticmethod
+    def _request(code: str, spec: TestSpec, entry_point: str | None) -> dict[str, Any]:
+        if isinstance(spec, AssertSpec):
+            return {
+                "op": "run",
+                "mode": "asserts",
+                "code": code,
+                "setup": spec.setup,
+                "tests": list(spec.asserts),
+            }
+        return {
+            "op": "run",
+            "mode": "cases",
+            "code": code,
+            "setup": spec.setup,
+            "entry_point": entry_point or spec.entry_point,
+            "atol": spec.atol,
+            "tests": [list(c.args) for c in spec.cases],
+            "expected": [c.expected for c in spec.cases],
+        }
+
+    @staticmethod
+    def _tests(resp: dict[str, Any], n: int) -> tuple[TestResult, ...]:
+        verdicts = resp.get("tests")
+        if not isinstance(verdicts, list) or len(verdicts) != n:
+            raise SandboxError("the sandbox answered with the wrong number of test results")
+        return tuple(
+            TestResult(
+                index=i,
+                passed=bool(v["passed"]),
+                error_type=v.get("error_type"),
+                message=v.get("message"),
+            )
+            for i, v in enumerate(verdicts)
+        )
+
+    async def _submit(
+        self, req: dict[str, Any], limits: Limits, *, alt: bool = False
+    ) -> dict[str, Any]:
+        """Run ``req`` on a free slot. If the caller is cancelled, the slot stays taken until
+        the zygote answers: its uid must not be reused while the sample may still run."""
+        slot = await self._slots.get()
+        task = asyncio.ensure_future(self._submit_on(slot, req, limits, alt))
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._slots.put_nowait(slot)
+            else:
+                task.add_done_callback(lambda t: self._release(slot, t))
+
+    def _release(self, slot: int, task: asyncio.Future[Any]) -> None:
+        self._slots.put_nowait(slot)
+        if not task.cancelled():
+            task.exception()  # retrieved: nobody awaits an abandoned run
+
+    async def _submit_on(
+        self, slot: int, req: dict[str, Any], limits: Limits, alt: bool
+    ) -> dict[str, Any]:
+        req = {
+            **req,
+            "id": next(self._ids),
+            "slot": slot,
+            "limits": limits.to_wire(),
+            "sweep_first": slot in self._dirty,
+        }
+        if self._crash_looping():
+            return await self._oneshot(req, limits)
+        for attempt in range(2):
+            zyg = await self._zygote(limits.site_packages, alt)
+            try:
+                resp = await asyncio.wait_for(zyg.request(req), 2 * limits.wall_s + 15)
+                self._dirty.discard(slot)
+                return resp
+            except _ZygoteDied as exc:
+                self._dirty.add(slot)
+                req = {**req, "sweep_first": True}
+                if exc.started or attempt:  # the sample may have been the cause
+                    return self._died(req)
+            except TimeoutError:
+                self._dirty.update(range(self.concurrency))
+                await zyg.kill()
+                raise SandboxError("the sandbox stopped answering; it has been restarted") from None
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _died(req: dict[str, Any]) -> dict[str, Any]:
+        msg = "the sandbox process died while this sample ran"
+        return {
+            "id": req["id"],
+            "tests": [_harness.verdict(False, "sandbox_violation", msg)] * len(req["tests"]),
+        }
+
+    async def _oneshot(self, req: dict[str, Any], limits: Limits) -> dict[str, Any]:
+        """A fresh interpreter for one request: the fallback while zygotes keep dying."""
+        zyg = _Zygote(self._argv(limits.site_packages, oneshot=True))
+        await zyg.start()
+        try:
+            return await asyncio.wait_for(
+                zyg.request({**req, "sweep_first": True}), 2 * limits.wall_s + 15
+            )
+        except _ZygoteDied:
+            return self._died(req)
+        except TimeoutError:
+            await zyg.kill()
+            raise SandboxError("a one-shot sandbox interpreter stopped answering") from None
+        finally:
+            await zyg.close()
+
+    # ---- reference outputs
+
+    async def resolve(self, spec: CasesSpec, limits: Limits | None = None) -> CasesSpec:
+        """Fill in expected values by running ``spec.reference`` (cached per spec digest).
+
+        The reference runs twice, in two zygotes (two interpreters, so two string-hash seeds:
+        set-order-dependent outputs differ); cases where it raises, returns non-data, or
+        answers differently are dropped and listed in ``dropped``.
+        """
+        if spec.resolved:
+            return spec
+        if spec.reference is None:
+            raise SpecError("reference", "cases without expected values need a reference solution")
+        key = spec.digest
+        if key in self._resolved:
+            self._resolved.move_to_end(key)
+            return self._resolved[key]
+        lock = self._resolving.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key in self._resolved:
+                return self._resolved[key]
+            limits = limits or self.limits
+            req = {
+                "op": "run",
+                "mode": "outputs",
+                "code": spec.reference,
+                "setup": spec.setup,
+                "entry_point": spec.entry_point,
+                "tests": [list(c.args) for c in spec.cases],
+            }
+            first, second = await asyncio.gather(
+                self._submit(req, limits), self._submit(req, limits, alt=True)
+            )
+            cases, dropped = [], []
+            for i, case in enumerate(spec.cases):
+                a, b = _output(first, i), _output(second, i)
+                if a is None or a != b:
+                    dropped.append(i)
+                else:
+                    cases.append(Case(args=case.args, expected=a[0]))
+            if not cases:
+                raise SpecError("reference", "the reference solution failed on every case")
+            done = CasesSpec(
+                entry_point=spec.entry_point,
+                cases=tuple(cases),
+                atol=spec.atol,
+                reference=None,
+                setup=spec.setup,
+                dropped=tuple(dropped),
+            )
+            self._resolved[key] = done
+            self._resolving.pop(key, None)
+            while len(self._resolved) > RESOLVED_CACHE:
+                self._resolved.popitem(last=False)
+            return done
+
+
+def _keep_paths(hide: tuple[str, ...], site_packages: bool) -> tuple[str, ...]:
+    """Paths under ``hide`` the zygote must still read: its interpreter and this package.
+
+    Blocking (``realpath`` stats the file system): call it in a thread.
+    """
+    wanted = {
+        os.path.realpath(sys.base_prefix),
+        os.path.realpath(os.path.dirname(__file__)),
+        os.path.realpath(os.path.dirname(sys.executable)),
+    }
+    if site_packages:
+        wanted.add(os.path.realpath(sys.prefix))
+    hidden = [os.path.realpath(h) for h in hide]
+    inside = {p for p in wanted if any(p == h or p.startswith(h + os.sep) for h in hidden)}
+    return tuple(
+        sorted(p for p in inside if not any(p.startswith(q + os.sep) for q in inside if q != p))
+    )
+
+
+def _behaviour(resp: dict[str, Any], n: int) -> tuple[str, tuple[str, ...]] | None:
+    """The verifier's behaviour record: (digest of the output vector, one digest per input)."""
+    rec = resp.get("behaviour")
+    if not isinstance(rec, dict):
+        return None
+    digest, outputs = rec.get("digest"), rec.get("outputs")
+    if not isinstance(digest, str) or not isinstance(outputs, list) or len(outputs) != n:
+        return None
+    return digest, tuple(str(o) for o in outputs)
+
+
+def _output(resp: dict[str, Any], i: int) -> tuple[Any] | None:
+    outputs = resp.get("outputs")
+    tests = resp.get("tests")
+    if not isinstance(outputs, list) or not isinstance(tests, list) or i >= len(outputs):
+        return None
+    if not tests[i].get("passed") or outputs[i] is None:
+        return None
+    return (outputs[i],)

@@ -1,0 +1,74 @@
+"""The ``firstpass check`` command: per-test output, JSON shape, exit status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOOD = "Here is my answer:\n```python\ndef f(x):\n    return x + 1\n```\n"
+BAD = "def f(x):\n    return x\n"
+
+
+def check(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "firstpass", "check", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def tests_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tests.json"
+    path.write_text(json.dumps(["assert f(1) == 2", "assert f(2) == 3"]))
+    return path
+
+
+def test_passing_code_prints_results_and_exits_zero(tmp_path: Path, tests_file: Path) -> None:
+    """A passing answer prints each test, the isolation level, and exits 0."""
+    code = tmp_path / "answer.md"
+    code.write_text(GOOD)
+    proc = check("--code", str(code), "--tests", str(tests_file))
+    assert proc.returncode == 0, proc.stderr
+    assert "test 0: PASS" in proc.stdout and "test 1: PASS" in proc.stdout
+    assert "2/2 passed" in proc.stdout and "isolation" in proc.stdout
+
+
+def test_failing_code_from_stdin_prints_json_and_exits_one(tests_file: Path) -> None:
+    """--code - reads stdin; --json prints one object with the documented keys; failure exits 1."""
+    proc = check("--code", "-", "--tests", str(tests_file), "--json", stdin=BAD)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {"passed", "n_passed", "n_total", "category", "isolation", "tests"} <= set(data)
+    assert (data["passed"], data["n_passed"], data["n_total"], data["category"]) == (
+        False,
+        0,
+        2,
+        "assertion_failed",
+    )
+    assert data["tests"][0]["message"] == "assertion failed: f(1) -> 1"
+
+
+def test_cases_spec_with_entry_point_flag(tmp_path: Path) -> None:
+    """A cases spec runs against the entry point named on the command line."""
+    spec = tmp_path / "cases.json"
+    spec.write_text(json.dumps({"cases": [{"args": [1], "expected": 2}]}))
+    proc = check("--code", "-", "--tests", str(spec), "--entry-point", "f", "--json", stdin=GOOD)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["category"] is None
+
+
+def test_malformed_spec_is_a_one_line_error_naming_the_field(tmp_path: Path) -> None:
+    """A bad spec exits 2 with a one-line message that names the field."""
+    spec = tmp_path / "bad.json"
+    spec.write_text(json.dumps({"asserts": ["assert f(1) == 2", 7]}))
+    proc = check("--code", "-", "--tests", str(spec), stdin=GOOD)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "firstpass check: asserts[1]: must be a string, not int"
+    assert "Traceback" not in proc.stderr
