@@ -15,6 +15,7 @@ PACKAGES = [
     "firstpass.sandbox",
     "firstpass.providers",
     "firstpass.policy",
+    "firstpass.probe",
     "firstpass.pipeline",
     "firstpass.receipts",
     "firstpass.server",

@@ -48,7 +48,17 @@ def public_dict(config: Config) -> dict[str, Any]:
             "providers": providers,
             "routes": [dataclasses.asdict(r) for r in config.routes],
             "prices": {k: dataclasses.asdict(v) for k, v in config.prices.items()},
-            "elastic": None if config.elastic is None else dataclasses.asdict(config.elastic),
+            "elastic": None if config.elastic is None else _elastic(config),
         }
     )
+    return body
+
+
+def _elastic(config: Config) -> dict[str, Any]:
+    """The elastic block; keys added later are left out at their defaults, so a config that does
+    not use them keeps the digest it had before they existed (receipts stay comparable)."""
+    assert config.elastic is not None
+    body = dataclasses.asdict(config.elastic)
+    if body["score"] == "pass_share":
+        del body["score"]
     return body

@@ -20,8 +20,11 @@ from firstpass.errors import ConfigError
 #: where the block lives, for key paths (the TOML key "lambda" is ``ElasticConfig.lambda_``)
 ELASTIC_PATH = "escalation.elastic"
 _ELASTIC_KEYS = (
-    "k", "lambda", "escalate_at", "mode", "calibration", "alpha", "delta", "max_gate_candidates"
+    "k", "lambda", "escalate_at", "mode", "calibration", "alpha", "delta", "max_gate_candidates",
+    "score",
 )  # fmt: skip
+#: the probe scores (``firstpass.policy.SCORES``; repeated here so config stays policy-free)
+SCORES = ("pass_share", "agreement", "unanimous_agreement")
 
 
 def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfig | None:
@@ -63,6 +66,7 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
         alpha=values["alpha"],
         delta=values["delta"],
         max_gate_candidates=f.get_int(table, "max_gate_candidates", p, 1, lo=1, hi=k),
+        score=f.get_choice(table, "score", p, SCORES, "pass_share"),
     )
 
 

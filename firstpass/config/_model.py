@@ -21,6 +21,7 @@ ProviderKind = Literal["openai", "replay"]
 OnExhausted = Literal["unverified", "error"]
 WithoutChecks = Literal["passthrough", "reject", "route_checks"]
 ElasticMode = Literal["shadow", "enforce"]
+ProbeScore = Literal["pass_share", "agreement", "unanimous_agreement"]
 
 #: the ``models`` entry that matches any requested model
 ANY_MODEL = "*"
@@ -155,7 +156,8 @@ class ElasticConfig:
     """The elastic policy (``[escalation.elastic]``); absent from the file → the plain cascade.
 
     ``calibration_id``, ``alpha`` and ``delta`` come from the calibration JSON when it exists, so
-    receipts can name where λ came from.
+    receipts can name where λ came from. ``score`` is the probe score compared with λ
+    (``firstpass.policy.SCORES``); anything but ``pass_share`` also runs the probe inputs.
     """
 
     k: int = 5
@@ -167,6 +169,7 @@ class ElasticConfig:
     alpha: float | None = None
     delta: float | None = None
     max_gate_candidates: int = 1
+    score: ProbeScore = "pass_share"
 
 
 @dataclass(frozen=True, kw_only=True)

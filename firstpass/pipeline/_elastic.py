@@ -9,6 +9,12 @@ probe sample 0 (the k samples are drawn i.i.d., so sample 0 is distributed exact
 cascade call, and the call is saved). Whatever elastic would have done, the gate runs on the
 candidate it would have served, so every shadow receipt carries the label calibration learns from.
 
+With a behavioural score (``score = "agreement"`` or ``"unanimous_agreement"``) the probe also
+calls each sample's entry point on the probe inputs (``firstpass.probe``), in the same sandbox
+process as its visible tests; samples with identical outputs form a cluster, and the candidate
+comes from the largest one. With the default ``pass_share`` nothing extra runs and the receipt
+is what it always was.
+
 The decisions themselves are the pure functions of ``firstpass.policy``.
 """
 
@@ -27,11 +33,15 @@ from firstpass.policy import (
     Attempt,
     CheckSummary,
     Regime,
+    behaviour_keys,
     candidate_order,
+    cluster_sizes,
     counterfactual_action,
     needs_gate,
+    probe_scores,
     regime_for,
 )
+from firstpass.probe import ProbeInputs, cached_probe_inputs
 
 __all__ = ["ElasticMixin", "Probe"]
 
@@ -50,6 +60,11 @@ class Probe:
     order: tuple[int, ...]  # passing samples, best candidate first
     cost_usd: float
     calls: int
+    score_name: str = "pass_share"
+    # behavioural scores only (None with the default pass_share: the receipt stays as it was)
+    scores: dict[str, float] | None = None
+    clusters: tuple[int, ...] = ()
+    inputs: ProbeInputs | None = None
 
     @property
     def candidate(self) -> int:
@@ -61,7 +76,31 @@ class Probe:
             key=lambda i: (_share(self.visible[i]), -i),
         )
 
+    @property
+    def score(self) -> float:
+        """The value compared with λ: the configured score of this probe."""
+        if self.scores is None:
+            return self.pass_count / self.k
+        return self.scores[self.score_name]
+
     def record(self, *, lam: float, escalate_at: int, elastic: Any) -> dict[str, Any]:
+        samples = [
+            {"n_passed": r.n_passed, "n_total": r.n_total, "category": r.category}
+            for r in self.visible
+        ]
+        behavioural: dict[str, Any] = {}
+        if self.scores is not None:
+            for row, result in zip(samples, self.visible, strict=True):
+                row["behaviour"] = getattr(result, "behaviour", None)
+            behavioural = {
+                "scores": dict(self.scores),
+                "g": self.clusters[0] if self.clusters else 0,
+                "clusters": list(self.clusters),
+                "probe_inputs": len(self.inputs) if self.inputs is not None else 0,
+                "probe_inputs_from_request": (
+                    self.inputs.from_request if self.inputs is not None else 0
+                ),
+            }
         return {
             "rung": self.rung_index,
             "provider": self.rung.provider,
@@ -69,11 +108,9 @@ class Probe:
             "k": self.k,
             "pass_count": self.pass_count,
             "regime": self.regime,
-            "score": {"name": "pass_share", "value": self.pass_count / self.k},
-            "samples": [
-                {"n_passed": r.n_passed, "n_total": r.n_total, "category": r.category}
-                for r in self.visible
-            ],
+            "score": {"name": self.score_name, "value": self.score},
+            **behavioural,
+            "samples": samples,
             "candidate": self.candidate,
             "lambda": lam,
             "escalate_at": escalate_at,
@@ -134,16 +171,33 @@ class ElasticMixin:
         if completion is None:
             return None, error
         texts = list(completion.texts[:k])
+        score_name = getattr(elastic, "score", "pass_share")
+        behavioural = score_name != "pass_share"
+        # mutation is pure CPU (about a millisecond): off the event loop
+        inputs = await asyncio.to_thread(self._probe_inputs, req) if behavioural else None
         t0 = time.perf_counter()
-        results = await self.sandbox.run_many(texts, req.checks.visible)
+        if inputs:  # outputs on the probe inputs, recorded in the visible tests' process
+            results = await self.sandbox.run_many(texts, req.checks.visible, probe=inputs)
+        else:
+            results = await self.sandbox.run_many(texts, req.checks.visible)
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
         for i, result in enumerate(results):
             req.trace.check(rung_index=index, sample=i, kind="visible", result=result)
         passed = [bool(r.passed) for r in results]
         c = sum(passed)
-        # behaviour key: the sandbox's output digest when it gives one, else the code's hash
-        keys = [getattr(r, "behaviour", None) or r.code_sha256 for r in results]
-        regime = regime_for(c, k, lam=elastic.lambda_, escalate_at=elastic.escalate_at)
+        if behavioural:
+            # no probe input: every output vector is the empty one, so all passing samples agree
+            keys = behaviour_keys(
+                [getattr(r, "behaviour", None) for r in results], len(inputs) if inputs else 0
+            )
+            all_scores: dict[str, float] = {n: v for n, v in probe_scores(passed, keys).items()}
+            scores: dict[str, float] | None = all_scores
+            value = all_scores[score_name]
+        else:
+            # behaviour key: the sandbox's output digest when it gives one, else the code's hash
+            keys = [getattr(r, "behaviour", None) or r.code_sha256 for r in results]
+            scores, value = None, None
+        regime = regime_for(c, k, lam=elastic.lambda_, escalate_at=elastic.escalate_at, score=value)
         req.trace.step(f"regime:{regime}:{c}/{k}")
         cost = req.trace.upstream_calls[-1]["cost_usd"]
         probe = Probe(
@@ -160,8 +214,18 @@ class ElasticMixin:
             order=tuple(candidate_order(passed, keys)),
             cost_usd=cost,
             calls=completion.calls,
+            score_name=score_name,
+            scores=scores,
+            clusters=cluster_sizes(passed, keys) if behavioural else (),
+            inputs=inputs,
         )
         return probe, None
+
+    def _probe_inputs(self, req: RunRequest) -> ProbeInputs | None:
+        """Generated from the visible tests (never the hidden ones), plus the request's own."""
+        return cached_probe_inputs(
+            req.checks.visible, extra=req.checks.probe_inputs
+        )
 
     async def _gate(self, req: RunRequest, probe: Probe, sample: int, purpose: str | None) -> Any:
         t0 = time.perf_counter()

@@ -21,6 +21,9 @@ class Checks:
     hidden: Any | None = None
     n_visible: int = 0
     n_hidden: int = 0
+    #: the request's own probe inputs (``firstpass.probe_inputs``): one plain-JSON argument list
+    #: per call of the entry point, run for behavioural agreement and never judged
+    probe_inputs: tuple[tuple[Any, ...], ...] = ()
 
     @property
     def any(self) -> bool:

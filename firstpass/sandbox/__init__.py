@@ -3,6 +3,7 @@
 See docs/sandbox.md for what is isolated, the spec shape and the threat model.
 """
 
+from ._codec import NonData, WireError, from_json, from_wire, to_wire
 from ._extract import Extraction, extract_code
 from ._limits import Limits
 from ._result import CATEGORIES, SampleResult, TestResult
@@ -16,10 +17,15 @@ __all__ = [
     "CasesSpec",
     "Extraction",
     "Limits",
+    "NonData",
     "SampleResult",
     "Sandbox",
     "TestResult",
     "TestSpec",
+    "WireError",
     "extract_code",
+    "from_json",
+    "from_wire",
     "parse_spec",
+    "to_wire",
 ]

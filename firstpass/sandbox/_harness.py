@@ -511,8 +511,9 @@ def run_worker(fd: int, job: dict[str, Any]) -> None:
 def _run_probe(job: dict[str, Any], ns: dict[str, Any]) -> list[dict[str, Any]]:
     """Call the entry point on every probe input, each under its own timer; record, never judge.
 
-    Each output is ``{"v": wire value}`` or ``{"e": what went wrong}`` (the exception's type
-    name, ``timeout``, ``nondata``). Arguments are decoded afresh for each call, so a sample
+    Each output is ``{"v": wire value}``, ``{"h": sha256 hex}`` for one whose JSON is longer
+    than ``PROBE_OUTPUT_CAP``, or ``{"e": what went wrong}`` (the exception's type name,
+    ``timeout``, ``nondata``). Arguments are decoded afresh for each call, so a sample
     that mutates its inputs changes nothing for the next call. Runs after every test record
     was sent: nothing here can change a test's verdict.
     """
@@ -526,8 +527,12 @@ def _run_probe(job: dict[str, Any], ns: dict[str, Any]) -> list[dict[str, Any]]:
         try:
             signal.setitimer(signal.ITIMER_REAL, budget)
             value = _codec.to_wire(fn(*_codec.from_wire(args)))
+            text = json.dumps(value, separators=(",", ":"), sort_keys=True)
             signal.setitimer(signal.ITIMER_REAL, 0)
-            outs.append({"v": value})
+            if len(text) > PROBE_OUTPUT_CAP:  # keeps the record small: the channel has a cap
+                outs.append({"h": hashlib.sha256(text.encode()).hexdigest()})
+            else:
+                outs.append({"v": value})
         except BaseException as exc:  # the sample's failure on this input is its behaviour
             signal.setitimer(signal.ITIMER_REAL, 0)
             if isinstance(exc, _TestTimeout):
@@ -545,6 +550,8 @@ def _run_probe(job: dict[str, Any], ns: dict[str, Any]) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------- behaviour
 
+#: a probe output longer than this (JSON characters) travels as its SHA-256 only
+PROBE_OUTPUT_CAP = 64 << 10
 #: significant digits floats are compared to (sum order must not split a cluster)
 FLOAT_DIGITS = 12
 #: what a probe output that never arrived counts as
@@ -560,6 +567,11 @@ def canonical_output(item: Any) -> Any:
         raise ValueError("probe output is not an object")
     if "v" in item:
         return _canon(item["v"], 0)
+    if "h" in item:
+        digest = item["h"]
+        if type(digest) is not str or len(digest) != 64:
+            raise ValueError("malformed probe output digest")
+        return {"$h": digest}
     err = item.get("e")
     if type(err) is not str or not err or len(err) > 100:
         raise ValueError("malformed probe error")

@@ -66,7 +66,7 @@ class SampleResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data with exactly the fields above (the behaviour ones only when set)."""
-        out = {
+        out: dict[str, Any] = {
             "passed": self.passed,
             "n_passed": self.n_passed,
             "n_total": self.n_total,

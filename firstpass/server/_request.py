@@ -15,13 +15,16 @@ from firstpass.errors import RequestError, SpecError
 from firstpass.pipeline import Checks
 from firstpass.providers import message_text, prompt_sha256
 
-__all__ = ["MODES", "ChatRequest", "parse_chat_body"]
+__all__ = ["MAX_PROBE_INPUTS", "MODES", "ChatRequest", "parse_chat_body"]
 
 #: request modes: the plain cascade, the elastic policy in shadow or enforce, or no checks at all
 MODES = ("cascade", "shadow", "enforce", "passthrough")
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _FIRSTPASS_KEYS = frozenset({"tests", "setup", "entry_point", "mode", "task_id", "probe_inputs"})
+#: at most this many request-supplied probe inputs, nested at most this deep
+MAX_PROBE_INPUTS = 64
+_MAX_PROBE_DEPTH = 32
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -107,9 +110,44 @@ def _parse_checks(fp: Mapping[str, Any], parse_spec: Any) -> Checks:
     return Checks(
         visible=specs["visible"],
         hidden=specs["hidden"],
+        probe_inputs=_probe_inputs(fp.get("probe_inputs")),
         n_visible=_count(specs["visible"]),
         n_hidden=_count(specs["hidden"]),
     )
+
+
+def _probe_inputs(raw: Any) -> tuple[tuple[Any, ...], ...]:
+    """``firstpass.probe_inputs``: a list of argument lists (``[[1, 2], [[3], "x"]]``)."""
+    if raw is None:
+        return ()
+    where = "firstpass.probe_inputs"
+    if not isinstance(raw, list):
+        raise _bad(where, "expected an array of argument arrays, e.g. [[1, 2], [3, 4]]")
+    if len(raw) > MAX_PROBE_INPUTS:
+        raise _bad(where, f"at most {MAX_PROBE_INPUTS} inputs, got {len(raw)}")
+    out = []
+    for i, args in enumerate(raw):
+        if not isinstance(args, list):
+            raise _bad(f"{where}[{i}]", "expected an array of positional arguments")
+        if _depth(args) > _MAX_PROBE_DEPTH:
+            raise _bad(f"{where}[{i}]", f"nested more than {_MAX_PROBE_DEPTH} levels deep")
+        out.append(tuple(args))
+    return tuple(out)
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of JSON data, without recursion (a hostile body cannot blow the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > _MAX_PROBE_DEPTH:
+            break
+        if isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+    return deepest
 
 
 def _count(spec: Any) -> int:
