@@ -6,7 +6,15 @@ at concurrency 1 and 32. Each of stub, proxy and load generator is its own proce
 production; the stub answers in 0 ms. Prints medians and p99, the added latency (proxy minus
 direct, same path and concurrency) and throughput, and writes benchmarks/results/overhead.md.
 
-    python -m benchmarks.overhead [--requests 3000] [--verified-requests 300]
+Beside ours, in the same run, the peer proxy from PyPI (``firstpass==0.9.0``: an unrelated Rust
+package with the same name) in its own venv: ``FIRSTPASS_MODE=observe`` for pass-through, and
+``enforce`` with a subprocess gate running the same visible assert and 10 cases for the verified
+path. If it cannot be installed or started, the peer is skipped with a message.
+
+    python -m benchmarks.overhead [--requests 3000] [--verified-requests 300] [--no-peer]
+                                  [--workers N]
+
+``--workers N`` runs the proxy with ``[server] workers = N`` (N processes on one port).
 """
 
 from __future__ import annotations
@@ -61,14 +69,16 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{url} did not become ready in {timeout} s")
 
 
-def write_config(tmp: Path, stub_port: int, proxy_port: int) -> Path:
+def write_config(tmp: Path, stub_port: int, proxy_port: int, workers: int = 1) -> Path:
     cfg = tmp / "firstpass.toml"
+    workers_line = f"workers = {workers}" if workers > 1 else ""
     cfg.write_text(
         f"""
 [server]
 host = "127.0.0.1"
 port = {proxy_port}
 max_concurrency = 4096
+{workers_line}
 
 [receipts]
 path = "{tmp / "receipts.jsonl"}"
@@ -96,12 +106,114 @@ output_per_mtok = 0.4
     return cfg
 
 
+#: the peer proxy's venv (made on first use) and the version compared against
+PEER_VENV = Path(os.environ.get("FIRSTPASS_PEER_VENV", "/tmp/firstpass-peer-venv"))
+PEER_VERSION = "0.9.0"
+
+#: the peer's gate: a subprocess reading {"candidate": ...} on stdin, running the same checks as
+#: our verified path (the visible assert and the 10 cases), in its own process, no sandbox
+PEER_GATE = r"""
+import json, re, sys
+data = json.load(sys.stdin)
+text = data.get("candidate") or ""
+m = re.search(r"```(?:python)?\n(.*?)```", text, re.S)
+code = m.group(1) if m else text
+ns = {}
+passed = total = 0
+try:
+    exec(code, ns)
+    total = 11
+    try:
+        assert ns["add"](1, 2) == 3
+        passed += 1
+    except Exception:
+        pass
+    for i in range(10):
+        try:
+            passed += ns["add"](i, 2 * i) == 3 * i
+        except Exception:
+            pass
+except Exception:
+    total = 11
+print(json.dumps({"verdict": "pass" if passed == total else "fail", "score": passed / total}))
+"""
+
+
+def peer_binary(venv: Path = PEER_VENV) -> tuple[Path | None, str]:
+    """The peer's ``firstpass`` executable, installing it into ``venv`` if needed (blocking)."""
+    exe = venv / "bin" / "firstpass"
+    if exe.exists():
+        return exe, "found"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"firstpass=={PEER_VERSION}"],
+                       check=True, capture_output=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        return None, f"pip install firstpass=={PEER_VERSION} failed: {exc} {detail.decode(errors='replace')[-300:]}"
+    return (exe, "installed") if exe.exists() else (None, f"no {exe} after installing")
+
+
+def write_peer_config(tmp: Path, stub_port: int, mode: str) -> Path:
+    """The peer's TOML: the stub as an OpenAI-dialect provider, one rung, our checks as its gate."""
+    gate = tmp / "peer_gate.py"
+    gate.write_text(PEER_GATE)
+    cfg = tmp / f"peer-{mode}.toml"
+    gates = '["tests"]' if mode == "enforce" else "[]"
+    cfg.write_text(
+        f"""
+[[provider]]
+id       = "stub"
+dialect  = "openai"
+base_url = "http://127.0.0.1:{stub_port}"
+
+[[route]]
+match  = {{}}
+mode   = "{mode}"
+ladder = ["stub/m"]
+gates  = {gates}
+
+[[gate]]
+id  = "tests"
+cmd = ["{sys.executable}", "-I", "{gate}"]
+
+[[price]]
+model = "stub/m"
+input_per_mtok = 0.1
+output_per_mtok = 0.4
+"""
+    )
+    return cfg
+
+
+def start_peer(exe: Path, tmp: Path, stub_port: int, mode: str, port: int) -> subprocess.Popen[bytes]:
+    """``firstpass up`` of the peer in ``mode`` (observe = pass-through, enforce = gated)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
+    env.update(
+        FIRSTPASS_MODE=mode,
+        FIRSTPASS_BIND=f"127.0.0.1:{port}",
+        FIRSTPASS_CONFIG=str(write_peer_config(tmp, stub_port, mode)),
+        FIRSTPASS_DB=str(tmp / f"peer-{mode}.db"),
+        FIRSTPASS_UPSTREAM_OPENAI=f"http://127.0.0.1:{stub_port}",
+        FIRSTPASS_PROMPT_SALT="overhead-benchmark",
+        RUST_LOG="error",
+    )
+    return subprocess.Popen([str(exe), "up"], cwd=tmp, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def fmt(r: LoadResult) -> str:
     return f"p50 {r.p50:7.3f} ms  p99 {r.pct(99):7.3f} ms  {r.rps:8.0f} req/s  (n={r.n})"
 
 
 async def measure(
-    direct: str, proxy: str, *, requests: int, verified_requests: int
+    direct: str,
+    proxy: str,
+    *,
+    requests: int,
+    verified_requests: int,
+    peer: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     plain = {"model": "bench", "messages": [{"role": "user", "content": "write add(a, b)"}]}
     verified = {**plain, "firstpass": CHECKS}
@@ -114,12 +226,18 @@ async def measure(
             d = await run_load(direct, plain, concurrency=conc, requests=n)
             p = await run_load(proxy, body, concurrency=conc, requests=n)
             bad = {s: c for s, c in p.statuses.items() if s != 200}
+            q = None
+            if peer is not None:
+                q = await run_load(peer[path], plain, concurrency=conc, requests=n,
+                                   headers={"Authorization": "Bearer benchmark"})
+                bad.update({f"peer {s}": c for s, c in q.statuses.items() if s != 200})
             rows.append(
                 {
                     "path": path,
                     "concurrency": conc,
                     "direct": d,
                     "proxy": p,
+                    "peer": q,
                     "added_p50": p.p50 - d.p50,
                     "added_p99": p.pct(99) - d.pct(99),
                     "errors": bad,
@@ -130,17 +248,22 @@ async def measure(
                 f"{'':<12} {'':<5} proxy  {fmt(p)}   added p50 {p.p50 - d.p50:+.3f} ms"
                 f"{'  ERRORS ' + str(bad) if bad else ''}"
             )
+            if q is not None:
+                print(f"{'':<12} {'':<5} peer   {fmt(q)}   added p50 {q.p50 - d.p50:+.3f} ms")
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], argv: list[str]) -> str:
+def markdown(
+    rows: list[dict[str, Any]], argv: list[str], peer_note: str = "", workers: int = 1
+) -> str:
+    proxy = "`firstpass serve` (uvloop" + (f", {workers} workers)" if workers > 1 else ")")
     lines = [
         "# Proxy overhead",
         "",
         f"- command: `python -m benchmarks.overhead {' '.join(argv)}`",
         f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}",
-        "- stub upstream: 0 ms, separate process; proxy: `firstpass serve` (uvloop), receipts on (fsync batch)",
+        f"- stub upstream: 0 ms, separate process; proxy: {proxy}, receipts on (fsync batch)",
         "",
         "| path | concurrency | direct p50 ms | proxy p50 ms | added p50 ms | direct p99 ms | proxy p99 ms | added p99 ms | proxy req/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -155,6 +278,36 @@ def markdown(rows: list[dict[str, Any]], argv: list[str]) -> str:
     lines.append(
         "The verified path runs one visible assert and a 10-case gate in the sandbox per request."
     )
+    lines += ["", f"## Peer: `firstpass=={PEER_VERSION}` from PyPI (Rust, unrelated project)", ""]
+    if not any(r.get("peer") for r in rows):
+        lines.append(f"Skipped: {peer_note or 'not run (--no-peer)'}.")
+        return "\n".join(lines) + "\n"
+    lines += [
+        f"{peer_note}. Same stub, same load generator, measured right after ours in the same run. "
+        "Pass-through = its `FIRSTPASS_MODE=observe`; verified = `enforce` with one subprocess "
+        "gate (`cmd`) running the same visible assert and 10 cases in a fresh Python process, "
+        "without a sandbox (ours runs them isolated in the sandbox).",
+        "",
+        "| path | concurrency | ours added p50 ms | peer added p50 ms | ours/peer p50 | "
+        "ours added p99 ms | peer added p99 ms | ours req/s | peer req/s | ours/peer req/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        d, p, q = r["direct"], r["proxy"], r.get("peer")
+        if q is None:
+            continue
+        qa50, qa99 = q.p50 - d.p50, q.pct(99) - d.pct(99)
+        ratio = f"{r['added_p50'] / qa50:.2f}" if qa50 > 0 else "-"
+        lines.append(
+            f"| {r['path']} | {r['concurrency']} | {r['added_p50']:+.3f} | {qa50:+.3f} | {ratio} | "
+            f"{r['added_p99']:+.3f} | {qa99:+.3f} | {p.rps:.0f} | {q.rps:.0f} | "
+            f"{p.rps / q.rps:.2f} |"
+        )
+    lines.append("")
+    lines.append(
+        "ours/peer p50 is the ratio of added latencies (below 1: ours adds less); "
+        "ours/peer req/s is the throughput ratio (above 1: ours serves more)."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -165,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         "--verified-requests", type=int, default=300, help="per verified measurement"
     )
     parser.add_argument("--no-write", action="store_true", help="do not write results/overhead.md")
+    parser.add_argument("--no-peer", action="store_true", help=f"skip the peer firstpass=={PEER_VERSION}")
+    parser.add_argument("--workers", type=int, default=1, help="[server] workers of the proxy")
     args = parser.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
 
@@ -191,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                     env=env,
                 )
             )
-            cfg = write_config(Path(tmp), stub_port, proxy_port)
+            cfg = write_config(Path(tmp), stub_port, proxy_port, args.workers)
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "firstpass", "serve", "--config", str(cfg)],
@@ -200,7 +355,29 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             wait_ready(f"http://127.0.0.1:{stub_port}/v1/models")
-            wait_ready(f"http://127.0.0.1:{proxy_port}/readyz")
+            for _ in range(4 * args.workers):  # each new connection may reach another worker
+                wait_ready(f"http://127.0.0.1:{proxy_port}/readyz")
+            peer: dict[str, str] | None = None
+            peer_note = "not run (--no-peer)"
+            if not args.no_peer:
+                exe, how = peer_binary()
+                if exe is None:
+                    peer_note = how
+                    print(f"peer skipped: {how}", file=sys.stderr)
+                else:
+                    ports = {"observe": free_port(), "enforce": free_port()}
+                    try:
+                        for mode, port in ports.items():
+                            procs.append(start_peer(exe, Path(tmp), stub_port, mode, port))
+                            wait_ready(f"http://127.0.0.1:{port}/healthz")
+                        peer = {
+                            "pass-through": f"http://127.0.0.1:{ports['observe']}/v1/chat/completions",
+                            "verified": f"http://127.0.0.1:{ports['enforce']}/v1/chat/completions",
+                        }
+                        peer_note = f"peer {exe} ({how})"
+                    except (OSError, RuntimeError) as exc:
+                        peer_note = f"the peer did not start: {exc}"
+                        print(f"peer skipped: {peer_note}", file=sys.stderr)
             try:
                 import uvloop
 
@@ -213,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"http://127.0.0.1:{proxy_port}/v1/chat/completions",
                     requests=args.requests,
                     verified_requests=args.verified_requests,
+                    peer=peer,
                 )
             )
         finally:
@@ -223,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-    md = markdown(rows, argv)
+    md = markdown(rows, argv, peer_note, args.workers)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / "overhead.md").write_text(md)

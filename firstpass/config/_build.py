@@ -37,7 +37,8 @@ from firstpass.errors import ConfigError
 
 _TOP_KEYS = ("server", "sandbox", "receipts", "provider", "route", "price", "escalation")
 _SERVER_KEYS = (
-    "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s"
+    "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s",
+    "workers",
 )  # fmt: skip
 _SANDBOX_KEYS = ("concurrency", "wall_s", "cpu_s", "memory_mb", "site_packages")
 _RECEIPTS_KEYS = ("path", "fsync", "store_content", "queue_size")
@@ -117,6 +118,7 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
         client_keys=keys,
         debug=f.get_bool(table, "debug", p, False),
         keepalive_s=f.get_float(table, "keepalive_s", p, 5.0, lo=0.0, lo_open=True),
+        workers=f.get_int(table, "workers", p, 1, lo=1, hi=64),
     )
 
 

@@ -41,6 +41,7 @@ class ServerConfig:
     client_keys: frozenset[str] = field(default=frozenset(), repr=False)
     debug: bool = False
     keepalive_s: float = 5.0
+    workers: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +171,9 @@ class ElasticConfig:
     delta: float | None = None
     max_gate_candidates: int = 1
     score: ProbeScore = "pass_share"
+    #: the cited calibration certified no λ and none was set: λ = 1 stands in, and the policy
+    #: may only run in shadow mode (enforcing it would skip the gate without a guarantee)
+    uncertified: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -261,9 +261,9 @@ class Pipeline(ElasticMixin):
         self, req: RunRequest, rung_index: int, rung: Rung, *, purpose: str, n: int
     ) -> tuple[Any, UpstreamError | None]:
         provider = self.providers[rung.provider]
-        body = dict(req.body)
+        body = req.body  # providers copy what they send; copy here only to add a field
         if "temperature" not in body and req.mode != "passthrough":
-            body["temperature"] = req.route.temperature
+            body = {**body, "temperature": req.route.temperature}
         t0 = time.perf_counter()
         try:
             completion = await provider.complete(rung.model, body, n=n, request_key=req.task_id)

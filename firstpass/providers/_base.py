@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["Completion", "Provider", "merge_completions"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Completion:
     """The choices of one logical upstream request, however many HTTP calls it took.
 

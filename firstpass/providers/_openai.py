@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import structlog
+from multidict import CIMultiDict
+from yarl import URL
 
 from firstpass.errors import ConfigError, UpstreamError, UpstreamTimeout
 from firstpass.providers._base import Completion, merge_completions
@@ -144,8 +146,12 @@ class OpenAIProvider:
         if cfg.max_concurrency < 1:
             raise ConfigError("provider.max_concurrency", f"provider {cfg.id!r}: must be >= 1")
         self._cfg = cfg
-        self._url = cfg.base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        # parsed once: aiohttp re-parses a str URL on every request
+        self._url = URL(cfg.base_url.rstrip("/") + "/chat/completions")
+        # a ready multidict: aiohttp would build one from a plain dict on every request
+        self._headers: CIMultiDict[str] = CIMultiDict(
+            {"Content-Type": "application/json", "Accept": "application/json"}
+        )
         if cfg.api_key:
             self._headers["Authorization"] = f"Bearer {cfg.api_key}"
         self._timeout = aiohttp.ClientTimeout(
@@ -204,10 +210,10 @@ class OpenAIProvider:
             await self.start()
         started = time.perf_counter()
         if n == 1 or self.honours_n:
-            first = await self._call(model, body, n)
+            first = await self._call(model, body, n, started=started)
             missing = n - first.n
             if missing <= 0:
-                return replace(first, latency_ms=(time.perf_counter() - started) * 1000.0)
+                return first  # its latency is already counted from ``started``
             log.warning(
                 "upstream returned fewer choices than asked; topping up",
                 provider=self.id,
@@ -224,17 +230,22 @@ class OpenAIProvider:
         parts = await _gather_all([self._call(model, body, 1) for _ in range(n)])
         return merge_completions(parts, latency_ms=(time.perf_counter() - started) * 1000.0)
 
-    async def _call(self, model: str, body: Mapping[str, Any], n: int) -> Completion:
-        """One logical HTTP call asking for ``n`` choices, retried per the policy."""
+    async def _call(
+        self, model: str, body: Mapping[str, Any], n: int, *, started: float | None = None
+    ) -> Completion:
+        """One logical HTTP call asking for ``n`` choices, retried per the policy.
+
+        Its ``latency_ms`` runs from ``started`` (default: now), retries included.
+        """
+        if started is None:
+            started = time.perf_counter()
         data = json.dumps(upstream_body(model, body, n), ensure_ascii=False).encode("utf-8")
-        started = time.perf_counter()
         attempt = 0
         while True:
             attempt += 1
-            outcome = await self._attempt(data, model, n, attempt)
+            outcome = await self._attempt(data, model, n, attempt, started)
             if isinstance(outcome, Completion):
-                latency_ms = (time.perf_counter() - started) * 1000.0
-                return replace(outcome, latency_ms=latency_ms)
+                return outcome
             if attempt >= self._policy.max_attempts:
                 break
             delay = self._policy.delay_s(
@@ -260,9 +271,12 @@ class OpenAIProvider:
         ) from outcome.cause
 
     async def _attempt(
-        self, data: bytes, model: str, n: int, attempt: int
+        self, data: bytes, model: str, n: int, attempt: int, started: float
     ) -> Completion | _Failure:
-        """One HTTP attempt: the completion, a retryable failure, or a raised non-retryable one."""
+        """One HTTP attempt: the completion, a retryable failure, or a raised non-retryable one.
+
+        ``started`` is when the logical call began: a completion's latency counts from there.
+        """
         try:
             async with self._semaphore:
                 status, headers, raw = await self._post(data)
@@ -292,7 +306,7 @@ class OpenAIProvider:
                 finish_reasons=tuple(reasons),
                 input_tokens=tokens_in,
                 output_tokens=tokens_out,
-                latency_ms=0.0,  # set by the caller, retries included
+                latency_ms=(time.perf_counter() - started) * 1000.0,  # retries included
                 attempts=attempt,
                 status=status,
                 calls=1,

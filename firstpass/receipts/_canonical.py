@@ -47,7 +47,8 @@ def sha256_text(text: str) -> str:
 
 def canonical_bytes(obj: Any) -> bytes:
     """The canonical JSON of ``obj`` as UTF-8 bytes; ``ReceiptError`` if it has none."""
-    _check_keys(obj, "$")
+    if not _keys_are_strings(obj):
+        _check_keys(obj, "$")
     try:
         return _ENCODER.encode(obj).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
@@ -105,7 +106,8 @@ def encode_record(record: Mapping[str, Any]) -> EncodedRecord:
     for key in CHAIN_KEYS:
         if key in record:
             raise ReceiptError(f"receipt {receipt_id}: {key!r} is added by the writer; remove it")
-    _check_keys(record, "$")
+    if not _keys_are_strings(record):
+        _check_keys(record, "$")
     try:
         data = _ENCODER.encode(
             {**record, "hash": _HASH_PLACEHOLDER, "prev_hash": _PREV_PLACEHOLDER}
@@ -119,6 +121,33 @@ def encode_record(record: Mapping[str, Any]) -> EncodedRecord:
         prev_at=data.index(_PREV_SLOT) + len(_PREV_SLOT) - HASH_LEN - 1,
         hash_at=data.index(_HASH_SLOT) + len(_HASH_SLOT) - HASH_LEN - 1,
     )
+
+
+def _keys_are_strings(obj: Any) -> bool:
+    """Whether every object key anywhere in ``obj`` is a ``str``: the fast check of every write.
+
+    Leaves (the common case) are recognised by exact type with one set lookup; only containers
+    are descended into. ``_check_keys`` re-walks with paths to name the culprit when this fails.
+    """
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if type(key) is not str:
+                return False
+            if (
+                type(value) not in _LEAVES
+                and isinstance(value, _CONTAINERS)
+                and not _keys_are_strings(value)
+            ):
+                return False
+    elif isinstance(obj, list | tuple):
+        for value in obj:
+            if (
+                type(value) not in _LEAVES
+                and isinstance(value, _CONTAINERS)
+                and not _keys_are_strings(value)
+            ):
+                return False
+    return True
 
 
 def _check_keys(obj: Any, path: str) -> None:
@@ -138,3 +167,4 @@ def _check_keys(obj: Any, path: str) -> None:
 
 
 _CONTAINERS = (dict, list, tuple)
+_LEAVES = frozenset({str, int, float, bool, type(None)})

@@ -2,9 +2,10 @@
 
 ``write()`` validates and encodes the record on the caller's side (so a bad value raises at the
 call site), puts it on a bounded ``asyncio.Queue`` and returns: the request never waits for disk.
-One task takes records off the queue in order and hands each batch to a single dedicated thread,
-which links the records into the chain, writes the batch with one ``os.write`` and fsyncs it by
-policy. The event loop never touches the file.
+One task takes records off the queue in order and hands each batch (what arrived within
+``LINGER_S`` of its first record) to a single dedicated thread, which links the records into the
+chain, writes the batch with one ``os.write`` and fsyncs it by policy. The event loop never
+touches the file.
 
 Ordering is the order ``write()`` was called: when the queue is full, callers wait in line
 (FIFO, behind an ``asyncio.Lock``) and newcomers queue behind them instead of overtaking.
@@ -34,6 +35,12 @@ FsyncPolicy = Literal["batch", "always", "never"]
 FSYNC_INTERVAL_S = 1.0
 _MAX_BATCH_RECORDS = 256
 _MAX_BATCH_BYTES = 1 << 20
+
+#: how long the writer waits after a record that found the queue empty, so the batch it hands to
+#: the thread carries the records of concurrent requests too: each hand-over costs a thread
+#: wake-up, a loop wake-up and GIL traffic, and measured, fewer of them cut the proxy's CPU per
+#: request by about a tenth under load. Nothing waits on it: ``write()`` has already returned.
+LINGER_S = 0.002
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,6 +252,8 @@ class ReceiptWriter:
             first = await self._next_item(loop)
             if first is None:
                 continue
+            if isinstance(first, EncodedRecord) and queue.empty():
+                await asyncio.sleep(LINGER_S)  # a batch opened by flush()/close() does not wait
             items = [first]
             size = first.size if isinstance(first, EncodedRecord) else 0
             while not queue.empty() and len(items) < _MAX_BATCH_RECORDS and size < _MAX_BATCH_BYTES:
