@@ -804,3 +804,28 @@ def test_the_public_names_are_exactly_those_exported() -> None:
                  "Rung", "Price", "RouteChecks", "RouteConfig", "ElasticConfig", "load_config",
                  "config_from_dict"):  # fmt: skip
         assert name in firstpass.config.__all__
+
+
+def test_enforcing_a_calibration_that_certified_nothing_is_refused(tmp_path: Path) -> None:
+    """A calibration JSON with lambda null cannot be enforced (config or env), only shadowed."""
+    import json as _json
+
+    from firstpass.config import config_from_dict as build
+    from firstpass.errors import ConfigError as Err
+
+    (tmp_path / "cal.json").write_text(_json.dumps({"id": "cal-x", "lambda": None, "alpha": 0.05, "delta": 0.05}))
+    data = {
+        "provider": [{"id": "p", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"}],
+        "route": [{"name": "r", "models": ["*"], "ladder": ["p/a"]}],
+        "price": [{"model": "p/a", "input_per_mtok": 1, "output_per_mtok": 1}],
+        "escalation": {"elastic": {"mode": "enforce", "calibration": "cal.json"}},
+    }
+    with pytest.raises(Err) as info:
+        build(data, base_dir=tmp_path, env={})
+    assert str(info.value).startswith("escalation.elastic.mode:")
+    data["escalation"]["elastic"]["mode"] = "shadow"
+    shadow = build(data, base_dir=tmp_path, env={})
+    assert shadow.elastic is not None and shadow.elastic.uncertified
+    with pytest.raises(Err) as info:
+        build(data, base_dir=tmp_path, env={"FIRSTPASS_ELASTIC_MODE": "enforce"})
+    assert str(info.value).startswith("FIRSTPASS_ELASTIC_MODE:")

@@ -61,4 +61,6 @@ def _elastic(config: Config) -> dict[str, Any]:
     body = dataclasses.asdict(config.elastic)
     if body["score"] == "pass_share":
         del body["score"]
+    if not body["uncertified"]:
+        del body["uncertified"]
     return body

@@ -39,6 +39,7 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
     calibration = f.get_path(table, "calibration", p, base_dir, None)
     cal = read_calibration(calibration) if calibration is not None else {}
     lam = f.get_float(table, "lambda", p, None, lo=0.0, hi=1.0)
+    uncertified = lam is None and "lambda" in cal and cal["lambda"] is None
     if lam is None:
         lam = cal.get("lambda") if cal.get("lambda") is not None else 1.0
     elif "lambda" in cal and cal["lambda"] != lam:
@@ -56,7 +57,7 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
                 f"{p}.{key}", f"{mine:g} differs from the calibration file's {cal[key]:g}"
             )
         values[key] = mine if mine is not None else cal.get(key)
-    return ElasticConfig(
+    elastic = ElasticConfig(
         k=k,
         lambda_=lam,
         escalate_at=f.get_int(table, "escalate_at", p, 0, lo=0, hi=k - 1),
@@ -67,7 +68,21 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
         delta=values["delta"],
         max_gate_candidates=f.get_int(table, "max_gate_candidates", p, 1, lo=1, hi=k),
         score=f.get_choice(table, "score", p, SCORES, "pass_share"),
+        uncertified=uncertified,
     )
+    check_enforceable(elastic, f"{p}.mode")
+    return elastic
+
+
+def check_enforceable(elastic: ElasticConfig | None, key_path: str) -> None:
+    """Refuse to enforce a λ that the cited calibration did not certify."""
+    if elastic is not None and elastic.mode == "enforce" and elastic.uncertified:
+        raise ConfigError(
+            key_path,
+            f'"enforce" with {elastic.calibration}, which certified no λ: enforcing would skip '
+            'the gate without a guarantee. Keep mode = "shadow" (the cascade serves) and '
+            "calibrate on more shadow receipts, or set lambda yourself",
+        )
 
 
 def read_calibration(path: Path) -> dict[str, Any]:
