@@ -4,7 +4,7 @@ The data directory is ``$FIRSTPASS_DATA`` if set, else ``<repo>/../shared/data``
 is ever copied into this repository. Every reader raises ``DataMissing`` naming the path when the
 data is absent, so scripts and tests can skip with that message.
 
-    python -m benchmarks.datasets [--out benchmarks/.cache/data] [--limit N]
+    python -m benchmarks.datasets [--out benchmarks/.cache/data] [--limit N] [--data DIR]
 
 writes ``tasks.jsonl`` (MBPP+ as a Task set, hidden expected outputs computed in the sandbox) and
 ``samples-<model>.jsonl`` (the SpecFix samples as Sample sets) for the three models; see
@@ -418,7 +418,7 @@ async def _convert(args: argparse.Namespace) -> int:
     out = Path(args.out)
     t0 = time.perf_counter()
     async with Sandbox(isolation=args.isolation) as sb:
-        conv = await convert_tasks(sb, limit=args.limit)
+        conv = await convert_tasks(sb, root=args.data, limit=args.limit)
     n = await asyncio.to_thread(write_jsonl, out / "tasks.jsonl", conv.rows)
     print(
         f"tasks.jsonl: {n} tasks ({time.perf_counter() - t0:.1f} s, sandbox isolation {args.isolation})"
@@ -436,7 +436,7 @@ async def _convert(args: argparse.Namespace) -> int:
     )
     ids = [r["task_id"] for r in conv.rows]
     for model in MODELS:
-        rows = await asyncio.to_thread(sample_rows, model, ids)
+        rows = await asyncio.to_thread(sample_rows, model, ids, args.data)
         m = await asyncio.to_thread(write_jsonl, out / f"samples-{model}.jsonl", rows)
         total = sum(len(r["samples"]) for r in rows)
         print(f"samples-{model}.jsonl: {m} tasks, {total} samples")
@@ -446,6 +446,11 @@ async def _convert(args: argparse.Namespace) -> int:
         "hidden_inputs": conv.total_inputs,
         "hidden_inputs_dropped": conv.dropped_inputs,
         "visible_differs_from_mbppplus": conv.visible_from_requirement_differs,
+        "hidden_inputs_dropped_by_task": {
+            r["task_id"]: r["source"]["hidden_dropped"]
+            for r in conv.rows
+            if r["source"]["hidden_dropped"]
+        },
     }
     await asyncio.to_thread((out / "conversion.json").write_text, json.dumps(summary, indent=2))
     return 0
@@ -457,6 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", default=str(DEFAULT_OUT), help="output directory (default: %(default)s)"
     )
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    parser.add_argument(
+        "--data", type=Path, default=None,
+        help="the shared data directory (default: $FIRSTPASS_DATA, else <repo>/../shared/data)",
+    )
     parser.add_argument(
         "--isolation",
         default="auto",

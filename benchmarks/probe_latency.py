@@ -6,7 +6,10 @@ the visible test, the base inputs as the gate), through the real proxy and sandb
 - cascade: one upstream call (n=1), visible test, gate;
 - enforce, k/k: ONE upstream call with n=k, the visible test on all k samples in parallel, serve
   (the probe alone: its wall time is what the target "≤ L + 30 ms p50" is about);
-- enforce without ``n``: k concurrent one-sample calls.
+- enforce without ``n``: k concurrent one-sample calls;
+- enforce with ``score = "agreement"``: the same one-call probe, plus every sample's entry point
+  called on the generated probe inputs in its visible-test process (what behavioural agreement
+  adds; the target is <= 50 ms p50 on top of the plain probe).
 
 Prints p50/p90 request wall time and upstream round trips per request, side by side.
 
@@ -61,14 +64,20 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def run_setting(
-    name: str, tasks: list[Any], *, mode: str, k: int, latency_ms: float, honours_n: bool, reps: int
+    name: str,
+    tasks: list[Any],
+    *,
+    mode: str,
+    k: int,
+    latency_ms: float,
+    honours_n: bool,
+    reps: int,
+    score: str = "pass_share",
 ) -> dict[str, Any]:
+    elastic = {"k": k, "lambda": 0.9, "escalate_at": 0, "mode": "enforce", "score": score}
     with tempfile.TemporaryDirectory() as tmp:
         stack = LiveStack(
-            Path(tmp) / "r.jsonl",
-            honours_n=honours_n,
-            elastic={"k": k, "lambda": 0.9, "escalate_at": 0, "mode": "enforce"},
-            timeout_s=30.0,
+            Path(tmp) / "r.jsonl", honours_n=honours_n, elastic=elastic, timeout_s=30.0
         )
         try:
             client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
@@ -106,6 +115,7 @@ def run_setting(
             trips = [len(r["upstream_calls"]) for r in receipts]
             regimes = [r["probe"]["regime"] for r in receipts if r.get("probe")]
             sandbox = [r["timings_ms"]["sandbox"] for r in receipts]
+            inputs = [r["probe"].get("probe_inputs", 0) for r in receipts if r.get("probe")]
         finally:
             stack.close()
     return {
@@ -117,6 +127,7 @@ def run_setting(
         "http_calls": statistics.mean(calls),
         "round_trips": statistics.mean(trips),
         "serve_share": regimes.count("serve") / len(regimes) if regimes else None,
+        "probe_inputs": statistics.mean(inputs) if inputs else 0.0,
     }
 
 
@@ -165,6 +176,16 @@ def main(argv: list[str] | None = None) -> int:
             honours_n=False,
             reps=args.reps,
         ),
+        run_setting(
+            f"enforce probe + agreement (one call, n={args.k})",
+            tasks,
+            mode="enforce",
+            k=args.k,
+            latency_ms=L,
+            honours_n=True,
+            reps=args.reps,
+            score="agreement",
+        ),
     ]
     lines = [
         "# Probe latency",
@@ -175,14 +196,23 @@ def main(argv: list[str] | None = None) -> int:
         f"- stub upstream latency L = {L:.0f} ms; k = {args.k}; {len(tasks)} MBPP+ tasks x {args.reps} reps; "
         "canonical solutions as answers (so enforce lands in the serve regime)",
         "",
-        "| setting | requests | p50 ms | p90 ms | p50 - L ms | sandbox p50 ms | HTTP calls/req | upstream round trips/req |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| setting | requests | p50 ms | p90 ms | p50 - L ms | sandbox p50 ms | HTTP calls/req | upstream round trips/req | probe inputs/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['n']} | {r['p50']:.1f} | {r['p90']:.1f} | {r['p50'] - L:+.1f} | "
-            f"{r['sandbox_p50']:.1f} | {r['http_calls']:.2f} | {r['round_trips']:.2f} |"
+            f"{r['sandbox_p50']:.1f} | {r['http_calls']:.2f} | {r['round_trips']:.2f} | "
+            f"{r['probe_inputs']:.1f} |"
         )
+    plain, agreement = rows[1], rows[3]
+    lines += [
+        "",
+        f"Agreement adds {agreement['p50'] - plain['p50']:+.1f} ms to the probe's p50 request wall "
+        f"time ({agreement['sandbox_p50'] - plain['sandbox_p50']:+.1f} ms of sandbox p50) for "
+        f"{agreement['probe_inputs']:.1f} probe inputs per sample, k = {args.k} (target <= 50 ms; "
+        "both rows from this one run, so the machine's load is shared).",
+    ]
     md = "\n".join(lines) + "\n"
     print(md)
     if not args.no_write:

@@ -1,0 +1,133 @@
+"""CI's smoke run of the real-data benchmarks: each script on 5 MBPP+ tasks, end to end.
+
+Needs ``../shared/data`` (or ``$FIRSTPASS_DATA``); skipped with a message when it is absent.
+The converted 5-task data and the program cache are made once per module in a temp directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import ablation, datasets, elastic_vs_uniform, probe_study
+
+pytestmark = [pytest.mark.data, pytest.mark.timeout(240)]
+
+CHEAP = "qwen2.5-coder-32b"
+TOP = "deepseek-v3"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = datasets.data_dir()
+    if not (root / "mbppplus" / "MbppPlus.jsonl.gz").exists():
+        pytest.skip(f"shared data not found at {root}: set FIRSTPASS_DATA to run the benchmark smoke tests")
+    out = tmp_path_factory.mktemp("data")
+    assert datasets.main(["--out", str(out), "--limit", "5"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_converter_writes_task_and_sample_sets_in_the_documented_format(converted: Path) -> None:
+    """The converter writes tasks.jsonl and one samples-<model>.jsonl per model, documented fields."""
+    tasks = _rows(converted / "tasks.jsonl")
+    assert 1 <= len(tasks) <= 5
+    for row in tasks:
+        assert {"task_id", "prompt", "entry_point", "visible_tests", "hidden_tests"} <= set(row)
+        assert row["visible_tests"][0].startswith("assert")
+        assert row["hidden_tests"]["cases"], "every kept task has hidden cases"
+        assert all("expected" in c for c in row["hidden_tests"]["cases"])
+    for model in datasets.MODELS:
+        samples = _rows(converted / f"samples-{model}.jsonl")
+        assert samples and all(r["model"] == model and r["samples"] for r in samples)
+    parsed = datasets.load_tasks(converted / "tasks.jsonl")
+    assert [t.task_id for t in parsed] == [r["task_id"] for r in tasks]
+
+
+def test_visible_test_is_the_assert_the_models_were_shown(converted: Path) -> None:
+    """Mbpp/2's visible test is the set-based assert from the SpecFix prompt, not MBPP+'s first."""
+    tasks = {r["task_id"]: r for r in _rows(converted / "tasks.jsonl")}
+    assert tasks["Mbpp/2"]["visible_tests"] == [
+        "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))"
+    ]
+    assert tasks["Mbpp/2"]["source"]["visible_is_mbppplus_first_assert"] is False
+
+
+def test_probe_study_json_has_the_regime_table_and_both_aucs(
+    converted: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    """probe_study writes regimes 0/middle/k with share and correct, shares summing to 1, and AUCs."""
+    out = tmp_path / "probe.json"
+    study = tmp_path / "study.jsonl"
+    argv = [
+        "--tasks", str(converted / "tasks.jsonl"),
+        "--samples", str(converted / f"samples-{TOP}.jsonl"),
+        "--k", "5", "--draws", "20", "--seed", "0", "--json", str(out),
+        "--study-out", str(study), "--no-md", "--cache-dir", str(cache_dir),
+    ]
+    assert probe_study.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert set(doc["regimes"]) == {"0", "middle", "k"}
+    assert sum(r["share"] for r in doc["regimes"].values()) == pytest.approx(1.0)
+    for r in doc["regimes"].values():
+        assert {"share", "correct"} <= set(r)
+    assert "auc_entropy" in doc and "auc_pass_share" in doc
+    rows = _rows(study)
+    assert len(rows) == doc["n_tasks"]
+    assert all(set(r) >= {"k", "pass_count", "label"} and 0 <= r["pass_count"] <= 5 for r in rows)
+    # a rerun is answered from the program cache: nothing new runs in the sandbox
+    assert probe_study.main(argv) == 0
+    assert json.loads(out.read_text())["programs"]["ran"] == 0, sorted(p.name for p in cache_dir.iterdir())
+
+
+def _e2e_argv(converted: Path, cache_dir: Path, out: Path) -> list[str]:
+    return [
+        "--tasks", str(converted / "tasks.jsonl"),
+        "--cheap-samples", str(converted / f"samples-{CHEAP}.jsonl"),
+        "--top-samples", str(converted / f"samples-{TOP}.jsonl"),
+        "--splits", "2", "--timing-tasks", "2", "--json", str(out), "--no-md",
+        "--cache-dir", str(cache_dir),
+    ]
+
+
+def test_elastic_vs_uniform_runs_the_pipeline_and_reports_every_baseline(
+    converted: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    """elastic_vs_uniform reports the three baselines per split, λ per α, and wall-time percentiles."""
+    out = tmp_path / "evu.json"
+    assert elastic_vs_uniform.main(_e2e_argv(converted, cache_dir, out)) == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["splits"]) == 2
+    for split in doc["splits"]:
+        assert {"always-cheap", "always-top", "cascade"} <= set(split["policies"])
+        assert set(split["lambda"]) == {"elastic@0.05", "elastic@0.1"}
+        assert split["shadow_labels"] == split["n_calibration"], "every shadow receipt is labelled"
+        top = split["policies"]["always-top"]
+        assert top["gate_runs"] == 0 and top["model_calls"] == 1
+        assert split["policies"]["cascade"]["gate_runs"] >= 0.5
+    assert {"p50_ms", "p95_ms"} <= set(doc["timing"]["cascade"])
+
+
+def test_ablation_reports_each_step_against_the_one_before(
+    converted: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    """ablation runs A, B and C on every split and pairs B with A and C with B."""
+    out = tmp_path / "ablation.json"
+    assert ablation.main([*_e2e_argv(converted, cache_dir, out), "--no-timing"]) == 0
+    doc = json.loads(out.read_text())
+    for split in doc["splits"]:
+        assert {"A model only", "B + visible tests", "C + gate"} <= set(split["policies"])
+        assert split["policies"]["B + visible tests"]["gate_runs"] == 0
+        assert {"B + visible tests - A model only", "C + gate - B + visible tests"} <= set(split["paired"])
+    assert "E + revision loop" in doc["steps"]
