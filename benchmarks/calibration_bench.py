@@ -1,27 +1,36 @@
-"""How long calibration takes on large inputs: parse and calibrate timed separately.
+"""How long calibration takes on large inputs: study files, and shadow receipts end to end.
 
-    python benchmarks/calibration_bench.py [--rows 1000000] [--runs 3] [--receipts 100000]
+    python benchmarks/calibration_bench.py [--rows 1000000] [--receipts 1000000] [--runs 3]
 
-Writes a synthetic study file (k = 5, a realistic regime mix) to a temp dir, then prints the
-median over ``--runs`` of: reading and validating it (``read_study``), and calibrating it
-(``calibrate``: per-level counts, LTT, regimes, AUCs). With ``--receipts N`` it also times
-reading N hash-chained shadow receipts, chain verification included. Target: 1,000,000 study
-rows in ≤ 5 s in total on the 2-core reference machine.
+Study: a synthetic study file (k = 5, a realistic regime mix); the median over ``--runs`` of
+reading and validating it (``read_study``) and of calibrating it (``calibrate``).
+
+Receipts: a log of N shadow receipts shaped as the pipeline writes them (five probe checks and
+a label gate run, the probe call, the probe with its samples: ~2.6 KB each), encoded and chained
+by the writer's own code (``encode_record`` + ``link``), each with its own id, c and label. Timed:
+``verify_chain`` alone, and the whole calibration (``read_receipts``: chain verified, rows read,
+file digest; then ``calibrate``). ``--compare N`` also times the full JSON parse of every line
+(the path the fast reader falls back to) on the first N lines, to show what the fast path saves.
+Target: 1,000,000 receipts calibrated in ≤ 5 s on the 2-core reference machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
+import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from calibration import Settings, calibrate, read_receipts, read_study
+from calibration import data as calibration_data
+from firstpass.receipts import GENESIS_HASH, sha256_text, verify_chain
+from firstpass.receipts._canonical import EncodedRecord, encode_record
+from firstpass.receipts._chain import link
 
 SHARE = (0.05, 0.05, 0.05, 0.10, 0.15, 0.60)  # π_c, c = 0..5
 FAIL = (0.9, 0.6, 0.3, 0.12, 0.06, 0.02)  # P(gate rejects | c)
@@ -39,27 +48,152 @@ def write_study(path: Path, rows: int, seed: int = 0) -> None:
         )
 
 
-def _canonical(record: dict[str, object]) -> bytes:
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+def shadow_receipt(c: int, label: bool, k: int = 5) -> dict[str, Any]:
+    """A shadow receipt as the pipeline writes one for a k-sample pass-share probe."""
+    regime = "escalate" if c == 0 else ("serve" if c == k else "gate")
+    counterfactual = {
+        "escalate": "escalate",
+        "serve": "serve_without_gate",
+        "gate": "serve_after_gate" if label else "escalate_after_gate",
+    }[regime]
+    checks = [
+        {
+            "rung": 0,
+            "sample": s,
+            "kind": "visible",
+            "passed": s < c,
+            "n_passed": int(s < c),
+            "n_total": 1,
+            "category": None if s < c else "assertion_failed",
+            "isolation": "netns+uid",
+            "ms": 21.3 + s,
+        }
+        for s in range(k)
+    ]
+    checks.append(
+        {
+            "rung": 0,
+            "sample": 0,
+            "kind": "gate",
+            "passed": label,
+            "n_passed": 12 if label else 9,
+            "n_total": 12,
+            "category": None if label else "assertion_failed",
+            "isolation": "netns+uid",
+            "ms": 48.1,
+            "purpose": "label",
+        }
+    )
+    return {
+        "id": "rcpt_" + "0" * 26,
+        "time": "2026-11-30T01:02:03.456Z",
+        "mode": "shadow",
+        "route": "code",
+        "config_digest": "sha256:" + "c" * 64,
+        "firstpass_version": "0.1.0",
+        "request": {
+            "model": "code",
+            "prompt_sha256": sha256_text(f"prompt {c} {label}"),
+            "n_messages": 2,
+            "n_visible": 1,
+            "n_hidden": 12,
+            "stream": False,
+            "task_id": "mbpp/17",
+        },
+        "upstream_calls": [
+            {
+                "rung": 0,
+                "provider": "replay",
+                "model": "demo-cheap",
+                "purpose": "probe",
+                "n": k,
+                "calls": 1,
+                "attempts": 1,
+                "status": 200,
+                "input_tokens": 180,
+                "output_tokens": 95 * k,
+                "cost_usd": 0.0005,
+                "latency_ms": 312.3,
+                "error": None,
+            }
+        ],
+        "checks": checks,
+        "decision": {
+            "action": "served",
+            "steps": ["call:0", "visible:0:pass", "gate:0:pass"],
+            "counterfactual": counterfactual,
+            "gate_label": label,
+            "label_sample": 0,
+        },
+        "probe": {
+            "rung": 0,
+            "provider": "replay",
+            "model": "demo-cheap",
+            "k": k,
+            "pass_count": c,
+            "regime": regime,
+            "score": {"name": "pass_share", "value": c / k},
+            "samples": [
+                {
+                    "n_passed": int(s < c),
+                    "n_total": 1,
+                    "category": None if s < c else "assertion_failed",
+                }
+                for s in range(k)
+            ],
+            "candidate": 0 if c else None,
+            "lambda": 0.8,
+            "escalate_at": 0,
+            "calibration_id": None,
+            "alpha": None,
+            "delta": None,
+            "calls": 1,
+            "cost_usd": 0.0005,
+        },
+        "served": {
+            "rung": 0,
+            "sample": 0,
+            "provider": "replay",
+            "model": "demo-cheap",
+            "answer_sha256": sha256_text(f"answer {c}"),
+            "verification": "verified",
+        },
+        "cost": {"total_usd": 0.0005, "top_rung_usd": 0.0021, "probe_usd": 0.0005},
+        "timings_ms": {"total": 380.1, "upstream": 312.3, "sandbox": 60.2, "overhead": 67.8},
+        "error": None,
+    }
 
 
-def write_receipts(path: Path, rows: int, seed: int = 1) -> None:
+def write_receipts(path: Path, rows: int, seed: int = 1) -> int:
+    """Write ``rows`` chained shadow receipts; returns the file size in bytes.
+
+    One encoded template per (c, label); each line gets a fresh id of the same length swapped
+    into the template's bytes, then is linked by the writer's own ``link``.
+    """
     rng = np.random.default_rng(seed)
     c = rng.choice(6, size=rows, p=SHARE)
     label = rng.random(rows) >= np.asarray(FAIL)[c]
-    prev = "sha256:" + "0" * 64
-    with path.open("w", encoding="utf-8") as fh:
+    templates = {}
+    for ci in range(6):
+        for li in (False, True):
+            encoded = encode_record(shadow_receipt(ci, li))
+            id_at = encoded.data.index(b'"id":"rcpt_') + len('"id":"')
+            templates[ci, li] = (encoded, id_at)
+    prev, size = GENESIS_HASH, 0
+    with path.open("wb", buffering=1 << 20) as fh:
         for i, (ci, li) in enumerate(zip(c.tolist(), label.tolist(), strict=True)):
-            record = {
-                "mode": "shadow",
-                "id": f"rcpt_{i:026d}",
-                "route": "code",
-                "probe": {"k": 5, "pass_count": ci, "regime": "gate"},
-                "decision": {"action": "serve", "gate_label": li},
-                "prev_hash": prev,
-            }
-            record["hash"] = prev = "sha256:" + hashlib.sha256(_canonical(record)).hexdigest()
-            fh.write(_canonical(record).decode() + "\n")  # the proxy writes canonical lines
+            encoded, id_at = templates[ci, li]
+            data = bytearray(encoded.data)
+            data[id_at + 5 : id_at + 31] = b"%026d" % i
+            line, prev = link(
+                EncodedRecord(
+                    id="", data=bytes(data), prev_at=encoded.prev_at, hash_at=encoded.hash_at
+                ),
+                prev,
+            )
+            fh.write(line)
+            size += len(line)
+    return size
 
 
 def _median_seconds(fn: object, runs: int) -> tuple[float, object]:
@@ -73,30 +207,74 @@ def _median_seconds(fn: object, runs: int) -> tuple[float, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="study rows (0: skip)")
+    ap.add_argument("--receipts", type=int, default=1_000_000, help="shadow receipts (0: skip)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--receipts", type=int, default=0, help="also time N shadow receipts")
+    ap.add_argument("--compare", type=int, default=0, help="also time full parsing of N lines")
+    ap.add_argument("--dir", type=Path, default=None, help="scratch directory (default: tmp)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        study = Path(tmp) / "study.jsonl"
-        write_study(study, args.rows)
-        size_mb = study.stat().st_size / 1e6
-        parse_s, data = _median_seconds(lambda: read_study(study), args.runs)
-        fit_s, cal = _median_seconds(lambda: calibrate(data, Settings()), args.runs)  # type: ignore[arg-type]
-        crc_s, _ = _median_seconds(lambda: calibrate(data, Settings(method="crc")), args.runs)  # type: ignore[arg-type]
-        print(f"study rows: {args.rows:,} ({size_mb:.1f} MB), median of {args.runs} runs")
-        print(f"  parse + validate : {parse_s:6.2f} s")
-        print(f"  calibrate (ltt)  : {fit_s:6.2f} s   λ̂ = {cal.overall.lam_label}")  # type: ignore[attr-defined]
-        print(f"  calibrate (crc)  : {crc_s:6.2f} s")
-        print(f"  total (ltt)      : {parse_s + fit_s:6.2f} s   (target ≤ 5 s)")
+    print(f"{os.cpu_count()} cores; median of {args.runs} runs")
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        if args.rows:
+            study = Path(tmp) / "study.jsonl"
+            write_study(study, args.rows)
+            size_mb = study.stat().st_size / 1e6
+            parse_s, data = _median_seconds(lambda: read_study(study), args.runs)
+            fit_s, cal = _median_seconds(lambda: calibrate(data, Settings()), args.runs)  # type: ignore[arg-type]
+            crc_s, _ = _median_seconds(lambda: calibrate(data, Settings(method="crc")), args.runs)  # type: ignore[arg-type]
+            print(f"study rows: {args.rows:,} ({size_mb:.1f} MB)")
+            print(f"  parse + validate : {parse_s:6.2f} s")
+            print(f"  calibrate (ltt)  : {fit_s:6.2f} s   λ̂ = {cal.overall.lam_label}")  # type: ignore[attr-defined]
+            print(f"  calibrate (crc)  : {crc_s:6.2f} s")
+            print(f"  total (ltt)      : {parse_s + fit_s:6.2f} s   (target ≤ 5 s)")
         if args.receipts:
             log = Path(tmp) / "receipts.jsonl"
-            write_receipts(log, args.receipts)
-            rec_s, _ = _median_seconds(lambda: read_receipts([log]), args.runs)
+            t0 = time.perf_counter()
+            size = write_receipts(log, args.receipts)
+            built = time.perf_counter() - t0
+            n = args.receipts
             print(
-                f"receipts: {args.receipts:,} shadow receipts, read + chain verified: "
-                f"{rec_s:6.2f} s ({1e6 * rec_s / args.receipts:.1f} µs/receipt)"
+                f"receipts: {n:,} shadow receipts, {size / 1e9:.2f} GB "
+                f"({size / n:,.0f} B each; written in {built:.0f} s)"
             )
+            verify_s, report = _median_seconds(lambda: verify_chain(log), args.runs)
+            assert report.ok and report.n_lines == n, report  # type: ignore[attr-defined]
+
+            def end_to_end() -> Any:
+                labelled = read_receipts([log])
+                return labelled, calibrate(labelled, Settings())
+
+            total_s, (labelled, cal) = _median_seconds(end_to_end, args.runs)  # type: ignore[misc]
+            assert labelled.n == n and labelled.source.verified
+            print(f"  verify_chain alone            : {verify_s:6.2f} s")
+            print(
+                f"  read_receipts + calibrate     : {total_s:6.2f} s "
+                f"({1e6 * total_s / n:.1f} µs/receipt)   λ̂ = {cal.overall.lam_label}"
+                "   (target ≤ 5 s)"
+            )
+            if args.compare:
+                _compare(log, min(args.compare, n), args.runs)
+
+
+def _compare(log: Path, lines: int, runs: int) -> None:
+    """Per-receipt cost of reading the first ``lines`` lines fast, and by full parse."""
+    part = log.with_name("part.jsonl")
+    with log.open("rb") as src, part.open("wb") as dst:
+        for _, line in zip(range(lines), src, strict=False):
+            dst.write(line)
+    real, parallel = calibration_data._fast_receipt, calibration_data.PARALLEL_BYTES
+    calibration_data.PARALLEL_BYTES = 1 << 62  # one process for both, so the patch applies
+    try:
+        fast_s, _ = _median_seconds(lambda: read_receipts([part]), runs)
+        calibration_data._fast_receipt = lambda raw, score: None  # type: ignore[assignment]
+        slow_s, _ = _median_seconds(lambda: read_receipts([part]), runs)
+    finally:
+        calibration_data._fast_receipt = real
+        calibration_data.PARALLEL_BYTES = parallel
+    print(
+        f"  first {lines:,} lines, one process: fast {1e6 * fast_s / lines:.1f} µs/receipt, "
+        f"full parse {1e6 * slow_s / lines:.1f} µs/receipt (chain verification included)"
+    )
 
 
 if __name__ == "__main__":

@@ -168,8 +168,10 @@ def verify_chain(path: str | os.PathLike[str], *, strict: bool = False) -> Verif
 def _fast_check(raw: bytes, prev: bytes, sha256: Any) -> bytes | None:
     """The line's hash if its bytes hash and link correctly, else ``None`` (then parse it).
 
-    Cuts the first ``"hash":"sha256:…",`` member out of the line and hashes the rest. Only the
-    top-level member can match: a nested one would have to contain the line's own hash.
+    Cuts the first ``"hash":"sha256:…",`` member out of the line and hashes the rest. In a line
+    the writer wrote that is the top-level member; a nested one matches only if whoever wrote
+    the line computed its hash and placed it there on purpose (a forgery, which could as well
+    have been a well-formed line: the chain proves a prefix against a kept head, nothing more).
     """
     start = raw.find(_HASH_MEMBER)
     if start < 1 or raw[start - 1] not in b"{,":

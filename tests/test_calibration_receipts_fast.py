@@ -1,0 +1,325 @@
+"""Reading a verified receipt log fast gives exactly what parsing every line gives.
+
+The fast path (``calibration.data._fast_receipt``) reads six values out of a canonical line
+without parsing it; whenever it answers, its answer must equal the full parse's, and on the
+lines the proxy writes it must answer (or it would be no faster).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from calibration import data
+from calibration.data import PASS_SHARE, read_receipts
+from firstpass.errors import CalibrationError
+from firstpass.receipts import GENESIS_HASH
+from firstpass.receipts._canonical import encode_record
+from firstpass.receipts._chain import link
+
+SCORES = (PASS_SHARE, "agreement")
+
+
+def shadow_receipt(i: int, c: int, label: bool | None, **over: Any) -> dict[str, Any]:
+    """A shadow receipt shaped like the pipeline's (checks, calls, probe with samples)."""
+    k = 5
+    record: dict[str, Any] = {
+        "id": f"rcpt_{i:026d}",
+        "time": "2026-11-30T01:02:03.456Z",
+        "mode": "shadow",
+        "route": "code",
+        "config_digest": "sha256:" + "c" * 64,
+        "firstpass_version": "0.1.0",
+        "request": {"model": "code", "n_messages": 2, "stream": False, "task_id": f"t/{i}"},
+        "upstream_calls": [{"rung": 0, "purpose": "probe", "n": k, "cost_usd": 0.0005}],
+        "checks": [
+            {"rung": 0, "sample": s, "kind": "visible", "passed": s < c, "category": None}
+            for s in range(k)
+        ],
+        "decision": {
+            "action": "served",
+            "steps": ["call:0", "visible:0:pass"],
+            "counterfactual": "serve_after_gate",
+            "gate_label": label,
+            "label_sample": 0,
+        },
+        "probe": {
+            "k": k,
+            "pass_count": c,
+            "regime": "gate",
+            "clusters": [c],
+            "samples": [{"n_passed": 1, "n_total": 1, "category": None}] * k,
+            "score": {"name": "pass_share", "value": c / k},
+            "scores": {"pass_share": c / k, "agreement": c / k},
+        },
+        "served": {"rung": 0, "model": "demo-cheap"},
+        "cost": {"total_usd": 0.0005},
+        "timings_ms": {"total": 1.0},
+        "error": None,
+    }
+    record.update(over)
+    return record
+
+
+def line_of(record: dict[str, Any], prev: str = GENESIS_HASH) -> tuple[bytes, str]:
+    """The line the proxy's writer would write for ``record`` (without its newline)."""
+    raw, digest = link(encode_record(record), prev)
+    return raw[:-1], digest
+
+
+def full_parse(raw: bytes, score: str) -> Any:
+    """The reference: ``json.loads`` and the row rules; an error is returned as ``"error"``."""
+    try:
+        return data._receipt_values(Path("r.jsonl"), 1, json.loads(raw), score)
+    except CalibrationError:
+        return "error"
+
+
+def agrees(raw: bytes, score: str) -> bool:
+    fast = data._fast_receipt(raw, score)
+    return fast is None or fast == full_parse(raw, score)
+
+
+def write_log(path: Path, records: list[dict[str, Any]]) -> Path:
+    prev = GENESIS_HASH
+    with path.open("wb") as fh:
+        for record in records:
+            raw, prev = link(encode_record(record), prev)
+            fh.write(raw)
+    return path
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize(("c", "label"), [(0, False), (3, True), (5, True), (2, None), (4, False)])
+def test_the_proxys_shadow_lines_are_read_without_a_full_parse(
+    score: str, c: int, label: bool | None
+) -> None:
+    """A pipeline-shaped shadow line takes the fast path and gives the full parse's row."""
+    raw, _ = line_of(shadow_receipt(1, c, label))
+    fast = data._fast_receipt(raw, score)
+    assert fast is not None
+    assert fast == full_parse(raw, score)
+
+
+@pytest.mark.parametrize(
+    ("over", "reason"),
+    [
+        ({"mode": "cascade"}, "not shadow mode"),
+        ({"probe": None}, "no probe"),
+        ({"decision": {"action": "served", "gate_label": None}}, "no gate label"),
+        ({"decision": {"action": "served"}}, "no gate label"),
+    ],
+)
+def test_skip_reasons_come_from_the_fast_path_too(over: dict[str, Any], reason: str) -> None:
+    """Unlabelled, non-shadow and probe-less receipts are skipped for the same reason."""
+    raw, _ = line_of(shadow_receipt(1, 3, True, **over))
+    assert data._fast_receipt(raw, PASS_SHARE) == reason == full_parse(raw, PASS_SHARE)
+
+
+ADVERSARIAL: list[tuple[str, dict[str, Any]]] = [
+    (
+        "key names inside strings",
+        {"request": {"task_id": '","route":"evil","k":9,"gate_label":false'}},
+    ),
+    ("brackets inside strings", {"request": {"task_id": "}]{[", "model": "{"}}),
+    ("backslashes", {"served": {"model": 'a\\"b'}, "route": 'r"1'}),
+    (
+        "nested route and decision in checks",
+        {"checks": [{"route": "x", "decision": {"gate_label": False}}]},
+    ),
+    ("nested gate_label before decision", {"cost": {"gate_label": False}}),
+    (
+        "nested k in probe samples",
+        {"probe": {**shadow_receipt(0, 2, True)["probe"], "samples": [{"k": 1, "pass_count": 0}]}},
+    ),
+    (
+        "a later probe inside the probe",
+        {"probe": {**shadow_receipt(0, 2, True)["probe"], "later": {"k": 9, "pass_count": 9}}},
+    ),
+    ("route inside request", {"request": {"model": "m", "route": "inner"}}),
+    ("route inside request after a bracket string", {"request": {"model": "}", "route": "in"}}),
+    (
+        "route inside a probe sample",
+        {"probe": {**shadow_receipt(0, 2, True)["probe"], "samples": [{"n": 1, "route": "s"}]}},
+    ),
+    ("decision inside error", {"error": {"a": 1, "decision": {"gate_label": True}}}),
+    (
+        "gate label in a later decision object",
+        {"error": {"b": [1], "decision": {"gate_label": None}}},
+    ),
+    ("route after the top-level one", {"served": {"route": "other"}}),
+    ("error with a message", {"error": {"status": 502, "message": 'bad "thing" [x]'}}),
+    ("decision holding an object", {"decision": {"gate_label": True, "why": {"a": 1}}}),
+    ("route null", {"route": None}),
+    ("route a number", {"route": 7}),
+    ("unicode route", {"route": "ünïcode ✓"}),
+    ("label a string", {"decision": {"gate_label": "yes"}}),
+    ("k a float", {"probe": {"k": 5.0, "pass_count": 3}}),
+    ("pass count above k", {"probe": {"k": 5, "pass_count": 7}}),
+    ("probe a list", {"probe": [1, 2]}),
+    ("decision null", {"decision": None}),
+    ("no route", {"route": "drop"}),
+    ("no route but one in request", {"route": "drop", "request": {"model": "}", "route": "in"}}),
+]
+
+
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize(("name", "over"), ADVERSARIAL, ids=[n for n, _ in ADVERSARIAL])
+def test_adversarial_lines_agree_with_the_full_parse(
+    score: str, name: str, over: dict[str, Any]
+) -> None:
+    """Lookalike keys, nested namesakes, escapes and bad values never change the answer."""
+    record = shadow_receipt(1, 3, False, **over)
+    if over.get("route") == "drop":
+        del record["route"]
+    raw, _ = line_of(record)
+    assert agrees(raw, score)
+
+
+def test_duplicate_keys_are_left_to_the_full_parse() -> None:
+    """A hand-made line repeating a key (JSON keeps the last) is never answered from the first."""
+    raw, _ = line_of(shadow_receipt(1, 3, True))
+    text = raw.decode()
+    doubled = [
+        text[:-1] + ',"mode":"cascade"}',
+        text[:-1] + ',"route":"second"}',
+        text[:-1] + ',"decision":{"gate_label":false}}',
+        text.replace('"k":5,', '"k":5,"k":4,'),
+        text.replace('"gate_label":true,', '"gate_label":true,"gate_label":false,'),
+    ]
+    for line in doubled:
+        assert agrees(line.encode(), PASS_SHARE), line
+
+
+json_leaf = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 9), st.floats(0, 1), st.text(max_size=12)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "k",
+                    "pass_count",
+                    "route",
+                    "mode",
+                    "probe",
+                    "decision",
+                    "gate_label",
+                    "scores",
+                    "agreement",
+                    "x",
+                    "hash",
+                ]
+            ),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mode=st.sampled_from(["shadow", "cascade"]),
+    route=st.one_of(st.none(), st.text(max_size=8), json_value),
+    label=st.one_of(st.booleans(), st.none(), json_leaf),
+    k=st.one_of(st.integers(-1, 7), json_leaf),
+    c=st.one_of(st.integers(-1, 8), json_leaf),
+    agreement=st.one_of(st.floats(0, 1), st.sampled_from([0.0, 0.2, 0.6, 1.0]), json_leaf),
+    noise=st.dictionaries(
+        st.sampled_from(["checks", "request", "served", "cost", "error", "zzz"]),
+        json_value,
+        max_size=3,
+    ),
+    probe_extra=st.dictionaries(
+        st.sampled_from(["samples", "later", "score", "clusters", "lambda", "a"]),
+        json_value,
+        max_size=2,
+    ),
+    score=st.sampled_from(SCORES),
+)
+def test_any_receipt_the_writer_can_write_reads_the_same_either_way(
+    mode: str,
+    route: Any,
+    label: Any,
+    k: Any,
+    c: Any,
+    agreement: Any,
+    noise: dict[str, Any],
+    probe_extra: dict[str, Any],
+    score: str,
+) -> None:
+    """Over generated receipts (nested namesakes, odd values), fast equals the full parse."""
+    probe = {"k": k, "pass_count": c, "scores": {"agreement": agreement}, **probe_extra}
+    record = shadow_receipt(
+        1,
+        0,
+        None,
+        mode=mode,
+        route=route,
+        probe=probe,
+        **noise,
+        decision={"steps": ["a"], "gate_label": label},
+    )
+    raw, _ = line_of(record)
+    assert agrees(raw, score)
+
+
+def _reference(path: Path, score: str, monkeypatch: pytest.MonkeyPatch) -> data.Labelled:
+    with monkeypatch.context() as patch:  # in this process, every line fully parsed
+        patch.setattr(data, "PARALLEL_BYTES", 1 << 62)
+        patch.setattr(data, "_fast_receipt", lambda raw, score: None)
+        return read_receipts([path], score=score)
+
+
+def _same(a: data.Labelled, b: data.Labelled) -> None:
+    for name in ("score", "failed", "k", "pass_count", "route", "level_set"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.route_names == b.route_names and a.level_sets == b.level_sets
+    assert a.source == b.source and a.digest() == b.digest()
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_a_log_read_in_parallel_spans_equals_the_full_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, score: str
+) -> None:
+    """Read in small spans by a process pool, a mixed log gives the same data as parsing every
+    line: same rows, routes and level sets in order, skips, heads and digest."""
+    rng = np.random.default_rng(3)
+    records = []
+    for i in range(600):
+        c = int(rng.integers(0, 6))
+        over: dict[str, Any] = {"route": ["code", "sql", None][i % 3]}
+        if i % 7 == 0:
+            over["mode"] = "cascade"
+        if i % 11 == 0:
+            over["error"] = {"message": 'odd "quote"'}  # full parse for this one
+        records.append(shadow_receipt(i, c, bool(rng.random() < 0.8), **over))
+    path = write_log(tmp_path / "r.jsonl", records)
+    monkeypatch.setattr(data, "_SPAN_BYTES", 50_000)
+    monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
+    fast = read_receipts([path], score=score)
+    _same(fast, _reference(path, score, monkeypatch))
+    assert fast.source.skipped == {"not shadow mode": 86}
+
+
+def test_a_bad_line_deep_in_a_verified_log_is_named_by_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A malformed probe in a later span is reported with its line number in the file."""
+    records = [shadow_receipt(i, 3, True) for i in range(300)]
+    records[256] = shadow_receipt(256, 3, True, probe={"k": 5, "pass_count": 9})
+    path = write_log(tmp_path / "r.jsonl", records)
+    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
+    with pytest.raises(CalibrationError, match=r"line 257: \"probe.pass_count\""):
+        read_receipts([path])
