@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -102,7 +102,6 @@ class LiveStack:
     ) -> None:
         self.receipts = receipts
         self._sandbox_factory = sandbox_factory
-        self._config_kwargs = config_kwargs
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
@@ -115,12 +114,6 @@ class LiveStack:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         """Run ``coro`` on the stack's loop and wait for it from the calling thread."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def call_soon(self, fn: Callable[[], T]) -> T:
-        async def wrap() -> T:
-            return fn()
-
-        return self.run(wrap())
 
     async def _start_stub(self) -> StubUpstream:
         stub = StubUpstream()
