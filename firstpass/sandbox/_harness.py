@@ -434,7 +434,20 @@ class _TestTimeout(BaseException):
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
+    # disarm before raising: the wall timer and the CPU limit's SIGXCPU often fire together, and
+    # a second alarm inside the except block would cut the report short (the process would then
+    # exit without saying why, and a timeout would read as "exited before reporting")
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.signal(signal.SIGXCPU, signal.SIG_IGN)
     raise _TestTimeout("cpu" if signum == signal.SIGXCPU else "wall")
+
+
+def _arm(seconds: float) -> None:
+    """Start a time budget: (re)install the alarm handlers, then the wall timer."""
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGXCPU, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
 
 
 def _failure(exc: BaseException) -> tuple[str, str]:
@@ -460,7 +473,7 @@ def run_worker(fd: int, job: dict[str, Any]) -> None:
     budget = float(job["per_test_s"])
     ns: dict[str, Any] = {"__name__": "__sample__", "__builtins__": builtins}
     try:
-        signal.setitimer(signal.ITIMER_REAL, float(job["load_s"]))
+        _arm(float(job["load_s"]))
         if job.get("setup"):
             exec(compile(job["setup"], "<setup>", "exec"), ns)
         exec(compile(job["code"], "<sample>", "exec"), ns)
@@ -478,7 +491,7 @@ def run_worker(fd: int, job: dict[str, Any]) -> None:
         fn = ns.get(job["entry_point"])
     for i, test in enumerate(job["tests"]):
         try:
-            signal.setitimer(signal.ITIMER_REAL, budget)
+            _arm(budget)
             if job["mode"] == "cases":
                 if not callable(fn):
                     raise NameError(f"entry point {job['entry_point']!r} is not defined")
@@ -525,7 +538,7 @@ def _run_probe(job: dict[str, Any], ns: dict[str, Any]) -> list[dict[str, Any]]:
             outs.append({"e": "NameError"})
             continue
         try:
-            signal.setitimer(signal.ITIMER_REAL, budget)
+            _arm(budget)
             value = _codec.to_wire(fn(*_codec.from_wire(args)))
             text = json.dumps(value, separators=(",", ":"), sort_keys=True)
             signal.setitimer(signal.ITIMER_REAL, 0)
