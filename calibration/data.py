@@ -11,14 +11,12 @@ import gzip
 import hashlib
 import io
 import json
-import math
 import multiprocessing
 import operator
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from itertools import pairwise, repeat
@@ -28,14 +26,21 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calibration._rows import (
+    LEVEL_TOLERANCE,
+    PASS_SHARE,
+    RowValues,
+    bad,
+    pass_share_levels,
+    receipt_values,
+    snap,
+)
+from calibration._scan import Span, scan_span
 from firstpass.errors import CalibrationError, ReceiptError
+from firstpass.receipts import GENESIS_HASH
 
 __all__ = ["PASS_SHARE", "Labelled", "Progress", "Source", "read_receipts", "read_study"]
 
-#: the default score: the visible pass share c/k
-PASS_SHARE = "pass_share"
-#: scores closer than this are the same level (c/k computed two ways, a level list in JSON)
-LEVEL_TOLERANCE = 1e-9
 #: lines parsed per chunk; progress is reported once per chunk
 CHUNK_LINES = 100_000
 
@@ -49,7 +54,7 @@ class Source:
 
     kind: str  # "study" or "receipts"
     paths: tuple[str, ...]
-    file_sha256: tuple[str, ...]
+    file_sha256: tuple[str | None, ...]  # None: a verified log, identified by its chain head
     lines: int  # non-blank lines read, over all files
     used: int
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
@@ -187,7 +192,6 @@ def _file_sha256(path: Path) -> str:
 
 
 _UNPARSEABLE = object()
-_DECODER = json.JSONDecoder()
 
 
 def _parse_chunk(
@@ -210,7 +214,7 @@ def _parse_chunk(
                 rows.append(_UNPARSEABLE)
                 continue
             msg = getattr(exc, "msg", "too deeply nested")
-            raise _bad(path, lineno, f"not valid JSON ({msg})") from exc
+            raise bad(path, lineno, f"not valid JSON ({msg})") from exc
     return rows
 
 
@@ -227,18 +231,6 @@ def _nonblank(path: Path) -> tuple[list[str], list[int]]:
 # --- study files ----------------------------------------------------------------------------
 
 
-def _bad(path: Path, lineno: int, message: str) -> CalibrationError:
-    return CalibrationError(f"{path}, line {lineno}: {message}")
-
-
-def _is_number(x: Any) -> bool:
-    return type(x) in (int, float) and math.isfinite(x)
-
-
-def _pass_share_levels(k: int) -> tuple[float, ...]:
-    return tuple(float(v) for v in np.arange(k + 1, dtype=np.float64) / k)
-
-
 class _LevelSets:
     """Interns level sets so each row stores a small integer."""
 
@@ -250,7 +242,7 @@ class _LevelSets:
         key = ("k", k)
         if key not in self.index:
             self.index[key] = len(self.sets)
-            self.sets.append(_pass_share_levels(k))
+            self.sets.append(pass_share_levels(k))
         return self.index[key]
 
     def for_levels(self, levels: tuple[float, ...]) -> int:
@@ -278,41 +270,27 @@ class _Routes:
         return self.index[name]
 
 
-def _snap(path: Path, lineno: int, score: Any, levels: Any) -> tuple[float, tuple[float, ...]]:
-    if not _is_number(score) or not 0.0 <= score <= 1.0:
-        raise _bad(path, lineno, f'"score" must be a number in [0, 1], got {score!r}')
-    if not isinstance(levels, list) or not levels:
-        raise _bad(path, lineno, '"score" needs "levels": a non-empty list of achievable levels')
-    if not all(_is_number(v) and 0.0 <= v <= 1.0 for v in levels):
-        raise _bad(path, lineno, '"levels" must hold numbers in [0, 1]')
-    lv = tuple(float(v) for v in levels)
-    nearest = min(lv, key=lambda v: abs(v - score))
-    if abs(nearest - score) > LEVEL_TOLERANCE:
-        raise _bad(path, lineno, f'"score" {score!r} is not one of its "levels"')
-    return nearest, lv
-
-
 def _study_row(
     path: Path, lineno: int, row: Any, sets: _LevelSets
 ) -> tuple[float, bool, int, int, int]:
     """Validate one study row the slow, explicit way: (score, failed, k, pass_count, set)."""
     if not isinstance(row, dict):
-        raise _bad(path, lineno, "each line must be a JSON object")
+        raise bad(path, lineno, "each line must be a JSON object")
     label = row.get("label")
     if type(label) is not bool:
-        raise _bad(path, lineno, f'"label" must be true or false, got {label!r}')
+        raise bad(path, lineno, f'"label" must be true or false, got {label!r}')
     route = row.get("route")
     if route is not None and not isinstance(route, str):
-        raise _bad(path, lineno, f'"route" must be a string, got {route!r}')
+        raise bad(path, lineno, f'"route" must be a string, got {route!r}')
     k, c = 0, -1  # unknown unless the row gives them
     if "pass_count" in row or "score" not in row:
         k, c = row.get("k"), row.get("pass_count")  # type: ignore[assignment]
         if type(k) is not int or k < 1:
-            raise _bad(path, lineno, f'"k" must be an integer >= 1, got {k!r}')
+            raise bad(path, lineno, f'"k" must be an integer >= 1, got {k!r}')
         if type(c) is not int or not 0 <= c <= k:
-            raise _bad(path, lineno, f'"pass_count" must be an integer in [0, k={k}], got {c!r}')
+            raise bad(path, lineno, f'"pass_count" must be an integer in [0, k={k}], got {c!r}')
     if "score" in row:
-        score, levels = _snap(path, lineno, row["score"], row.get("levels"))
+        score, levels = snap(path, lineno, row["score"], row.get("levels"))
         return score, not label, k, c, sets.for_levels(levels)
     return c / k, not label, k, c, sets.for_k(k)
 
@@ -436,15 +414,6 @@ def _slow_columns(
 # --- shadow receipts ------------------------------------------------------------------------
 
 
-def _get(record: dict[str, Any], dotted: str) -> Any:
-    value: Any = record
-    for part in dotted.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
-
 def read_receipts(
     paths: Iterable[str | Path],
     *,
@@ -459,10 +428,13 @@ def read_receipts(
     shadow, carry no probe, or carry no gate label are skipped and counted by reason. ``score``
     names the score: ``pass_share`` (c/k) or a key of ``probe.scores`` (levels i/k).
 
-    A log whose chain verified is read by the fast path (values located in the canonical bytes,
-    see ``_fast_receipt``), a large one by a process pool: run it from the CLI or from a script
-    with the ``if __name__ == "__main__":`` guard, as any ``multiprocessing`` use needs (without
-    it the pool fails and the log is read in this process).
+    Each log is verified and read in one pass (``calibration._scan``), a large one by a process
+    pool, one span of lines per task. The pool's workers are forked when this process has a
+    single thread, else spawned; spawned workers need the caller's script to have the
+    ``if __name__ == "__main__":`` guard, as any ``multiprocessing`` use does (without it the
+    pool fails and the log is read in this process). A log whose chain verified is identified
+    by its chain head (which commits to every line), so its ``file_sha256`` is ``None``; an
+    unverified one gets the SHA-256 of its bytes.
     """
     files = [Path(p) for p in paths]
     if not files:
@@ -470,18 +442,20 @@ def read_receipts(
     sets, routes = _LevelSets(), _Routes()
     skipped: dict[str, int] = {}
     heads: list[str | None] = []
+    digests: list[str | None] = []
     problems: list[str] = []
-    rows: list[tuple[float, bool, int, int, int, int]] = []
     columns: list[_Columns] = []
     n_lines = 0
-    digests = _FileDigests(files)
-
-    for path in files:
-        # the pool starts reading before the chain is verified, so both cores work; its rows
-        # are used only if the chain verifies
-        scan = _Scan(path, score) if path.suffix != ".gz" else None
-        try:
-            chain = _verify_chain(path)
+    with _Pool() as pool:
+        for path in files:
+            verified = _scan_log(path, score, pool, progress) if path.suffix != ".gz" else None
+            if verified is not None:
+                spans, head = verified
+                n_lines += _read_verified(path, spans, score, sets, routes, skipped, columns)
+                heads.append(head)
+                digests.append(None)
+                continue
+            chain = _verify_chain(path)  # sequential: names the first bad line exactly
             if not chain.ok:
                 where = f"line {chain.first_bad_line}"
                 problem = f"{path}: hash chain does not verify at {where} ({chain.reason})"
@@ -491,38 +465,9 @@ def read_receipts(
                         "(pass --allow-unverified to use its lines anyway)"
                     )
                 problems.append(f"{problem}; {chain.n_lines} lines verified before it")
-            if chain.ok and scan is not None:
-                spans = scan.spans(progress)
-                n_lines += _read_verified(path, spans, score, sets, routes, skipped, columns)
-                heads.append(chain.head)
-                continue
-        finally:
-            if scan is not None:
-                scan.close()
-        lines, numbers = _nonblank(path)
-        unparseable = "unparseable line (unverified log)"
-        for start in range(0, len(lines), CHUNK_LINES):
-            chunk_numbers = numbers[start : start + CHUNK_LINES]
-            chunk = lines[start : start + CHUNK_LINES]
-            # a verified chain parses; an unverified one may hold a truncated line
-            records = _parse_chunk(path, chunk, chunk_numbers, tolerant=not chain.ok)
-            for lineno, record in zip(chunk_numbers, records, strict=True):
-                if record is _UNPARSEABLE:
-                    skipped[unparseable] = skipped.get(unparseable, 0) + 1
-                    continue
-                outcome = _receipt_row(path, lineno, record, score, sets, routes)
-                if isinstance(outcome, str):
-                    skipped[outcome] = skipped.get(outcome, 0) + 1
-                else:
-                    rows.append(outcome)
-            if rows:
-                columns.append(_rows_to_columns(rows))
-                rows = []
-            if progress is not None and len(lines) > CHUNK_LINES:
-                progress(str(path), chunk_numbers[-1])
-        count = len(lines)
-        heads.append(chain.head)
-        n_lines += count
+            n_lines += _read_parsed(path, chain.ok, score, sets, routes, skipped, columns, progress)
+            heads.append(chain.head)
+            digests.append(None if chain.ok else _file_sha256(path))
     cols = [np.concatenate(parts) for parts in zip(*columns, strict=True)] if columns else []
     if not cols or not cols[0].size:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "no lines"
@@ -533,7 +478,7 @@ def read_receipts(
     source = Source(
         kind="receipts",
         paths=tuple(str(p) for p in files),
-        file_sha256=digests.result(),
+        file_sha256=tuple(digests),
         lines=n_lines,
         used=int(cols[0].size),
         skipped=skipped,
@@ -555,6 +500,43 @@ def read_receipts(
     )
 
 
+def _read_parsed(
+    path: Path,
+    verified: bool,
+    score: str,
+    sets: _LevelSets,
+    routes: _Routes,
+    skipped: dict[str, int],
+    columns: list[_Columns],
+    progress: Progress | None,
+) -> int:
+    """Read a log by parsing every line with ``json`` (a log the one-pass read could not vouch
+    for); returns its non-blank line count. An unverified log may hold a truncated line: it is
+    skipped and counted."""
+    lines, numbers = _nonblank(path)
+    unparseable = "unparseable line (unverified log)"
+    for start in range(0, len(lines), CHUNK_LINES):
+        chunk_numbers = numbers[start : start + CHUNK_LINES]
+        chunk = lines[start : start + CHUNK_LINES]
+        records = _parse_chunk(path, chunk, chunk_numbers, tolerant=not verified)
+        rows: list[tuple[float, bool, int, int, int, int]] = []
+        for lineno, record in zip(chunk_numbers, records, strict=True):
+            if record is _UNPARSEABLE:
+                skipped[unparseable] = skipped.get(unparseable, 0) + 1
+                continue
+            outcome = receipt_values(path, lineno, record, score)
+            if isinstance(outcome, str):
+                skipped[outcome] = skipped.get(outcome, 0) + 1
+            else:
+                value, failed, k, c, name = outcome
+                rows.append((value, failed, k, c, routes.code(name), sets.for_k(k)))
+        if rows:
+            columns.append(_rows_to_columns(rows))
+        if progress is not None and len(lines) > CHUNK_LINES:
+            progress(str(path), chunk_numbers[-1])
+    return len(lines)
+
+
 def _rows_to_columns(rows: list[tuple[float, bool, int, int, int, int]]) -> _Columns:
     arr = np.asarray(rows, dtype=np.float64)
     return (
@@ -567,61 +549,37 @@ def _rows_to_columns(rows: list[tuple[float, bool, int, int, int, int]]) -> _Col
     )
 
 
-class _FileDigests:
-    """Each file's SHA-256, computed in a thread while the lines are read (``hashlib`` releases
-    the GIL on large blocks, so it overlaps the reading)."""
-
-    def __init__(self, files: Sequence[Path]) -> None:
-        self._files = list(files)
-        self._out: list[str] = []
-        self._error: CalibrationError | None = None
-        self._thread = threading.Thread(target=self._run, name="calibration-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._out = [_file_sha256(p) for p in self._files]
-        except CalibrationError as exc:
-            self._error = exc
-
-    def result(self) -> tuple[str, ...]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return tuple(self._out)
-
-
 def _read_verified(
     path: Path,
-    spans: list[_Span],
+    spans: list[Span],
     score: str,
     sets: _LevelSets,
     routes: _Routes,
     skipped: dict[str, int],
     columns: list[_Columns],
 ) -> int:
-    """Combine the spans of a log whose chain verified, in order (full parse for the lines the
-    fast path left); returns its line count."""
+    """Combine the spans of a log whose chain verified, in order (a full parse for the lines
+    the one-pass read left); returns its line count."""
     offset = 0
     for span in spans:
         for reason, n in span.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
-        slow: list[tuple[int, tuple[float, bool, int, int, str | None]]] = []
+        slow: list[tuple[int, RowValues]] = []
         for i, raw in span.slow:
             lineno = offset + i + 1
             try:
                 record = json.loads(raw)
             except (ValueError, RecursionError) as exc:
                 msg = getattr(exc, "msg", None) or str(exc)
-                raise _bad(path, lineno, f"not valid JSON ({msg})") from exc
-            outcome = _receipt_values(path, lineno, record, score)
+                raise bad(path, lineno, f"not valid JSON ({msg})") from exc
+            outcome = receipt_values(path, lineno, record, score)
             if isinstance(outcome, str):
                 skipped[outcome] = skipped.get(outcome, 0) + 1
             else:
                 slow.append((i, outcome))
         if slow:  # rare: intern routes and level sets row by row, in line order
             fast = [
-                (int(i), (float(v), bool(f), int(k), int(c), span.route_names[int(r)]))
+                (i, (v, f, k, c, span.route_names[r]))
                 for i, v, f, k, c, r in zip(
                     span.index, span.score, span.failed, span.k, span.c, span.route, strict=True
                 )
@@ -632,291 +590,30 @@ def _read_verified(
                     [(v, f, k, c, routes.code(name), sets.for_k(k)) for v, f, k, c, name in merged]
                 )
             )
-        elif span.index.size:
+        elif span.index:
             route_map = np.asarray([routes.code(n) for n in span.route_names], dtype=np.int64)
-            uniq, first, inverse = np.unique(span.k, return_index=True, return_inverse=True)
+            k = np.asarray(span.k, dtype=np.int64)
+            uniq, first, inverse = np.unique(k, return_index=True, return_inverse=True)
             codes = np.zeros(uniq.size, dtype=np.int64)
             for j in np.argsort(first, kind="stable"):
                 codes[j] = sets.for_k(int(uniq[j]))
             columns.append(
-                (span.score, span.failed, span.k, span.c, route_map[span.route], codes[inverse])
+                (
+                    np.asarray(span.score, dtype=np.float64),
+                    np.asarray(span.failed, dtype=bool),
+                    k,
+                    np.asarray(span.c, dtype=np.int64),
+                    route_map[np.asarray(span.route, dtype=np.int64)],
+                    codes[inverse.ravel()],
+                )
             )
         offset += span.lines
     return offset
 
 
-def _receipt_row(
-    path: Path, lineno: int, record: Any, score: str, sets: _LevelSets, routes: _Routes
-) -> tuple[float, bool, int, int, int, int] | str:
-    """One receipt as (score, failed, k, c, route, level set), or the reason it is skipped."""
-    outcome = _receipt_values(path, lineno, record, score)
-    if isinstance(outcome, str):
-        return outcome
-    value, failed, k, c, name = outcome
-    return value, failed, k, c, routes.code(name), sets.for_k(k)
-
-
-def _receipt_values(
-    path: Path, lineno: int, record: Any, score: str
-) -> tuple[float, bool, int, int, str | None] | str:
-    """One receipt as (score, failed, k, c, route name), or the reason it is skipped."""
-    if not isinstance(record, dict):
-        raise _bad(path, lineno, "each receipt must be a JSON object")
-    if record.get("mode") != "shadow":
-        return "not shadow mode"
-    probe = record.get("probe")
-    if not isinstance(probe, dict):
-        return "no probe"
-    label = _get(record, "decision.gate_label")
-    if label is None:
-        return "no gate label"
-    if type(label) is not bool:
-        raise _bad(
-            path, lineno, f'"decision.gate_label" must be true, false or null, got {label!r}'
-        )
-    k, c = probe.get("k"), probe.get("pass_count")
-    if type(k) is not int or k < 1:
-        raise _bad(path, lineno, f'"probe.k" must be an integer >= 1, got {k!r}')
-    if type(c) is not int or not 0 <= c <= k:
-        raise _bad(path, lineno, f'"probe.pass_count" must be an integer in [0, {k}], got {c!r}')
-    if score == PASS_SHARE:
-        value = c / k
-    else:
-        scores = probe.get("scores")
-        raw = scores.get(score) if isinstance(scores, dict) else None
-        if raw is None:
-            return f"no probe.scores.{score}"
-        if not _is_number(raw) or not 0.0 <= raw <= 1.0:
-            raise _bad(
-                path, lineno, f'"probe.scores.{score}" must be a number in [0, 1], got {raw!r}'
-            )
-        value, _ = _snap(path, lineno, raw, list(_pass_share_levels(k)))
-    route = record.get("route")
-    name = route if isinstance(route, str) else None
-    return value, not label, k, c, name
-
-
-# --- the fast path for verified receipt logs --------------------------------------------------
-#
-# A verified log is read without parsing whole lines: a ~2.5 KB receipt costs ~25 µs to parse on
-# the reference machine, and calibration needs six values from it. They are located in the
-# line's bytes and decoded exactly; every structural fact the location relies on is checked, and
-# a line where any check fails (``None`` below) goes through the full parse instead.
-#
-# Facts used. A ``"`` inside a JSON string is always escaped, so in a region without a backslash
-# every ``"`` delimits a string; if, in addition, no string there holds a bracket, the brackets
-# left after cutting the strings out are the region's nesting. The first ``"hash":"sha256:``
-# member is the top-level one: verification cuts out exactly that member and checks the hash of
-# the rest (the same premise as ``verify_chain``'s byte-level check). ``id``, ``mode``,
-# ``prev_hash`` and ``probe`` follow it in sorted order; ``decision`` precedes it and must be
-# level with it; ``route`` follows the probe and must be level with it. A key that could occur
-# twice at the same level is looked up again (JSON keeps the last one): a second one means "full
-# parse". The bytes of members calibration does not read (``checks``, ``upstream_calls``...) are
-# covered by the hash but not parsed.
-
-_STRUCTURE = bytes(b for b in range(256) if b not in b'"{}[]')
-_HEAD = re.compile(
-    rb'"hash":"sha256:[0-9a-f]{64}","id":"[^"\\]*","mode":"([^"\\]*)",'
-    rb'"prev_hash":"sha256:[0-9a-f]{64}","probe":'
-)
-_INT = re.compile(rb"(-?(?:0|[1-9][0-9]*))[,}]")
-_LABEL = re.compile(rb"(true|false|null)[,}]")
-_ROUTE = re.compile(rb'(?:null|"([^"\\]*)")[,}]')
-_LATER = re.compile(rb'"(?:decision|mode|probe)":')
-_SHADOW = b"shadow"
-
-
-def _brackets(raw: bytes, start: int, end: int) -> bytes | None:
-    """The brackets of ``raw[start:end]`` outside strings, or None when that is not certain
-    (a backslash, or a bracket inside a string). ``start`` must be outside any string."""
-    if raw.find(b"\\", start, end) >= 0:
-        return None
-    marks = raw[start:end].translate(None, _STRUCTURE)
-    # strings are now pairs of quotes; a bracket inside one leaves a quote unpaired
-    outside = marks.replace(b'""', b"")
-    return None if b'"' in outside else outside
-
-
-def _reduce(brackets: bytes) -> bytes:
-    """``brackets`` with every matched pair removed: empty for a balanced region, ``{`` for a
-    region that opened one object and stayed inside it."""
-    while True:
-        shorter = brackets.replace(b"{}", b"").replace(b"[]", b"")
-        if len(shorter) == len(brackets):
-            return brackets
-        brackets = shorter
-
-
-def _level(raw: bytes, start: int, end: int) -> bool:
-    """Whether ``raw[start:end]`` is balanced: its end is at the nesting level of its start."""
-    brackets = _brackets(raw, start, end)
-    return brackets is not None and not _reduce(brackets)
-
-
-def _member(raw: bytes, key: bytes, obj: int, end: int, *, flat: bool) -> int | None:
-    """Where the value of the only ``key`` member of the object opening at ``obj`` starts,
-    searching up to ``end`` (a region already checked by ``_brackets``); -1 when the key is not
-    there; None when unsure. ``flat``: the cheap check, for keys with no object before them."""
-    at = raw.find(key, obj, end)
-    if at < 0:
-        return -1
-    if raw[at - 1] not in b"{," or raw.find(key, at + 1, end) >= 0:
-        return None
-    if flat:
-        # no object opened or closed on the way, and every array closed again
-        direct = (
-            raw.find(b"}", obj, at) < 0
-            and raw.find(b"{", obj + 1, at) < 0
-            and raw.count(b"[", obj, at) == raw.count(b"]", obj, at)
-        )
-    else:
-        inside = _brackets(raw, obj, at)
-        direct = inside is not None and _reduce(inside) == b"{"
-    return at + len(key) if direct else None
-
-
-def _fast_receipt(raw: bytes, score: str) -> tuple[Any, ...] | str | None:
-    """One line of a verified log as ``(score, failed, k, c, route name)`` or a skip reason,
-    exactly as the full parse and ``_receipt_values`` give them; None when unsure."""
-    h = raw.find(b'"hash":"sha256:')
-    head = _HEAD.match(raw, h) if h > 0 else None
-    if head is None:
-        return None
-    ps = head.end()
-    if _LATER.search(raw, ps) is not None:
-        return None  # a second "mode", "probe" or "decision" later in the line
-    if head[1] != _SHADOW:
-        return "not shadow mode"
-    if raw.startswith(b"null", ps) and raw[ps + 4] in b",}":
-        return "no probe"
-    if raw[ps] != 123:  # "{"
-        return None
-    # decision.gate_label: decision is level with the hash member and holds no object
-    dk = raw.rfind(b'"decision":', 0, h)
-    if dk <= 0 or raw[dk - 1] not in b"{," or raw[dk + 11] != 123 or not _level(raw, dk, h):
-        return None
-    ds = dk + 11
-    de = raw.find(b"}", ds)
-    if raw.find(b"{", ds + 1, de) >= 0:
-        return None
-    at = _member(raw, b'"gate_label":', ds, de, flat=True)
-    if at is None:
-        return None
-    label = _LABEL.match(raw, at) if at >= 0 else None
-    if at < 0 or (label is not None and label[1] == b"null"):
-        return "no gate label"
-    if label is None:
-        return None
-    # route: after the probe, level with it, and the only one after it
-    rt = raw.find(b',"route":', ps)
-    if rt < 0 or raw.find(b'"route":', rt + 9) >= 0 or not _level(raw, ps, rt):
-        return None
-    route = _ROUTE.match(raw, rt + 9)
-    k_at = _member(raw, b'"k":', ps, rt, flat=True)
-    c_at = _member(raw, b'"pass_count":', ps, rt, flat=True)
-    if route is None or k_at is None or c_at is None or k_at < 0 or c_at < 0:
-        return None
-    k_m, c_m = _INT.match(raw, k_at), _INT.match(raw, c_at)
-    if k_m is None or c_m is None:
-        return None
-    k, c = int(k_m[1]), int(c_m[1])
-    if k < 1 or not 0 <= c <= k:
-        return None  # the full parse names the error
-    if score == PASS_SHARE:
-        value = c / k
-    else:
-        found = _probe_score(raw, ps, rt, score, k)
-        if not isinstance(found, float):
-            return found
-        value = found
-    try:
-        name = None if route[1] is None else route[1].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return value, label[1] == b"false", k, c, name
-
-
-def _probe_score(raw: bytes, ps: int, rt: int, score: str, k: int) -> float | str | None:
-    """``probe.scores[score]`` snapped to a level i/k, a skip reason, or None when unsure."""
-    at = _member(raw, b'"scores":', ps, rt, flat=False)
-    if at is None:
-        return None
-    if at < 0:
-        return f"no probe.scores.{score}"
-    try:
-        scores, _ = _DECODER.raw_decode(raw[at:rt].decode("utf-8"))
-    except ValueError:
-        return None
-    found = scores.get(score) if isinstance(scores, dict) else None
-    if found is None:
-        return f"no probe.scores.{score}"
-    if not _is_number(found) or not 0.0 <= found <= 1.0:
-        return None
-    nearest = min(_pass_share_levels(k), key=lambda v: abs(v - found))
-    return nearest if abs(nearest - found) <= LEVEL_TOLERANCE else None
-
-
 #: files at least this large are read by a process pool, one span of lines per task
 PARALLEL_BYTES = 64 << 20
 _SPAN_BYTES = 32 << 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Span:
-    """What one span of a verified log holds: fast rows as columns, the lines that need the full
-    parse (with their index in the span), and skip counts."""
-
-    lines: int
-    index: npt.NDArray[np.int64]
-    score: npt.NDArray[np.float64]
-    failed: npt.NDArray[np.bool_]
-    k: npt.NDArray[np.int64]
-    c: npt.NDArray[np.int64]
-    route: npt.NDArray[np.int64]
-    route_names: tuple[str | None, ...]
-    skipped: dict[str, int]
-    slow: tuple[tuple[int, bytes], ...]
-
-
-def _scan_span(path: str, start: int, end: int, score: str) -> _Span:
-    """Read the lines in bytes ``[start, end)`` of a verified log (both on line starts)."""
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        block = fh.read(end - start)
-    lines = block.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    index, rows, slow = [], [], []
-    skipped: dict[str, int] = {}
-    names: dict[str | None, int] = {}
-    route_codes = []
-    for i, raw in enumerate(lines):
-        out = _fast_receipt(raw, score)
-        if out is None:
-            slow.append((i, raw))
-        elif type(out) is str:
-            skipped[out] = skipped.get(out, 0) + 1
-        else:
-            index.append(i)
-            rows.append(out[:4])
-            name = out[4]
-            code = names.get(name)
-            if code is None:
-                code = names[name] = len(names)
-            route_codes.append(code)
-    cols = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
-    return _Span(
-        lines=len(lines),
-        index=np.asarray(index, dtype=np.int64),
-        score=np.asarray(cols[0], dtype=np.float64),
-        failed=np.asarray(cols[1], dtype=bool),
-        k=np.asarray(cols[2], dtype=np.int64),
-        c=np.asarray(cols[3], dtype=np.int64),
-        route=np.asarray(route_codes, dtype=np.int64),
-        route_names=tuple(names),
-        skipped=skipped,
-        slow=tuple(slow),
-    )
 
 
 def _spans(path: Path) -> list[tuple[int, int]]:
@@ -935,54 +632,89 @@ def _spans(path: Path) -> list[tuple[int, int]]:
     return list(pairwise(bounds))
 
 
-class _Scan:
-    """Reading the spans of one log: by a process pool for a large file (started at once, so it
-    runs while this process verifies the chain), else here when asked."""
+def _start_method() -> str:
+    """``fork`` when this process has one thread (nothing can hold a lock across the fork, and a
+    forked worker starts in milliseconds where a spawned one re-imports numpy and the caller's
+    main module), else ``spawn``."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return "fork"
+    return "spawn"
 
-    def __init__(self, path: Path, score: str) -> None:
-        self.path, self.score = path, score
+
+class _Pool:
+    """A process pool started on first use and stopped on exit; ``None`` where worker processes
+    cannot run."""
+
+    def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
-        self._futures: list[Future[_Span]] = []
-        try:
-            size = path.stat().st_size
-            self._ranges = _spans(path)
-        except OSError:
-            self._ranges = []  # the chain check reports it
-            return
-        workers = min(os.cpu_count() or 1, len(self._ranges))
-        if workers < 2 or size < PARALLEL_BYTES:
-            return
-        # spawn, not fork: the caller may have threads (the digest thread, an event loop)
-        context = multiprocessing.get_context("spawn")
-        try:
-            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
-            self._futures = [
-                self._pool.submit(_scan_span, str(path), a, b, score) for a, b in self._ranges
-            ]
-        except (BrokenProcessPool, OSError):
-            self.close()
+        self._failed = False
 
-    def spans(self, progress: Progress | None) -> list[_Span]:
-        """Every span, in order."""
-        out: list[_Span] = []
-        if self._futures:
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self) -> ProcessPoolExecutor | None:
+        workers = os.cpu_count() or 1
+        if self._pool is None and not self._failed and workers >= 2:
             try:
-                for future in self._futures:
-                    out.append(future.result())
-                    if progress is not None:
-                        progress(str(self.path), sum(s.lines for s in out))
-                return out
-            except (BrokenProcessPool, OSError):
-                # no worker processes here (e.g. a script without the __main__ guard)
-                out = []
-        for a, b in self._ranges:
-            out.append(_scan_span(str(self.path), a, b, self.score))
-            if progress is not None and len(self._ranges) > 1:
-                progress(str(self.path), sum(s.lines for s in out))
-        return out
+                context = multiprocessing.get_context(_start_method())
+                self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+            except (OSError, ValueError):
+                self._failed = True
+        return self._pool
+
+    def broken(self) -> None:
+        """The pool could not run a task (e.g. a script without the ``__main__`` guard)."""
+        self.close()
+        self._failed = True
 
     def close(self) -> None:
-        """Stop the pool (work not started is dropped)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool, self._futures = None, []
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _scan_log(
+    path: Path, score: str, pool: _Pool, progress: Progress | None
+) -> tuple[list[Span], str] | None:
+    """Every span of a log read in one pass, and the chain head, when the whole chain verified
+    that way; ``None`` otherwise (then the caller verifies it sequentially, which says why)."""
+    try:
+        size = path.stat().st_size
+        ranges = _spans(path)
+    except OSError:
+        return None  # the sequential check reports it
+    spans: list[Span] = []
+
+    def done(span: Span) -> bool:
+        spans.append(span)
+        if progress is not None and len(ranges) > 1:
+            progress(str(path), sum(s.lines for s in spans))
+        return span.chain_ok
+
+    executor = pool.get() if size >= PARALLEL_BYTES and len(ranges) > 1 else None
+    if executor is not None:
+        futures = [executor.submit(scan_span, str(path), a, b, score) for a, b in ranges]
+        try:
+            for future in futures:
+                if not done(future.result()):
+                    for f in futures:
+                        f.cancel()
+                    return None
+        except (BrokenProcessPool, OSError):
+            pool.broken()
+            spans = []
+    if not spans:
+        for a, b in ranges:
+            if not done(scan_span(str(path), a, b, score)):
+                return None
+    head = GENESIS_HASH.encode()
+    for span in spans:
+        if span.lines == 0:
+            continue
+        if span.first_prev != head or span.last_hash is None:
+            return None
+        head = span.last_hash
+    return spans, head.decode()

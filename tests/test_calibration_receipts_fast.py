@@ -1,8 +1,9 @@
-"""Reading a verified receipt log fast gives exactly what parsing every line gives.
+"""Reading a receipt log in one pass gives exactly what verifying it and parsing every line gives.
 
-The fast path (``calibration.data._fast_receipt``) reads six values out of a canonical line
-without parsing it; whenever it answers, its answer must equal the full parse's, and on the
-lines the proxy writes it must answer (or it would be no faster).
+The one-pass read (``calibration._scan``) hashes and links each line itself and decodes only the
+values calibration needs (``fast_row``); whenever it answers, its answer must equal the full
+parse's, on the lines the proxy writes it must answer (or it would be no faster), and whatever
+breaks the chain must be reported as the sequential ``verify_chain`` reports it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calibration import data
+from calibration import _scan, data
+from calibration._rows import receipt_values
 from calibration.data import PASS_SHARE, read_receipts
 from firstpass.errors import CalibrationError
 from firstpass.receipts import GENESIS_HASH
@@ -76,13 +78,13 @@ def line_of(record: dict[str, Any], prev: str = GENESIS_HASH) -> tuple[bytes, st
 def full_parse(raw: bytes, score: str) -> Any:
     """The reference: ``json.loads`` and the row rules; an error is returned as ``"error"``."""
     try:
-        return data._receipt_values(Path("r.jsonl"), 1, json.loads(raw), score)
+        return receipt_values(Path("r.jsonl"), 1, json.loads(raw), score)
     except CalibrationError:
         return "error"
 
 
 def agrees(raw: bytes, score: str) -> bool:
-    fast = data._fast_receipt(raw, score)
+    fast = _scan.fast_row(raw, score)
     return fast is None or fast == full_parse(raw, score)
 
 
@@ -102,7 +104,7 @@ def test_the_proxys_shadow_lines_are_read_without_a_full_parse(
 ) -> None:
     """A pipeline-shaped shadow line takes the fast path and gives the full parse's row."""
     raw, _ = line_of(shadow_receipt(1, c, label))
-    fast = data._fast_receipt(raw, score)
+    fast = _scan.fast_row(raw, score)
     assert fast is not None
     assert fast == full_parse(raw, score)
 
@@ -119,7 +121,7 @@ def test_the_proxys_shadow_lines_are_read_without_a_full_parse(
 def test_skip_reasons_come_from_the_fast_path_too(over: dict[str, Any], reason: str) -> None:
     """Unlabelled, non-shadow and probe-less receipts are skipped for the same reason."""
     raw, _ = line_of(shadow_receipt(1, 3, True, **over))
-    assert data._fast_receipt(raw, PASS_SHARE) == reason == full_parse(raw, PASS_SHARE)
+    assert _scan.fast_row(raw, PASS_SHARE) == reason == full_parse(raw, PASS_SHARE)
 
 
 ADVERSARIAL: list[tuple[str, dict[str, Any]]] = [
@@ -278,7 +280,7 @@ def test_any_receipt_the_writer_can_write_reads_the_same_either_way(
 def _reference(path: Path, score: str, monkeypatch: pytest.MonkeyPatch) -> data.Labelled:
     with monkeypatch.context() as patch:  # in this process, every line fully parsed
         patch.setattr(data, "PARALLEL_BYTES", 1 << 62)
-        patch.setattr(data, "_fast_receipt", lambda raw, score: None)
+        patch.setattr(_scan, "fast_row", lambda raw, score: None)
         return read_receipts([path], score=score)
 
 
@@ -303,14 +305,62 @@ def test_a_log_read_in_parallel_spans_equals_the_full_parse(
         if i % 7 == 0:
             over["mode"] = "cascade"
         if i % 11 == 0:
-            over["error"] = {"message": 'odd "quote"'}  # full parse for this one
+            over["error"] = {"message": 'odd "quote" [x]'}
+        if i % 13 == 0:
+            over["decision"] = ["not", "an", "object"]  # msgspec refuses: full parse for this one
         records.append(shadow_receipt(i, c, bool(rng.random() < 0.8), **over))
     path = write_log(tmp_path / "r.jsonl", records)
     monkeypatch.setattr(data, "_SPAN_BYTES", 50_000)
     monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
     fast = read_receipts([path], score=score)
     _same(fast, _reference(path, score, monkeypatch))
-    assert fast.source.skipped == {"not shadow mode": 86}
+    assert fast.source.skipped == {"not shadow mode": 86, "no gate label": 40}
+    assert fast.source.verified and fast.source.file_sha256 == (None,)
+
+
+def _cut(path: Path, drop: int) -> Path:
+    """The log with its line ``drop`` (0-based) removed: every line still hashes to itself."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:drop] + lines[drop + 1 :]))
+    return path
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["pool", "in-process"])
+def test_a_line_deleted_at_a_span_boundary_breaks_the_chain_at_that_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallel: bool
+) -> None:
+    """Spans are checked on their own; the join between them is checked too, and the error
+    names the line exactly as the sequential verification does."""
+    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
+    monkeypatch.setattr(data, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+    path = write_log(tmp_path / "r.jsonl", [shadow_receipt(i, 3, True) for i in range(120)])
+    starts = [a for a, _ in data._spans(path)]
+    offsets = [0]
+    for line in path.read_bytes().splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    first_of_second_span = offsets.index(starts[1])
+    _cut(path, first_of_second_span)
+    with pytest.raises(
+        CalibrationError, match=rf"at line {first_of_second_span + 1} \(broken link"
+    ):
+        read_receipts([path])
+    unverified = read_receipts([path], allow_unverified=True)
+    assert unverified.n == 119 and not unverified.source.verified
+    assert unverified.source.file_sha256[0].startswith("sha256:")
+
+
+def test_an_edited_line_in_a_later_span_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line edited after it was written no longer hashes to itself: found in its span."""
+    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
+    monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
+    path = write_log(tmp_path / "r.jsonl", [shadow_receipt(i, 3, True) for i in range(120)])
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[100] = lines[100].replace(b'"gate_label":true', b'"gate_label":false')
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(CalibrationError, match=r"at line 101 \(hash mismatch"):
+        read_receipts([path])
 
 
 def test_a_bad_line_deep_in_a_verified_log_is_named_by_its_line(
@@ -323,3 +373,19 @@ def test_a_bad_line_deep_in_a_verified_log_is_named_by_its_line(
     monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
     with pytest.raises(CalibrationError, match=r"line 257: \"probe.pass_count\""):
         read_receipts([path])
+
+
+def test_workers_are_forked_only_while_this_process_has_one_thread() -> None:
+    """Forking a process with other threads can copy a held lock into the child: then spawn."""
+    import threading
+
+    stop = threading.Event()
+    if threading.active_count() == 1:
+        assert data._start_method() == "fork"
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        assert data._start_method() == "spawn"
+    finally:
+        stop.set()
+        worker.join()

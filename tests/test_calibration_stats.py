@@ -71,10 +71,15 @@ def test_min_n_with_zero_failures_is_the_log_ratio(
 @given(m=st.integers(0, 60), alpha=st.floats(0.01, 0.5), delta=st.floats(0.005, 0.5))
 @settings(max_examples=60, deadline=None)
 def test_min_n_is_the_smallest_certifiable_n(m: int, alpha: float, delta: float) -> None:
-    """n = min_n certifies with m failures and n − 1 does not."""
+    """n = min_n certifies with m failures and n − 1 does not, by the p-value LTT compares
+    with δ (itself checked against scipy's binomtest above; on an exact tie such as
+    P(Bin(1, ½) ≤ 0) = ½ the two may differ in the last bit)."""
     n = stats.min_n_for_certification(m, alpha, delta)
-    assert sps.binom.cdf(m, n, alpha) <= delta
-    assert n - 1 < m or sps.binom.cdf(m, n - 1, alpha) > delta
+    assert stats.binomial_lower_tail_p_value(m, n, alpha) <= delta
+    assert n - 1 < m or stats.binomial_lower_tail_p_value(m, n - 1, alpha) > delta
+    assert float(stats.binomial_lower_tail_p_value(m, n, alpha)) == pytest.approx(
+        sps.binom.cdf(m, n, alpha), rel=1e-12
+    )
 
 
 def test_min_total_for_crc_is_the_smallest_admissible_total() -> None:
@@ -232,3 +237,20 @@ def test_parameters_outside_the_unit_interval_are_refused() -> None:
         stats.learn_then_test([1], [0], alpha=0.0, delta=0.05)
     with pytest.raises(ValueError, match="delta"):
         stats.min_n_for_certification(0, 0.05, 1.0)
+
+
+@given(n=st.integers(1, 400), data=st.data(), alpha=st.floats(0.001, 0.5))
+@settings(max_examples=80, deadline=None)
+def test_binomial_p_value_equals_exact_rational_arithmetic(
+    n: int, data: st.DataObject, alpha: float
+) -> None:
+    """P(Bin(n, α) ≤ m) agrees with the exact sum Σ C(n, j) α^j (1 − α)^(n − j) over j ≤ m,
+    computed in rationals, to 1e-13 relative: certification at p ≤ δ does not hinge on
+    rounding in the tail (scipy's binom.cdf loses digits there)."""
+    from fractions import Fraction
+
+    m = data.draw(st.integers(0, n))
+    a = Fraction(alpha)
+    exact = float(sum(math.comb(n, j) * a**j * (1 - a) ** (n - j) for j in range(m + 1)))
+    got = float(stats.binomial_lower_tail_p_value(m, n, alpha))
+    assert got == pytest.approx(exact, rel=1e-13, abs=1e-300)

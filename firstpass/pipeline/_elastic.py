@@ -223,9 +223,7 @@ class ElasticMixin:
 
     def _probe_inputs(self, req: RunRequest) -> ProbeInputs | None:
         """Generated from the visible tests (never the hidden ones), plus the request's own."""
-        return cached_probe_inputs(
-            req.checks.visible, extra=req.checks.probe_inputs
-        )
+        return cached_probe_inputs(req.checks.visible, extra=req.checks.probe_inputs)
 
     async def _gate(self, req: RunRequest, probe: Probe, sample: int, purpose: str | None) -> Any:
         t0 = time.perf_counter()

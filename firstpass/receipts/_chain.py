@@ -166,34 +166,59 @@ def verify_chain(path: str | os.PathLike[str], *, strict: bool = False) -> Verif
 
 
 def _fast_check(raw: bytes, prev: bytes, sha256: Any) -> bytes | None:
-    """The line's hash if its bytes hash and link correctly, else ``None`` (then parse it).
-
-    Cuts the first ``"hash":"sha256:…",`` member out of the line and hashes the rest. In a line
-    the writer wrote that is the top-level member; a nested one matches only if whoever wrote
-    the line computed its hash and placed it there on purpose (a forgery, which could as well
-    have been a well-formed line: the chain proves a prefix against a kept head, nothing more).
-    """
-    start = raw.find(_HASH_MEMBER)
-    if start < 1 or raw[start - 1] not in b"{,":
+    """The line's hash if its bytes hash and link correctly, else ``None`` (then parse it)."""
+    if raw[-1:] != b"\n":
         return None
-    value_start = start + 8  # len('"hash":"')
+    links = line_links(raw, 0, len(raw) - 1, sha256=sha256)
+    if links is None or links[1] != prev:
+        return None
+    return links[0]
+
+
+def line_links(
+    buf: Any,
+    start: int,
+    end: int,
+    *,
+    view: memoryview | None = None,
+    sha256: Any = hashlib.sha256,
+) -> tuple[bytes, bytes] | None:
+    """``(hash, prev_hash)`` of the line ``buf[start:end]`` (no newline) when its bytes hash to
+    the ``hash`` it carries, both as ``b"sha256:…"``; ``None`` when this byte-level check cannot
+    vouch for it (then parse it).
+
+    ``buf`` is ``bytes`` or an ``mmap`` (``view``, a memoryview of it, saves making one per
+    line): a log can be checked where it lies, without copying lines out. Cuts the first
+    ``"hash":"sha256:…",`` member out of the line and hashes the rest; the link is the first
+    ``prev_hash`` member after it. In a line the writer wrote those are the top-level members;
+    a nested one matches only if whoever wrote the line computed its hash and placed it there
+    on purpose (a forgery, which could as well have been a well-formed line: the chain proves a
+    prefix against a kept head, nothing more). The link is not checked here, so a log can be
+    checked in spans whose ends are joined afterwards.
+    """
+    at = buf.find(_HASH_MEMBER, start, end)
+    if at <= start or buf[at - 1] not in b"{,":
+        return None
+    value_start = at + 8  # len('"hash":"')
     hex_start = value_start + 7  # len("sha256:")
     hex_end = hex_start + _HEX_LEN
-    if raw[hex_end : hex_end + 2] != b'",' or not raw.endswith(b"}\n"):
+    if hex_end + 2 >= end or buf[hex_end : hex_end + 2] != b'",' or buf[end - 1] != 125:  # }
         return None
-    view = memoryview(raw)
-    digester = sha256(view[:start])
-    digester.update(view[hex_end + 2 : -1])
-    if digester.hexdigest().encode() != raw[hex_start:hex_end]:
+    if view is None:
+        view = memoryview(buf)
+    digester = sha256(view[start:at])
+    digester.update(view[hex_end + 2 : end])
+    if digester.hexdigest().encode() != buf[hex_start:hex_end]:
         return None
-    link_at = raw.find(_PREV_MEMBER)
-    if link_at < 1 or raw[link_at - 1] not in b"{,":
+    # prev_hash sorts after hash (and id, mode): the first one after it is the top-level one
+    link_at = buf.find(_PREV_MEMBER, hex_end, end)
+    if link_at < 0 or buf[link_at - 1] != 44:  # ","
         return None
     link_start = link_at + 13  # len('"prev_hash":"')
     link_end = link_start + 7 + _HEX_LEN
-    if raw[link_start:link_end] != prev or raw[link_end : link_end + 1] != b'"':
+    if buf[link_end : link_end + 1] != b'"' or link_end >= end:
         return None
-    return raw[value_start:hex_end]
+    return buf[value_start:hex_end], buf[link_start:link_end]
 
 
 def read_tail_hash(path: str | os.PathLike[str]) -> str:

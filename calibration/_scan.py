@@ -1,0 +1,289 @@
+"""One pass over a span of a receipt log: each line's own hash, its link, and its labelled row.
+
+A large log is cut into spans on line boundaries and each span is read here, in a worker
+process (``calibration.data`` runs the pool). Per line, the bytes are hashed and compared with
+the ``hash`` the line carries (``firstpass.receipts``' own byte-level check), the line's
+``prev_hash`` is compared with the previous line's hash, and the row is decoded. The links
+*between* spans are joined by the caller, so the chain is verified in parallel and the file is
+read once. Anything this pass cannot vouch for (a line that does not hash or link, a truncated
+last line) ends the span's chain check: the caller then verifies the whole log sequentially,
+which names the first bad line exactly.
+
+Rows are decoded by ``msgspec`` into structs holding only the values calibration reads, so the
+rest of a ~2.6 KB receipt is skipped at C speed instead of being built into Python objects.
+msgspec accepts no JSON that ``json.loads`` rejects (it is stricter: no ``NaN``, no lone
+surrogates) and keeps the last of repeated keys as ``json`` does, so where it decodes a line the
+values equal the full parse's; a line it rejects, or whose values break a rule, goes back to the
+caller to be parsed with ``json`` and reported with its line number. This module imports
+neither numpy nor the rest of the package, so a spawned worker starts quickly.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import mmap
+import operator
+import os
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any
+
+import msgspec
+
+from calibration._rows import PASS_SHARE, RowValues, receipt_values
+from firstpass.errors import CalibrationError
+from firstpass.receipts._chain import line_links
+
+__all__ = ["Span", "fast_row", "scan_span"]
+
+
+class _Probe(msgspec.Struct, gc=False):
+    k: Any = None
+    pass_count: Any = None
+    scores: Any = None
+
+
+class _Decision(msgspec.Struct, gc=False):
+    gate_label: Any = None
+
+
+class _Receipt(msgspec.Struct, gc=False):
+    mode: Any = None
+    route: Any = None
+    probe: _Probe | None = None
+    decision: _Decision | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Receipt)
+
+
+def fast_row(raw: bytes | memoryview, score: str) -> RowValues | str | None:
+    """One receipt line as ``receipt_values`` gives it after a full ``json`` parse, or ``None``
+    when the line must be parsed fully (undecodable here, or a rule it breaks must be reported
+    with its line number)."""
+    try:
+        return _row(_DECODER.decode(raw), score)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _row(r: _Receipt, score: str) -> RowValues | str | None:
+    """``fast_row`` for a decoded line."""
+    probe, decision = r.probe, r.decision
+    if r.mode == "shadow" and probe is not None and decision is not None:
+        label, k, c, route = decision.gate_label, probe.k, probe.pass_count, r.route
+        if (  # the common shape, checked inline; anything else takes the general rules below
+            score == PASS_SHARE
+            and type(label) is bool
+            and type(k) is int
+            and type(c) is int
+            and 0 <= c <= k
+            and k >= 1
+            and (route is None or type(route) is str)
+        ):
+            return c / k, not label, k, c, route
+    record: dict[str, Any] = {"mode": r.mode, "route": r.route}
+    if probe is not None:
+        record["probe"] = {"k": probe.k, "pass_count": probe.pass_count, "scores": probe.scores}
+    if decision is not None:
+        record["decision"] = {"gate_label": decision.gate_label}
+    try:
+        return receipt_values("", 0, record, score)
+    except CalibrationError:
+        return None
+
+
+_mode, _probe, _decision, _route = (attrgetter(n) for n in ("mode", "probe", "decision", "route"))
+_k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_label")
+
+
+def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
+    """``(score, failed, k, c, route)`` of every row when all are labelled shadow receipts with a
+    valid pass count (the pass-share score), checked column by column at C speed; else None."""
+    modes = list(map(_mode, rows))
+    if modes.count("shadow") != len(modes):
+        return None
+    probes, decisions = list(map(_probe, rows)), list(map(_decision, rows))
+    if None in probes or None in decisions:
+        return None
+    ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
+    routes = list(map(_route, rows))
+    if (
+        set(map(type, ks)) != {int}
+        or set(map(type, cs)) != {int}
+        or set(map(type, labels)) != {bool}
+        or not set(map(type, routes)) <= {str, type(None)}
+        or min(ks) < 1
+        or min(cs) < 0
+        or not all(map(operator.le, cs, ks))
+    ):
+        return None
+    return list(map(operator.truediv, cs, ks)), list(map(operator.not_, labels)), ks, cs, routes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span:
+    """What one span holds.
+
+    ``chain_ok``: every line hashed to its own ``hash`` and linked to the line before it within
+    the span; then ``first_prev`` is the first line's ``prev_hash`` and ``last_hash`` the last
+    line's ``hash`` (``None`` for an empty span), for the caller to join. When not ``chain_ok``
+    the rest is left empty: the caller verifies the log sequentially instead.
+    Rows: ``index`` (line within the span) with the parallel columns ``score``, ``failed``,
+    ``k``, ``c``, ``route`` (a code into ``route_names``); ``slow`` are the lines to parse fully.
+    """
+
+    lines: int
+    chain_ok: bool
+    first_prev: bytes | None = None
+    last_hash: bytes | None = None
+    index: list[int] = field(default_factory=list)
+    score: list[float] = field(default_factory=list)
+    failed: list[bool] = field(default_factory=list)
+    k: list[int] = field(default_factory=list)
+    c: list[int] = field(default_factory=list)
+    route: list[int] = field(default_factory=list)
+    route_names: tuple[str | None, ...] = ()
+    skipped: dict[str, int] = field(default_factory=dict)
+    slow: tuple[tuple[int, bytes], ...] = ()
+
+
+def scan_span(path: str, start: int, end: int, score: str) -> Span:
+    """Verify and read the lines in bytes ``[start, end)`` of a log (both on line starts).
+
+    Only the span is memory-mapped (pre-faulted where the OS allows), and each line is hashed
+    and decoded where it lies: no copy of the span is made (on the reference machine a copy
+    costs about as much as the hashing).
+    """
+    if end <= start:
+        return Span(lines=0, chain_ok=True)
+    base = start - start % mmap.ALLOCATIONGRANULARITY
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size < end:
+            return Span(lines=0, chain_ok=False)  # the file shrank since it was cut into spans
+        if hasattr(mmap, "MAP_SHARED"):
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            buf = mmap.mmap(fh.fileno(), end - base, flags, mmap.PROT_READ, offset=base)
+        else:  # Windows
+            buf = mmap.mmap(fh.fileno(), end - base, access=mmap.ACCESS_READ, offset=base)
+    with buf:
+        view = memoryview(buf)
+        try:
+            return _scan(buf, view, start - base, end - base, score)
+        finally:
+            view.release()
+
+
+def _scan(buf: mmap.mmap, view: memoryview, start: int, end: int, score: str) -> Span:
+    if buf[end - 1] != 10:  # the span does not end with a newline: a truncated last line
+        return Span(lines=0, chain_ok=False)
+    collecting = gc.isenabled()
+    gc.disable()  # many small objects and no cycles: the collector would only slow this down
+    try:
+        chain = _chain(buf, view, start, end)
+        if chain is None:
+            return Span(lines=0, chain_ok=False)
+        starts, first_prev, last_hash = chain
+        if not starts:
+            return Span(lines=0, chain_ok=True)
+        return _rows(buf, view, starts, end, score, first_prev, last_hash)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _chain(
+    buf: mmap.mmap, view: memoryview, start: int, end: int
+) -> tuple[list[int], bytes | None, bytes | None] | None:
+    """Each line's start, the first line's ``prev_hash`` and the last line's ``hash``, when every
+    line hashes to itself and links to the one before; ``None`` when one does not."""
+    sha256, find = hashlib.sha256, buf.find
+    starts: list[int] = []
+    first_prev = prev = None
+    at = start
+    while at < end:
+        nl = find(b"\n", at, end)
+        links = line_links(buf, at, nl, view=view, sha256=sha256)
+        if links is None or (prev is not None and links[1] != prev):
+            return None
+        if prev is None:
+            first_prev = links[1]
+        prev = links[0]
+        starts.append(at)
+        at = nl + 1
+    return starts, first_prev, prev
+
+
+def _rows(
+    buf: mmap.mmap,
+    view: memoryview,
+    starts: list[int],
+    end: int,
+    score: str,
+    first_prev: bytes | None,
+    last_hash: bytes | None,
+) -> Span:
+    """Decode the lines whose chain verified: the whole span in one call, checked by column,
+    when it is all labelled pass-share rows (the log a shadow deployment writes); line by line
+    otherwise."""
+    n = len(starts)
+    decoded: list[_Receipt] | None
+    try:
+        decoded = _DECODER.decode_lines(view[starts[0] : end])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        decoded = None
+    if decoded is not None and len(decoded) == n and score == PASS_SHARE:
+        cols = _columns(decoded)
+        if cols is not None:
+            names: dict[str | None, int] = {}
+            codes = [names.setdefault(r, len(names)) for r in cols[4]]
+            return Span(
+                lines=n,
+                chain_ok=True,
+                first_prev=first_prev,
+                last_hash=last_hash,
+                index=list(range(n)),
+                score=cols[0],
+                failed=cols[1],
+                k=cols[2],
+                c=cols[3],
+                route=codes,
+                route_names=tuple(names),
+            )
+    index: list[int] = []
+    values: list[list[Any]] = [[], [], [], []]
+    names = {}
+    routes: list[int] = []
+    skipped: dict[str, int] = {}
+    slow: list[tuple[int, bytes]] = []
+    ends = [*(a - 1 for a in starts[1:]), end - 1]
+    for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        if decoded is not None and len(decoded) == n:
+            out = _row(decoded[i], score)
+        else:
+            out = fast_row(view[a:b], score)
+        if out is None:
+            slow.append((i, buf[a:b]))
+        elif isinstance(out, str):
+            skipped[out] = skipped.get(out, 0) + 1
+        else:
+            index.append(i)
+            for column, value in zip(values, out[:4], strict=True):
+                column.append(value)
+            routes.append(names.setdefault(out[4], len(names)))
+    return Span(
+        lines=n,
+        chain_ok=True,
+        first_prev=first_prev,
+        last_hash=last_hash,
+        index=index,
+        score=values[0],
+        failed=values[1],
+        k=values[2],
+        c=values[3],
+        route=routes,
+        route_names=tuple(names),
+        skipped=skipped,
+        slow=tuple(slow),
+    )
