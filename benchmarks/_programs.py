@@ -1,6 +1,7 @@
 """Per-program sandbox results cached on disk, so that benchmark reruns take seconds.
 
-A result is keyed by (SHA-256 of the answer text, the spec's digest) and stored in
+A result is keyed by (SHA-256 of the answer text, the spec's digest, and the probe
+inputs' digest when the run records behaviour) and stored in
 ``benchmarks/.cache/programs-<fingerprint>.jsonl``; the fingerprint hashes the sandbox's own
 source files, its isolation level and its limits, so a change to any of them starts a fresh
 cache instead of reusing verdicts the new sandbox might not give. Every verdict comes from the
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from firstpass.probe import ProbeInputs
 from firstpass.sandbox import Limits, SampleResult, Sandbox
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "CacheStats",
     "CachingSandbox",
     "ProgramCache",
+    "probe_digest",
     "result_key",
     "run_all",
     "sandbox_fingerprint",
@@ -52,9 +55,19 @@ def sandbox_fingerprint(isolation: str, limits: Limits) -> str:
     return h.hexdigest()[:16]
 
 
-def result_key(answer: str, spec: Any) -> str:
-    """The cache key of one (answer, spec) pair."""
-    return hashlib.sha256(answer.encode()).hexdigest() + ":" + str(spec.digest)
+def probe_digest(probe: ProbeInputs) -> str:
+    """What a behaviour depends on besides the program: entry point, calls, per-input limit."""
+    body = json.dumps([probe.digest, probe.per_input_s], separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def result_key(answer: str, spec: Any, probe: ProbeInputs | None = None) -> str:
+    """The cache key of one (answer, spec) pair, and of the probe inputs when there are any.
+
+    Without probe inputs the key is what it always was, so existing caches stay valid.
+    """
+    key = hashlib.sha256(answer.encode()).hexdigest() + ":" + str(spec.digest)
+    return key if probe is None else f"{key}:probe:{probe_digest(probe)}"
 
 
 def _compact(result: SampleResult) -> dict[str, Any]:
@@ -67,11 +80,13 @@ def _compact(result: SampleResult) -> dict[str, Any]:
         "wall_ms": round(result.wall_ms, 3),
         "extraction": result.extraction,
         "code_sha256": result.code_sha256,
+        **({"behaviour": result.behaviour} if result.behaviour is not None else {}),
     }
 
 
 def _expand(data: dict[str, Any]) -> SampleResult:
-    """A ``SampleResult`` from its cached summary (per-test details are not kept)."""
+    """A ``SampleResult`` from its cached summary (per-test details and per-input probe output
+    digests are not kept; the behaviour digest is)."""
     return SampleResult(
         passed=bool(data["passed"]),
         n_passed=int(data["n_passed"]),
@@ -82,6 +97,7 @@ def _expand(data: dict[str, Any]) -> SampleResult:
         wall_ms=float(data["wall_ms"]),
         extraction=str(data["extraction"]),
         code_sha256=str(data["code_sha256"]),
+        behaviour=data.get("behaviour"),
     )
 
 
@@ -193,11 +209,21 @@ class CachingSandbox:
         return await self.sandbox.resolve(spec, limits)
 
     async def run(
-        self, answer: str, spec: Any, limits: Limits | None = None, entry_point: str | None = None
+        self,
+        answer: str,
+        spec: Any,
+        limits: Limits | None = None,
+        entry_point: str | None = None,
+        *,
+        probe: ProbeInputs | None = None,
     ) -> SampleResult:
-        """The cached verdict, else the sandbox's (one sandbox run per key, even if concurrent)."""
+        """The cached verdict, else the sandbox's (one sandbox run per key, even if concurrent).
+
+        With ``probe`` the sandbox also records the behaviour on the probe inputs, and the key
+        includes their digest.
+        """
         assert self.cache is not None, "use 'async with CachingSandbox() as sb'"
-        key = result_key(answer, spec)
+        key = result_key(answer, spec, probe)
         if self.use_cache:
             hit = self.cache.get(key)
             if hit is not None:
@@ -212,7 +238,10 @@ class CachingSandbox:
         self.stats.misses += 1
         t0 = time.perf_counter()
         try:
-            result = await self.sandbox.run(answer, spec, limits, entry_point)
+            if probe is None:
+                result = await self.sandbox.run(answer, spec, limits, entry_point)
+            else:
+                result = await self.sandbox.run(answer, spec, limits, entry_point, probe=probe)
         except BaseException as exc:
             fut.set_exception(exc)
             fut.exception()  # mark retrieved: waiters re-raise it themselves
@@ -230,27 +259,38 @@ class CachingSandbox:
         spec: Any,
         limits: Limits | None = None,
         entry_point: str | None = None,
+        *,
+        probe: ProbeInputs | None = None,
     ) -> list[SampleResult]:
-        return list(await asyncio.gather(*(self.run(a, spec, limits, entry_point) for a in answers)))
+        return list(
+            await asyncio.gather(
+                *(self.run(a, spec, limits, entry_point, probe=probe) for a in answers)
+            )
+        )
 
 
 async def run_all(
     sandbox: CachingSandbox,
-    jobs: Sequence[tuple[str, Any]],
+    jobs: Sequence[tuple[str, Any]] | Sequence[tuple[str, Any, ProbeInputs | None]],
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[SampleResult]:
-    """Run (answer, spec) pairs, a bounded number at a time; results in input order."""
+    """Run (answer, spec) or (answer, spec, probe) jobs, a bounded number at a time; results in
+    input order."""
     limit = asyncio.Semaphore(max(2, 2 * sandbox.concurrency))
     done = 0
 
-    async def one(answer: str, spec: Any) -> SampleResult:
+    async def one(answer: str, spec: Any, probe: ProbeInputs | None) -> SampleResult:
         nonlocal done
         async with limit:
-            result = await sandbox.run(answer, spec)
+            result = await sandbox.run(answer, spec, probe=probe)
         done += 1
         if progress is not None:
             progress(done, len(jobs))
         return result
 
-    return list(await asyncio.gather(*(one(a, s) for a, s in jobs)))
+    return list(
+        await asyncio.gather(
+            *(one(job[0], job[1], job[2] if len(job) > 2 else None) for job in jobs)
+        )
+    )

@@ -8,7 +8,9 @@ data is absent, so scripts and tests can skip with that message.
 
 writes ``tasks.jsonl`` (MBPP+ as a Task set, hidden expected outputs computed in the sandbox) and
 ``samples-<model>.jsonl`` (the SpecFix samples as Sample sets) for the three models; see
-``benchmarks/README.md`` for both formats.
+``benchmarks/README.md`` for both formats. ``--setting aligned`` writes the aligned-gate Task set
+instead (``tasks-aligned.jsonl``: visible = MBPP's first two original asserts, gate = all three),
+with what it dropped and why in ``conversion-aligned.json``; the sample files are shared.
 """
 
 from __future__ import annotations
@@ -29,13 +31,20 @@ from typing import Any
 from firstpass.errors import SpecError
 
 __all__ = [
+    "ALIGNED_DROP_REASONS",
     "MODELS",
+    "SETTINGS",
+    "AlignedConversion",
     "DataMissing",
+    "MbppOriginal",
     "MbppPlusTask",
     "Task",
     "TaskConversion",
+    "aligned_row",
+    "convert_aligned",
     "convert_tasks",
     "data_dir",
+    "load_mbpp_original",
     "load_mbppplus",
     "load_sample_rows",
     "load_specfix_samples",
@@ -63,6 +72,17 @@ MODELS: dict[str, tuple[str, ...]] = {
 
 #: names a visible assert may use without importing them (Mbpp/120, /293, /596, /742 do)
 _SETUP_MODULES = ("math", "sys", "cmath", "re")
+
+#: the gate settings: strict (hidden = MBPP+ inputs) and aligned (gate = MBPP's three asserts)
+SETTINGS = ("strict", "aligned")
+#: the task file each setting writes
+TASK_FILES = {"strict": "tasks.jsonl", "aligned": "tasks-aligned.jsonl"}
+#: why the aligned conversion drops a task, in the order they are checked
+ALIGNED_DROP_REASONS = (
+    "not_in_mbpp",
+    "fewer_than_3_asserts",
+    "reference_fails_original_asserts",
+)
 
 
 class DataMissing(FileNotFoundError):
@@ -135,6 +155,32 @@ def load_mbppplus(root: Path | None = None) -> list[MbppPlusTask]:
             )
         )
     return tasks
+
+
+# -- original MBPP ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MbppOriginal:
+    """One task of the original MBPP: its three asserts and the setup code they need, if any."""
+
+    number: int
+    asserts: tuple[str, ...]
+    setup: str | None
+
+
+def load_mbpp_original(root: Path | None = None) -> dict[int, MbppOriginal]:
+    """``task number -> MbppOriginal`` from ``mbpp/mbpp.jsonl.gz`` (``test_list``, ``test_setup_code``)."""
+    path = (root or data_dir()) / "mbpp" / "mbpp.jsonl.gz"
+    out: dict[int, MbppOriginal] = {}
+    for row in _jsonl_gz(path):
+        setup = (row.get("test_setup_code") or "").replace("\r\n", "\n").strip()
+        out[int(row["task_id"])] = MbppOriginal(
+            number=int(row["task_id"]),
+            asserts=tuple(a.strip() for a in row.get("test_list") or () if a.strip()),
+            setup=setup or None,
+        )
+    return out
 
 
 # -- SpecFix samples --------------------------------------------------------------------------
@@ -392,6 +438,129 @@ async def convert_tasks(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class AlignedConversion:
+    """What ``convert_aligned`` kept, and each dropped task with its reason and a detail."""
+
+    rows: list[dict[str, Any]]
+    dropped: dict[str, tuple[str, str]]  # task_id -> (one of ALIGNED_DROP_REASONS, detail)
+    #: kept tasks whose reference failed once and passed on a second run (the first failure)
+    reference_retried: dict[str, str] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """Dropped tasks per reason (every reason listed, zeros included)."""
+        return {r: sum(1 for why, _ in self.dropped.values() if why == r) for r in ALIGNED_DROP_REASONS}
+
+    def summary(self) -> dict[str, Any]:
+        """The ``conversion-aligned.json`` document."""
+        return {
+            "setting": "aligned",
+            "tasks": len(self.rows),
+            "dropped_counts": self.counts(),
+            "dropped": {
+                r: [t for t, (why, _) in self.dropped.items() if why == r]
+                for r in ALIGNED_DROP_REASONS
+            },
+            "dropped_detail": {t: detail for t, (_, detail) in self.dropped.items()},
+            "reference_retried": dict(self.reference_retried),
+        }
+
+
+def _aligned_setup(original: MbppOriginal) -> str | None:
+    """MBPP's ``test_setup_code``, plus imports the asserts use without importing them."""
+    parts = [original.setup, _setup_for("\n".join(original.asserts))]
+    return "\n".join(p for p in parts if p) or None
+
+
+def aligned_row(task: MbppPlusTask, original: MbppOriginal, prompt: str) -> dict[str, Any]:
+    """The aligned-gate Task set row: visible = the first two original asserts, gate = all three.
+
+    Both are assert specs sharing the row's ``setup``; prompt and entry point are the strict
+    row's (the text the models were shown, MBPP+'s function name).
+    """
+    asserts = list(original.asserts[:3])
+    row: dict[str, Any] = {
+        "task_id": task.task_id,
+        "prompt": prompt,
+        "entry_point": task.entry_point,
+        "visible_tests": asserts[:2],
+        "hidden_tests": asserts,
+        "source": {"setting": "aligned", "mbpp_task_id": original.number},
+    }
+    setup = _aligned_setup(original)
+    if setup:
+        row["setup"] = setup
+    return row
+
+
+async def convert_aligned(
+    sandbox: Any,
+    *,
+    root: Path | None = None,
+    limit: int | None = None,
+    task_ids: Sequence[str] | None = None,
+) -> AlignedConversion:
+    """The aligned-gate Task set, for the same tasks as ``convert_tasks``.
+
+    MBPP+ task ``Mbpp/N`` is matched with original MBPP task N. A task is dropped (reasons in
+    ``ALIGNED_DROP_REASONS``) when there is no such task, when it has fewer than three asserts,
+    or when MBPP+'s canonical solution fails any of the three in ``sandbox`` twice in a row (a
+    failure the second run does not repeat is the sandbox's, and is recorded): MBPP+ changed
+    about 48 tasks (signature, name, corrected expected values), and a gate that rejects the
+    reference would label correct programs wrong.
+    """
+    from firstpass.sandbox import parse_spec
+
+    mbpp = {t.task_id: t for t in await asyncio.to_thread(load_mbppplus, root)}
+    original = await asyncio.to_thread(load_mbpp_original, root)
+    shown = await asyncio.to_thread(_specfix_dataset, root)
+    ids = [t for t in shown if t in mbpp]
+    if task_ids is not None:
+        wanted = set(task_ids)
+        ids = [t for t in ids if t in wanted]
+    if limit is not None:
+        ids = ids[:limit]
+    rows: dict[str, dict[str, Any]] = {}
+    dropped: dict[str, tuple[str, str]] = {}
+    retried: dict[str, str] = {}
+    gate = asyncio.Semaphore(max(1, getattr(sandbox, "concurrency", 2)))
+
+    async def one(tid: str) -> None:
+        orig = original.get(_task_number(tid))
+        if orig is None:
+            dropped[tid] = ("not_in_mbpp", f"no original MBPP task {_task_number(tid)}")
+            return
+        if len(orig.asserts) < 3:
+            dropped[tid] = ("fewer_than_3_asserts", f"{len(orig.asserts)} asserts")
+            return
+        row = aligned_row(mbpp[tid], orig, shown[tid]["requirement"])
+        spec = parse_spec(row["hidden_tests"], setup=row.get("setup"), entry_point=row["entry_point"])
+        async with gate:
+            result = await sandbox.run(mbpp[tid].canonical_solution, spec)
+            if not result.passed:  # a reference fails the same way twice; a flaky run does not
+                first, result = result, await sandbox.run(mbpp[tid].canonical_solution, spec)
+                if result.passed:
+                    retried[tid] = _failure_detail(first)
+        if not result.passed:
+            dropped[tid] = ("reference_fails_original_asserts", _failure_detail(result))
+            return
+        rows[tid] = row
+
+    await asyncio.gather(*(one(t) for t in ids))
+    return AlignedConversion(
+        rows=[rows[t] for t in ids if t in rows],
+        dropped={t: dropped[t] for t in sorted(dropped, key=_task_number)},
+        reference_retried={t: retried[t] for t in sorted(retried, key=_task_number)},
+    )
+
+
+def _failure_detail(result: Any) -> str:
+    failed = [
+        f"assert {t.index + 1}: {t.error_type}: {t.message}" for t in result.tests if not t.passed
+    ]
+    return ("; ".join(failed) or str(result.category))[:500]
+
+
 def _task_number(tid: str) -> int:
     tail = tid.rsplit("/", 1)[-1]
     return int(tail) if tail.isdigit() else 0
@@ -412,9 +581,36 @@ def sample_rows(
 # -- CLI --------------------------------------------------------------------------------------
 
 
+async def _convert_aligned(args: argparse.Namespace) -> int:
+    from firstpass.sandbox import Sandbox
+
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    async with Sandbox(isolation=args.isolation) as sb:
+        conv = await convert_aligned(sb, root=args.data, limit=args.limit)
+    n = await asyncio.to_thread(write_jsonl, out / TASK_FILES["aligned"], conv.rows)
+    print(
+        f"{TASK_FILES['aligned']}: {n} tasks ({time.perf_counter() - t0:.1f} s, sandbox isolation "
+        f"{args.isolation}); visible = MBPP's first two original asserts, gate = all three"
+    )
+    counts = conv.counts()
+    print(f"  dropped {sum(counts.values())} tasks: " + ", ".join(f"{r} {c}" for r, c in counts.items()))
+    summary = conv.summary()
+    for reason, ids in summary["dropped"].items():
+        if ids:
+            print(f"  {reason}: " + ", ".join(ids))
+    for tid, detail in conv.reference_retried.items():
+        print(f"  kept {tid}: the reference failed once, then passed ({detail[:120]})")
+    text = json.dumps(summary, indent=2)
+    await asyncio.to_thread((out / "conversion-aligned.json").write_text, text)
+    return 0
+
+
 async def _convert(args: argparse.Namespace) -> int:
     from firstpass.sandbox import Sandbox
 
+    if args.setting == "aligned":
+        return await _convert_aligned(args)
     out = Path(args.out)
     t0 = time.perf_counter()
     async with Sandbox(isolation=args.isolation) as sb:
@@ -462,6 +658,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", default=str(DEFAULT_OUT), help="output directory (default: %(default)s)"
     )
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    parser.add_argument(
+        "--setting", choices=SETTINGS, default="strict",
+        help="strict: tasks.jsonl + sample sets (hidden = MBPP+ inputs); aligned: "
+        "tasks-aligned.jsonl (gate = MBPP's three original asserts) (default: %(default)s)",
+    )
     parser.add_argument(
         "--data", type=Path, default=None,
         help="the shared data directory (default: $FIRSTPASS_DATA, else <repo>/../shared/data)",

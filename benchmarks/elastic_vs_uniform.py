@@ -65,15 +65,17 @@ def _price(text: str) -> tuple[float, float]:
     return (a, b)
 
 
-def elastic_policy(name: str, k: int, cal: dict[str, Any]) -> Policy:
+def elastic_policy(name: str, k: int, cal: dict[str, Any], score: str = "pass_share") -> Policy:
     """Enforce mode with the λ a calibration certified (its JSON is cited, so receipts name it)."""
-    elastic = {"k": k, "escalate_at": 0, "mode": "enforce", "calibration": cal["path"]}
+    elastic = {
+        "k": k, "escalate_at": 0, "mode": "enforce", "calibration": cal["path"], "score": score,
+    }
     return Policy(name=name, route="cascade", mode="enforce", elastic=elastic)
 
 
-def uncertified_policy(k: int, lam: float) -> Policy:
+def uncertified_policy(k: int, lam: float, score: str = "pass_share") -> Policy:
     """Enforce mode at a fixed λ no calibration vouches for: a reference point, never advice."""
-    elastic = {"k": k, "lambda": lam, "escalate_at": 0, "mode": "enforce"}
+    elastic = {"k": k, "lambda": lam, "escalate_at": 0, "mode": "enforce", "score": score}
     return Policy(name=f"elastic λ={lam:g} uncertified", route="cascade", mode="enforce", elastic=elastic)
 
 
@@ -84,9 +86,13 @@ def policies(args: argparse.Namespace, lambdas: dict[str, dict[str, Any]]) -> li
         Policy(name="always-top", route="top", mode="passthrough", visible=False, hidden=False),
         Policy(name="cascade", route="cascade", mode="cascade"),
     ]
-    out += [elastic_policy(n, args.k, c) for n, c in lambdas.items() if c["lambda"] is not None]
+    out += [
+        elastic_policy(n, args.k, c, args.score)
+        for n, c in lambdas.items()
+        if c["lambda"] is not None
+    ]
     if args.uncertified_lambda is not None:
-        out.append(uncertified_policy(args.k, args.uncertified_lambda))
+        out.append(uncertified_policy(args.k, args.uncertified_lambda, args.score))
     return out
 
 
@@ -95,12 +101,14 @@ def comparisons(names: Sequence[str]) -> list[tuple[str, str]]:
     return [(n, base) for n in names if n.startswith("elastic") for base in ("cascade", "always-top")]
 
 
-def calibrate_lambda(receipts: Path, alpha: float, delta: float, out: Path) -> dict[str, Any]:
+def calibrate_lambda(
+    receipts: Path, alpha: float, delta: float, out: Path, score: str = "pass_share"
+) -> dict[str, Any]:
     """λ̂ from shadow receipts via the calibration package (blocking); writes its JSON to ``out``."""
     from calibration import Settings, calibrate, read_receipts, to_json_dict
     from calibration.report import to_json_text
 
-    data = read_receipts([receipts])
+    data = read_receipts([receipts], score=score)
     cal = calibrate(data, Settings(method="ltt", alpha=alpha, delta=delta))
     doc = to_json_dict(cal)
     out.write_text(to_json_text(doc), encoding="utf-8")
@@ -225,7 +233,10 @@ async def run_splits(
                     name="shadow",
                     route="cascade",
                     mode="shadow",
-                    elastic={"k": args.k, "lambda": 1.0, "escalate_at": 0, "mode": "shadow"},
+                    elastic={
+                        "k": args.k, "lambda": 1.0, "escalate_at": 0, "mode": "shadow",
+                        "score": args.score,
+                    },
                 ),
                 cal_tasks, ladder=ladder, sandbox=sb, receipts=shadow_path, seed=seed,
                 concurrency=args.concurrency,
@@ -234,7 +245,7 @@ async def run_splits(
             for alpha in alphas:
                 lambdas[f"elastic@{alpha:g}"] = await asyncio.to_thread(
                     calibrate_lambda, shadow_path, alpha, args.delta,
-                    Path(tmp) / f"calibration-{s}-{alpha:g}.json",
+                    Path(tmp) / f"calibration-{s}-{alpha:g}.json", args.score,
                 )
             results: dict[str, list[RequestResult]] = {}
             for policy in make_policies(args, lambdas):
@@ -283,6 +294,7 @@ async def run_splits(
         "top": {"model": ladder.top_model, "samples": str(args.top_samples),
                 "price_per_mtok": list(ladder.top_price)},
         "k": args.k,
+        "score": args.score,
         "alphas": alphas,
         "delta": args.delta,
         "gate_cost_calls": args.gate_cost_calls,
@@ -391,7 +403,8 @@ def markdown(doc: dict[str, Any], command: str, *, title: str = "Elastic vs unif
             f"gate cost: one gate run is priced as {doc['gate_cost_calls']:g} call(s) of the top "
             "model for that request; 'pure tests' prices the gate at 0 (sandbox CPU only)",
             f"λ: Learn-then-Test over the shadow receipts of the calibration half, α ∈ "
-            f"{doc['alphas']}, δ = {doc['delta']}",
+            f"{doc['alphas']}, δ = {doc['delta']}; elastic routes on the probe score "
+            f"`{doc.get('score', 'pass_share')}`",
             f"sandbox isolation: {doc['isolation']} (fingerprint {doc['sandbox_fingerprint']}); elapsed {doc['elapsed_s']:.0f} s; "
             f"sandbox runs {doc['programs']['ran']} (cache answered {doc['programs']['cached']})",
             "the oracle is the hidden test set, which is also the gate",
@@ -465,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cheap-samples", required=True, help="Sample set of the cheap rung")
     p.add_argument("--top-samples", required=True, help="Sample set of the expensive rung")
     p.add_argument("--k", type=int, default=5)
+    p.add_argument("--score", default="pass_share",
+                   choices=("pass_share", "agreement", "unanimous_agreement"),
+                   help="the probe score elastic routes on (default pass_share)")
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--alphas", default="0.05,0.10", help="comma-separated α values")
