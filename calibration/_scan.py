@@ -25,6 +25,7 @@ import hashlib
 import mmap
 import operator
 import os
+from array import array
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -130,20 +131,21 @@ class Span:
     the span; then ``first_prev`` is the first line's ``prev_hash`` and ``last_hash`` the last
     line's ``hash`` (``None`` for an empty span), for the caller to join. When not ``chain_ok``
     the rest is left empty: the caller verifies the log sequentially instead.
-    Rows: ``index`` (line within the span) with the parallel columns ``score``, ``failed``,
-    ``k``, ``c``, ``route`` (a code into ``route_names``); ``slow`` are the lines to parse fully.
+    Rows, as compact arrays (cheap to send between processes): ``index`` (line within the span,
+    int64) with the parallel columns ``score`` (float64), ``failed`` (int8), ``k``, ``c`` and
+    ``route`` (int64; a code into ``route_names``); ``slow`` are the lines to parse fully.
     """
 
     lines: int
     chain_ok: bool
     first_prev: bytes | None = None
     last_hash: bytes | None = None
-    index: list[int] = field(default_factory=list)
-    score: list[float] = field(default_factory=list)
-    failed: list[bool] = field(default_factory=list)
-    k: list[int] = field(default_factory=list)
-    c: list[int] = field(default_factory=list)
-    route: list[int] = field(default_factory=list)
+    index: array[int] = field(default_factory=lambda: array("q"))
+    score: array[float] = field(default_factory=lambda: array("d"))
+    failed: array[int] = field(default_factory=lambda: array("b"))
+    k: array[int] = field(default_factory=lambda: array("q"))
+    c: array[int] = field(default_factory=lambda: array("q"))
+    route: array[int] = field(default_factory=lambda: array("q"))
     route_names: tuple[str | None, ...] = ()
     skipped: dict[str, int] = field(default_factory=dict)
     slow: tuple[tuple[int, bytes], ...] = ()
@@ -243,12 +245,12 @@ def _rows(
                 chain_ok=True,
                 first_prev=first_prev,
                 last_hash=last_hash,
-                index=list(range(n)),
-                score=cols[0],
-                failed=cols[1],
-                k=cols[2],
-                c=cols[3],
-                route=codes,
+                index=array("q", range(n)),
+                score=array("d", cols[0]),
+                failed=array("b", cols[1]),
+                k=array("q", cols[2]),
+                c=array("q", cols[3]),
+                route=array("q", codes),
                 route_names=tuple(names),
             )
     index: list[int] = []
@@ -277,12 +279,12 @@ def _rows(
         chain_ok=True,
         first_prev=first_prev,
         last_hash=last_hash,
-        index=index,
-        score=values[0],
-        failed=values[1],
-        k=values[2],
-        c=values[3],
-        route=routes,
+        index=array("q", index),
+        score=array("d", values[0]),
+        failed=array("b", values[1]),
+        k=array("q", values[2]),
+        c=array("q", values[3]),
+        route=array("q", routes),
         route_names=tuple(names),
         skipped=skipped,
         slow=tuple(slow),

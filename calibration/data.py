@@ -448,10 +448,10 @@ def read_receipts(
     n_lines = 0
     with _Pool() as pool:
         for path in files:
-            verified = _scan_log(path, score, pool, progress) if path.suffix != ".gz" else None
-            if verified is not None:
-                spans, head = verified
-                n_lines += _read_verified(path, spans, score, sets, routes, skipped, columns)
+            log = _LogRows(path, score)
+            head = _scan_log(path, score, pool, log, progress) if path.suffix != ".gz" else None
+            if head is not None:
+                n_lines += log.commit(sets, routes, skipped, columns)
                 heads.append(head)
                 digests.append(None)
                 continue
@@ -549,66 +549,106 @@ def _rows_to_columns(rows: list[tuple[float, bool, int, int, int, int]]) -> _Col
     )
 
 
-def _read_verified(
-    path: Path,
-    spans: list[Span],
-    score: str,
-    sets: _LevelSets,
-    routes: _Routes,
-    skipped: dict[str, int],
-    columns: list[_Columns],
-) -> int:
-    """Combine the spans of a log whose chain verified, in order (a full parse for the lines
-    the one-pass read left); returns its line count."""
-    offset = 0
-    for span in spans:
+class _LogRows:
+    """The rows of one log, gathered span by span while its chain is still being checked (so
+    the main process works while the pool reads), and handed over only once it verified.
+
+    Routes and level sets are interned here, per log, and mapped to the caller's codes at
+    ``commit``, so a log whose chain fails leaves no trace; so is a bad row's error, which is
+    raised at ``commit`` (a broken chain is reported first, as the sequential path does).
+    """
+
+    def __init__(self, path: Path, score: str) -> None:
+        self.path, self.score = path, score
+        self.routes, self.sets = _Routes(), _LevelSets()
+        self.skipped: dict[str, int] = {}
+        self.columns: list[_Columns] = []
+        self.lines = 0
+        self.error: CalibrationError | None = None
+
+    def add(self, span: Span) -> None:
+        """Take one span (spans arrive in file order)."""
+        offset, self.lines = self.lines, self.lines + span.lines
+        if self.error is not None:
+            return
         for reason, n in span.skipped.items():
-            skipped[reason] = skipped.get(reason, 0) + n
-        slow: list[tuple[int, RowValues]] = []
+            self.skipped[reason] = self.skipped.get(reason, 0) + n
+        try:
+            slow = self._slow(span, offset)
+        except CalibrationError as exc:
+            self.error = exc
+            return
+        index = np.frombuffer(span.index, dtype=np.int64)
+        score = np.frombuffer(span.score, dtype=np.float64)
+        failed = np.frombuffer(span.failed, dtype=np.int8).astype(bool)
+        k = np.frombuffer(span.k, dtype=np.int64)
+        c = np.frombuffer(span.c, dtype=np.int64)
+        route = np.frombuffer(span.route, dtype=np.int64)
+        if slow:  # rare: intern routes and level sets row by row, in line order
+            fast = [
+                (i, (v, f, kk, cc, span.route_names[r]))
+                for i, v, f, kk, cc, r in zip(
+                    index.tolist(),
+                    score.tolist(),
+                    failed.tolist(),
+                    k.tolist(),
+                    c.tolist(),
+                    route.tolist(),
+                    strict=True,
+                )
+            ]
+            merged = [values for _, values in sorted(fast + slow, key=operator.itemgetter(0))]
+            self.columns.append(
+                _rows_to_columns(
+                    [
+                        (v, f, kk, cc, self.routes.code(name), self.sets.for_k(kk))
+                        for v, f, kk, cc, name in merged
+                    ]
+                )
+            )
+        elif index.size:
+            route_map = np.asarray([self.routes.code(n) for n in span.route_names], dtype=np.int64)
+            uniq, first, inverse = np.unique(k, return_index=True, return_inverse=True)
+            codes = np.zeros(uniq.size, dtype=np.int64)
+            for j in np.argsort(first, kind="stable"):
+                codes[j] = self.sets.for_k(int(uniq[j]))
+            self.columns.append((score, failed, k, c, route_map[route], codes[inverse.ravel()]))
+
+    def _slow(self, span: Span, offset: int) -> list[tuple[int, RowValues]]:
+        """The span's lines that need the full parse, as rows (skips counted here)."""
+        rows: list[tuple[int, RowValues]] = []
         for i, raw in span.slow:
             lineno = offset + i + 1
             try:
                 record = json.loads(raw)
             except (ValueError, RecursionError) as exc:
                 msg = getattr(exc, "msg", None) or str(exc)
-                raise bad(path, lineno, f"not valid JSON ({msg})") from exc
-            outcome = receipt_values(path, lineno, record, score)
+                raise bad(self.path, lineno, f"not valid JSON ({msg})") from exc
+            outcome = receipt_values(self.path, lineno, record, self.score)
             if isinstance(outcome, str):
-                skipped[outcome] = skipped.get(outcome, 0) + 1
+                self.skipped[outcome] = self.skipped.get(outcome, 0) + 1
             else:
-                slow.append((i, outcome))
-        if slow:  # rare: intern routes and level sets row by row, in line order
-            fast = [
-                (i, (v, f, k, c, span.route_names[r]))
-                for i, v, f, k, c, r in zip(
-                    span.index, span.score, span.failed, span.k, span.c, span.route, strict=True
-                )
-            ]
-            merged = [values for _, values in sorted(fast + slow, key=operator.itemgetter(0))]
-            columns.append(
-                _rows_to_columns(
-                    [(v, f, k, c, routes.code(name), sets.for_k(k)) for v, f, k, c, name in merged]
-                )
-            )
-        elif span.index:
-            route_map = np.asarray([routes.code(n) for n in span.route_names], dtype=np.int64)
-            k = np.asarray(span.k, dtype=np.int64)
-            uniq, first, inverse = np.unique(k, return_index=True, return_inverse=True)
-            codes = np.zeros(uniq.size, dtype=np.int64)
-            for j in np.argsort(first, kind="stable"):
-                codes[j] = sets.for_k(int(uniq[j]))
-            columns.append(
-                (
-                    np.asarray(span.score, dtype=np.float64),
-                    np.asarray(span.failed, dtype=bool),
-                    k,
-                    np.asarray(span.c, dtype=np.int64),
-                    route_map[np.asarray(span.route, dtype=np.int64)],
-                    codes[inverse.ravel()],
-                )
-            )
-        offset += span.lines
-    return offset
+                rows.append((i, outcome))
+        return rows
+
+    def commit(
+        self,
+        sets: _LevelSets,
+        routes: _Routes,
+        skipped: dict[str, int],
+        columns: list[_Columns],
+    ) -> int:
+        """Hand the rows over (the chain verified), in the caller's codes; the line count."""
+        if self.error is not None:
+            raise self.error
+        route_map = np.asarray([routes.code(n) for n in self.routes.names], dtype=np.int64)
+        by_code = sorted(self.sets.index.items(), key=operator.itemgetter(1))
+        set_map = np.asarray([sets.for_k(int(key[1])) for key, _ in by_code], dtype=np.int64)
+        for score, failed, k, c, route, level_set in self.columns:
+            columns.append((score, failed, k, c, route_map[route], set_map[level_set]))
+        for reason, n in self.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+        return self.lines
 
 
 #: files at least this large are read by a process pool, one span of lines per task
@@ -677,44 +717,50 @@ class _Pool:
 
 
 def _scan_log(
-    path: Path, score: str, pool: _Pool, progress: Progress | None
-) -> tuple[list[Span], str] | None:
-    """Every span of a log read in one pass, and the chain head, when the whole chain verified
-    that way; ``None`` otherwise (then the caller verifies it sequentially, which says why)."""
+    path: Path, score: str, pool: _Pool, rows: _LogRows, progress: Progress | None
+) -> str | None:
+    """Read a log in one pass, span by span into ``rows``; the chain head when the whole chain
+    verified that way, ``None`` otherwise (then the caller verifies it sequentially, which says
+    why, and ``rows`` is dropped)."""
     try:
         size = path.stat().st_size
         ranges = _spans(path)
     except OSError:
         return None  # the sequential check reports it
-    spans: list[Span] = []
+    head = GENESIS_HASH.encode()
+    read = 0
 
-    def done(span: Span) -> bool:
-        spans.append(span)
+    def take(span: Span) -> bool:
+        nonlocal head, read
+        if not span.chain_ok:
+            return False
+        if span.lines:
+            if span.first_prev != head or span.last_hash is None:
+                return False
+            head = span.last_hash
+        rows.add(span)
+        read += span.lines
         if progress is not None and len(ranges) > 1:
-            progress(str(path), sum(s.lines for s in spans))
-        return span.chain_ok
+            progress(str(path), read)
+        return True
 
     executor = pool.get() if size >= PARALLEL_BYTES and len(ranges) > 1 else None
     if executor is not None:
         futures = [executor.submit(scan_span, str(path), a, b, score) for a, b in ranges]
         try:
             for future in futures:
-                if not done(future.result()):
+                if not take(future.result()):
                     for f in futures:
                         f.cancel()
                     return None
+            return head.decode()
         except (BrokenProcessPool, OSError):
-            pool.broken()
-            spans = []
-    if not spans:
-        for a, b in ranges:
-            if not done(scan_span(str(path), a, b, score)):
-                return None
-    head = GENESIS_HASH.encode()
-    for span in spans:
-        if span.lines == 0:
-            continue
-        if span.first_prev != head or span.last_hash is None:
+            pool.broken()  # no worker processes here: read it in this process
+            for f in futures:
+                f.cancel()
+            if read:
+                return None  # rare: rows half taken; the sequential path starts afresh
+    for a, b in ranges:
+        if not take(scan_span(str(path), a, b, score)):
             return None
-        head = span.last_hash
-    return spans, head.decode()
+    return head.decode()

@@ -389,3 +389,20 @@ def test_workers_are_forked_only_while_this_process_has_one_thread() -> None:
     finally:
         stop.set()
         worker.join()
+
+
+def test_a_broken_chain_is_reported_before_a_bad_row_in_an_earlier_span(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows are gathered while later spans are still being checked; a bad row found on the way
+    must not hide that the log itself does not verify."""
+    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
+    monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
+    records = [shadow_receipt(i, 3, True) for i in range(120)]
+    records[3] = shadow_receipt(3, 3, True, probe={"k": 5, "pass_count": 9})
+    path = write_log(tmp_path / "r.jsonl", records)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[100] = lines[100].replace(b'"gate_label":true', b'"gate_label":false')
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(CalibrationError, match=r"hash chain does not verify at line 101"):
+        read_receipts([path])
