@@ -216,6 +216,7 @@ class Job:
         self.records: list[dict[str, Any] | None] = []
         self.load: dict[str, Any] | None = None
         self.done = False
+        self.finished = False  # finish() ran: the verdict is decided (maybe still in J)
         self.ctl_eof = False
         self.w_pid: int | None = None
         self.w_status: int | None = None
@@ -246,6 +247,7 @@ class Zygote:
         self.cfg = cfg
         self.chan_in, self.chan_out, self.tsock, self.root = chan_in, chan_out, tsock, root
         self.sel = selectors.DefaultSelector()
+        self.registered = self.sel.get_map()  # a live view: fd -> its current key
         self.jobs: dict[int, Job] = {}
         self.inbuf = H.FrameBuffer()
         self.closing = False
@@ -282,6 +284,10 @@ class Zygote:
         while not (self.closing and not self.jobs):
             timeout = self.next_timeout()
             for key, _ in self.sel.select(timeout):
+                if self.registered.get(key.fd) is not key:
+                    # unregistered (and closed) by an earlier event of this batch: its number
+                    # may already be another pipe's, so reading it would steal that pipe's data
+                    continue
                 kind, job = key.data
                 try:
                     self.dispatch(kind, job, key.fileobj)
@@ -292,11 +298,13 @@ class Zygote:
                         print(f"zygote: {type(exc).__name__}: {exc}", file=sys.stderr)
             now = time.monotonic()
             for job in list(self.jobs.values()):
-                if job.j_pid is None and job.end is None and now >= job.deadline:
+                if not job.finished and now >= job.deadline:
                     job.end, job.end_msg = "timeout", "wall-clock limit reached"
                     self.finish(job)
                 elif job.j_pid is not None and now >= job.j_deadline:
-                    self.judge_done(job, timed_out=True)
+                    self.read_judge(job)  # an answer that came in since select() still counts
+                    if job.j_pid is not None:
+                        self.judge_done(job, timed_out=True)
         self.shutdown()
 
     def next_timeout(self) -> float | None:
@@ -328,8 +336,9 @@ class Zygote:
             self.closing = True
             self.sel.unregister(self.chan_in)
             for job in list(self.jobs.values()):
-                job.end, job.end_msg = "start", "the sandbox is shutting down"
-                self.finish(job)
+                if not job.finished:  # one being judged gets its verdict from J
+                    job.end, job.end_msg = "start", "the sandbox is shutting down"
+                    self.finish(job)
             return
         for req in self.inbuf.feed(data):
             if req.get("op") == "run":
@@ -543,7 +552,7 @@ class Zygote:
         (A grandchild holding the channel open after the worker said ``done`` and exited does
         not keep the run going.)
         """
-        if job.end is not None:
+        if job.finished:  # e.g. T reports the exit status while J judges the records
             return
         exited = job.w_status is not None
         if (job.ctl_eof and (job.done or exited)) or (job.done and exited):
@@ -556,7 +565,13 @@ class Zygote:
 
         Answering first is safe: the verdict rests only on records already received, and this
         loop reads the next request (perhaps for the same slot) only after the cleanup.
+
+        Runs once per job: a job judged in J stays in ``jobs`` until J answers, and events
+        arriving meanwhile (the worker's exit status, a failure) must not start a second J.
         """
+        if job.finished:
+            return
+        job.finished = True
         if job.ctl is not None:
             if not job.ctl_eof:
                 self.sel.unregister(job.ctl)
@@ -683,8 +698,16 @@ class Zygote:
     # ---- the judge process (asserts whose skeleton needs the setup code)
 
     def start_judge(self, job: Job, raws: list[dict[str, Any]]) -> None:
+        assert job.j_fd is None and job.j_pid is None, "one judge per job"
         r, w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(r)
+            os.close(w)
+            msg = f"could not start the test code's judge: {exc}"
+            self.respond(job, [H.verdict(False, "runtime_error", msg)] * job.n)
+            return
         if pid == 0:
             try:
                 os.setsid()
@@ -723,17 +746,25 @@ class Zygote:
             return
         self.judge_done(job)
 
+    def stop_judge(self, job: Job) -> None:
+        """Unregister and close J's pipe, then kill and reap J (a no-op when none runs)."""
+        if job.j_fd is not None:
+            self.sel.unregister(job.j_fd)
+            os.close(job.j_fd)
+            job.j_fd = None
+        if job.j_pid is not None:
+            if job.judge_uid is not None:
+                sweep(job.judge_uid)
+            else:
+                with contextlib.suppress(OSError):
+                    os.killpg(job.j_pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(job.j_pid, 0)
+            job.j_pid = None
+
     def judge_done(self, job: Job, result: Any = None, timed_out: bool = False) -> None:
         assert job.j_fd is not None and job.j_pid is not None
-        self.sel.unregister(job.j_fd)
-        os.close(job.j_fd)
-        if job.judge_uid is not None:
-            sweep(job.judge_uid)
-        else:
-            with contextlib.suppress(OSError):
-                os.killpg(job.j_pid, signal.SIGKILL)
-        os.waitpid(job.j_pid, 0)
-        job.j_pid = job.j_fd = None
+        self.stop_judge(job)
         ok = (
             isinstance(result, list)
             and len(result) == job.n
@@ -768,13 +799,15 @@ class Zygote:
         self.send(msg)
 
     def fail_job(self, job: Job, msg: str) -> None:
-        if job.end is None:
+        if not job.finished:
             job.end, job.end_msg = "start", msg
             try:
                 self.finish(job)
                 return
             except Exception:
                 pass
+        with contextlib.suppress(Exception):
+            self.stop_judge(job)
         self.respond(job, [H.verdict(False, "runtime_error", msg)] * job.n)
 
     def shutdown(self) -> None:
