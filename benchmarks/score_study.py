@@ -15,6 +15,8 @@ on the gate (the task's hidden spec). Then, exactly as ``firstpass/pipeline/_ela
 - with no passing sample, the candidate passing the largest share of visible tests;
 - label = the gate's verdict on the candidate.
 
+The runs and the draws are ``benchmarks._draws``, the code probe_study uses for ``pass_share``.
+
 Reported per score: AUC of 1 − score for predicting gate failure, the level table (share of
 draws and candidate gate-pass rate per level, 95% task-bootstrap intervals), and Learn-then-Test
 over random task-level calibration/test splits (one fresh draw per task per split):
@@ -33,248 +35,54 @@ import argparse
 import asyncio
 import json
 import sys
-import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from benchmarks._programs import DEFAULT_CACHE_DIR, CachingSandbox, run_all
+from benchmarks._draws import (
+    TaskSamples,
+    add_run_flags,
+    aucs,
+    draw_all,
+    draw_task,
+    run_line,
+    run_samples,
+)
 from benchmarks._report import (
     RESULTS,
-    bootstrap_ci,
-    dump_json,
+    add_output_flags,
+    command_line,
     header,
-    load_inputs,
     pct,
-    write_text,
+    pct_ci,
+    publish,
+    rate_table,
 )
-from benchmarks.datasets import DataMissing, Task
-from benchmarks.probe_study import choose_candidate
-from firstpass.policy import SCORES, behaviour_keys, cluster_sizes, probe_scores
+from benchmarks.datasets import DataMissing
+from firstpass.policy import SCORES
 
 __all__ = [
     "NOT_CERTIFIED",
-    "SCORE_NAMES",
-    "Draws",
-    "ProbeDraw",
     "SplitResult",
-    "TaskSamples",
-    "aucs",
     "combine",
-    "draw_all",
-    "evaluate",
     "level_table",
     "ltt_cells",
     "main",
     "markdown",
-    "probe_draw",
     "run_split",
     "run_splits",
     "summarise_splits",
 ]
 
-#: the scores compared, the default first (``firstpass.policy.SCORES``)
-SCORE_NAMES: tuple[str, ...] = tuple(SCORES)
 #: what a table cell says when LTT certified no λ in any split: a result, not a failure
 NOT_CERTIFIED = "not certified in any split"
 
 
-# -- per sample ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class TaskSamples:
-    """Every sample of one task: visible verdict and share, gate verdict, code hash, behaviour."""
-
-    task_id: str
-    visible: npt.NDArray[np.bool_]
-    visible_share: npt.NDArray[np.float64]
-    gate: npt.NDArray[np.bool_]
-    code_keys: tuple[str, ...]
-    behaviours: tuple[str | None, ...]
-    n_inputs: int  # probe inputs the pipeline would run (0: none, all passing samples agree)
-
-
-async def evaluate(
-    sb: CachingSandbox,
-    tasks: Sequence[Task],
-    rows: dict[str, dict[str, Any]],
-    *,
-    min_samples: int,
-    progress: bool = True,
-) -> tuple[list[TaskSamples], dict[str, int]]:
-    """Run every sample of every usable task: visible tests with the probe inputs, then the gate."""
-    from firstpass.probe import build_probe_inputs
-
-    usable = [t for t in tasks if len(rows.get(t.task_id, {}).get("samples", ())) >= min_samples]
-    skipped = {
-        "no_samples": sum(1 for t in tasks if t.task_id not in rows),
-        "fewer_than_k_samples": sum(
-            1 for t in tasks if t.task_id in rows and len(rows[t.task_id]["samples"]) < min_samples
-        ),
-    }
-    inputs = {t.task_id: build_probe_inputs(t.visible) for t in usable}
-    jobs: list[tuple[str, Any, Any]] = []
-    for t in usable:
-        probe = inputs[t.task_id] or None  # the pipeline runs no probe when there is no input
-        for s in rows[t.task_id]["samples"]:
-            jobs.append((s, t.visible, probe))
-            jobs.append((s, t.hidden, None))
-    last = [0.0]
-
-    def report(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if progress and (now - last[0] > 10 or done == total):
-            last[0] = now
-            print(f"  programs: {done}/{total} checks done", file=sys.stderr, flush=True)
-
-    results = await run_all(sb, jobs, progress=report)
-    out = []
-    i = 0
-    for t in usable:
-        n = len(rows[t.task_id]["samples"])
-        vis, hid = results[i : i + 2 * n : 2], results[i + 1 : i + 2 * n : 2]
-        i += 2 * n
-        probe = inputs[t.task_id]
-        out.append(
-            TaskSamples(
-                task_id=t.task_id,
-                visible=np.array([r.passed for r in vis], dtype=bool),
-                visible_share=np.array(
-                    [r.n_passed / r.n_total if r.n_total else 0.0 for r in vis], dtype=float
-                ),
-                gate=np.array([r.passed for r in hid], dtype=bool),
-                code_keys=tuple(r.code_sha256 for r in vis),
-                behaviours=tuple(r.behaviour for r in vis),
-                n_inputs=len(probe) if probe else 0,
-            )
-        )
-    return out, skipped
-
-
-# -- one probe -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeDraw:
-    """One probe of k samples: c, the clusters, and per score its value, candidate and label."""
-
-    c: int
-    clusters: tuple[int, ...]
-    scores: dict[str, float]
-    candidates: dict[str, int]  # index into the draw
-    labels: dict[str, bool]  # the gate's verdict on that candidate
-
-    @property
-    def g(self) -> int:
-        return self.clusters[0] if self.clusters else 0
-
-
-def probe_draw(
-    passed: Sequence[bool],
-    shares: Sequence[float],
-    gate: Sequence[bool],
-    code_keys: Sequence[str],
-    behaviours: Sequence[str | None],
-    n_inputs: int,
-) -> ProbeDraw:
-    """Scores, candidates and labels of one probe, by the pipeline's own rules.
-
-    ``pass_share`` keys candidates by the code hash (the pipeline runs no probe for it, so
-    ``behaviour or code_sha256`` is the code hash); the agreement scores key them by
-    ``behaviour_keys`` and take the candidate from the largest cluster.
-    """
-    keys: dict[str, Sequence[Hashable]] = {}
-    keys["pass_share"] = list(code_keys)
-    keys["agreement"] = keys["unanimous_agreement"] = behaviour_keys(list(behaviours), n_inputs)
-    values = probe_scores(list(passed), keys["agreement"])
-    scores = {str(name): float(v) for name, v in values.items()}
-    candidates = {  # choose_candidate passes the keys to candidate_order, which takes any Hashable
-        name: choose_candidate(list(passed), cast(Sequence[str], keys[name]), list(shares))
-        for name in SCORE_NAMES
-    }
-    return ProbeDraw(
-        c=sum(1 for ok in passed if ok),
-        clusters=cluster_sizes(list(passed), keys["agreement"]),
-        scores=scores,
-        candidates=candidates,
-        labels={name: bool(gate[i]) for name, i in candidates.items()},
-    )
-
-
-def _draw_task(t: TaskSamples, pick: npt.NDArray[np.int64]) -> ProbeDraw:
-    return probe_draw(
-        t.visible[pick].tolist(),
-        t.visible_share[pick].tolist(),
-        t.gate[pick].tolist(),
-        [t.code_keys[j] for j in pick],
-        [t.behaviours[j] for j in pick],
-        t.n_inputs,
-    )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Draws:
-    """Many probes per task, as (tasks, draws) arrays: c, g, and per score value and label."""
-
-    c: npt.NDArray[np.int64]
-    g: npt.NDArray[np.int64]
-    score: dict[str, npt.NDArray[np.float64]]
-    ok: dict[str, npt.NDArray[np.bool_]]
-    same_candidate: npt.NDArray[np.bool_]  # agreement picked pass_share's candidate
-
-
-def draw_all(results: Sequence[TaskSamples], *, k: int, draws: int, seed: int) -> Draws:
-    """``draws`` seeded draws of k samples without replacement per task (like probe_study)."""
-    rng = np.random.default_rng(seed)
-    shape = (len(results), draws)
-    c, g = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
-    same = np.zeros(shape, dtype=bool)
-    score: dict[str, npt.NDArray[np.float64]] = {s: np.zeros(shape) for s in SCORE_NAMES}
-    ok: dict[str, npt.NDArray[np.bool_]] = {s: np.zeros(shape, dtype=bool) for s in SCORE_NAMES}
-    for ti, t in enumerate(results):
-        for d in range(draws):
-            p = _draw_task(t, rng.choice(t.visible.size, size=k, replace=False))
-            c[ti, d], g[ti, d] = p.c, p.g
-            same[ti, d] = p.candidates["agreement"] == p.candidates["pass_share"]
-            for s in SCORES:
-                score[s][ti, d] = p.scores[s]
-                ok[s][ti, d] = p.labels[s]
-    return Draws(c=c, g=g, score=score, ok=ok, same_candidate=same)
-
-
-# -- the level table and the AUCs ------------------------------------------------------------
-
-
-def _rows(
-    masks: dict[str, npt.NDArray[np.bool_]], ok: npt.NDArray[np.bool_], *, seed: int, reps: int
-) -> dict[str, dict[str, Any]]:
-    """Share of draws and candidate gate-pass rate per mask, with task-bootstrap intervals."""
-    tasks, draws = ok.shape
-    out: dict[str, dict[str, Any]] = {}
-    for name, m in masks.items():
-        n, good = m.sum(axis=1), (m & ok).sum(axis=1)
-
-        def share(idx: npt.NDArray[np.int64], n: Any = n) -> float:
-            return float(n[idx].sum() / (idx.size * draws))
-
-        def correct(idx: npt.NDArray[np.int64], n: Any = n, good: Any = good) -> float:
-            tot = n[idx].sum()
-            return float(good[idx].sum() / tot) if tot else float("nan")
-
-        total = int(n.sum())
-        out[name] = {
-            "n": total,
-            "share": total / (tasks * draws) if tasks else float("nan"),
-            "share_ci": list(bootstrap_ci(tasks, share, reps=reps, seed=seed)),
-            "gate_pass": float(good.sum() / total) if total else float("nan"),
-            "gate_pass_ci": list(bootstrap_ci(tasks, correct, reps=reps, seed=seed + 1)),
-        }
-    return out
+# -- the level table ------------------------------------------------------------------------
 
 
 def level_table(
@@ -293,7 +101,7 @@ def level_table(
     """
     level = np.rint(score * k).astype(np.int64)
     masks = {"escalate": c == 0} | {f"{i}/{k}": (c > 0) & (level == i) for i in range(k + 1)}
-    rows = _rows(masks, ok, seed=seed, reps=reps)
+    rows = rate_table(masks, ok, rate="gate_pass", seed=seed, reps=reps)
     total = c.size
     for i in range(k + 1):
         skip = (c > 0) & (level >= i)
@@ -303,23 +111,6 @@ def level_table(
             float((skip & ~ok).sum() / n) if n else float("nan")
         )
     return rows
-
-
-def aucs(
-    c: npt.NDArray[np.int64], score: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]
-) -> dict[str, Any]:
-    """AUC of 1 − score for predicting gate failure: over all draws, and over draws with c > 0."""
-    from calibration.stats import auc_mann_whitney
-
-    every = auc_mann_whitney(1.0 - score.ravel(), ~ok.ravel())
-    some = c.ravel() > 0
-    passing = auc_mann_whitney(1.0 - score.ravel()[some], ~ok.ravel()[some])
-    return {
-        "auc": every.auc,
-        "auc_n_failed": every.n_positive,
-        "auc_n_passed": every.n_negative,
-        "auc_c_pos": passing.auc,
-    }
 
 
 # -- Learn then Test over splits -------------------------------------------------------------
@@ -423,10 +214,7 @@ def run_splits(
     for split in range(splits):
         rng = np.random.default_rng([seed, split + 1])
         order = rng.permutation(n)
-        probes = [
-            _draw_task(results[t], rng.choice(results[t].visible.size, size=k, replace=False))
-            for t in order
-        ]
+        probes = [draw_task(results[t], rng, k) for t in order]
         half = n // 2
         c = np.array([p.c for p in probes], dtype=np.int64)
         for s in SCORES:
@@ -523,8 +311,8 @@ def _level_md(rows: dict[str, Any], k: int) -> list[str]:
     for name, r in rows.items():
         label = "escalate (c = 0)" if name == "escalate" else name
         lines.append(
-            f"| {label} | {pct(r['share'])} | {pct(r['share_ci'][0])} – {pct(r['share_ci'][1])} "
-            f"| {pct(r['gate_pass'])} | {pct(r['gate_pass_ci'][0])} – {pct(r['gate_pass_ci'][1])} "
+            f"| {label} | {pct(r['share'])} | {pct_ci(r['share_ci'])} "
+            f"| {pct(r['gate_pass'])} | {pct_ci(r['gate_pass_ci'])} "
             f"| {pct(r.get('skip_share_at_lambda'))} | {pct(r.get('failure_among_skips_at_lambda'))} |"
         )
     return lines
@@ -539,10 +327,7 @@ def markdown(doc: dict[str, Any], command: str) -> str:
         [
             f"tasks: {doc['n_tasks']} used ({doc['skipped']}), draws per task: {doc['draws']}, "
             f"seed {doc['seed']}; LTT: {doc['splits']} splits, δ = {doc['delta']}",
-            f"sandbox isolation: {doc['isolation']} (fingerprint {doc['sandbox_fingerprint']}); "
-            f"checks: {doc['programs']['checks']} ({doc['programs']['ran']} ran in the sandbox, "
-            f"{doc['programs']['cached']} from the cache); wall time {doc['timing']['total_s']:.1f} s "
-            f"(sandbox {doc['timing']['evaluate_s']:.1f} s)",
+            run_line(doc, checks="checks"),
             f"probe inputs per task: mean {doc['probe_inputs']['mean']:.1f}, "
             f"{doc['probe_inputs']['tasks_without']} tasks without any; visible-passing samples "
             f"with a recorded behaviour: {pct(doc['behaviour_recorded'])}",
@@ -664,17 +449,8 @@ def combine(docs: Sequence[dict[str, Any]], command: str) -> str:
 
 
 async def run_study(args: argparse.Namespace) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    tasks, (rows,) = await asyncio.to_thread(load_inputs, Path(args.tasks), [Path(args.samples)])
-    models = {r.get("model") for r in rows.values()}
-    model = str(next(iter(models))) if models else "?"
-    async with CachingSandbox(isolation=args.isolation, cache_dir=Path(args.cache_dir)) as sb:
-        t1 = time.perf_counter()
-        results, skipped = await evaluate(sb, tasks, rows, min_samples=args.k)
-        t_eval = time.perf_counter() - t1
-        isolation, stats, fingerprint = sb.isolation, sb.stats, sb.fingerprint
-    if not results:
-        raise SystemExit(f"no task has >= {args.k} samples in {args.samples}")
+    ev = await run_samples(args, probe=True)
+    results = ev.results
     alphas = [float(a) for a in args.alphas.split(",")]
     draws = await asyncio.to_thread(draw_all, results, k=args.k, draws=args.draws, seed=args.seed)
     scores = {}
@@ -692,29 +468,16 @@ async def run_study(args: argparse.Namespace) -> dict[str, Any]:
         delta=args.delta,
         seed=args.seed,
     )
-    gate = np.concatenate([r.gate for r in results])
-    visible = np.concatenate([r.visible for r in results])
     recorded = [
         b is not None for r in results for b, ok in zip(r.behaviours, r.visible, strict=True) if ok
     ]
     return {
         "setting": args.setting_name,
-        "model": model,
-        "tasks_file": str(args.tasks),
-        "samples_file": str(args.samples),
-        "k": args.k,
-        "draws": args.draws,
-        "seed": args.seed,
+        **ev.inputs_doc(k=args.k, draws=args.draws, seed=args.seed),
         "splits": args.splits,
         "alphas": alphas,
         "delta": args.delta,
-        "n_tasks": len(results),
-        "skipped": skipped,
-        "isolation": isolation,
-        "sandbox_fingerprint": fingerprint,
-        "pass_at_1": float(gate.mean()),
-        "visible_pass_rate": float(visible.mean()),
-        "visible_pass_but_gate_fails": float((visible & ~gate).sum() / max(1, visible.sum())),
+        **ev.samples_doc(wrong_key="visible_pass_but_gate_fails"),
         "probe_inputs": {
             "mean": float(np.mean([r.n_inputs for r in results])),
             "tasks_without": sum(1 for r in results if r.n_inputs == 0),
@@ -725,12 +488,7 @@ async def run_study(args: argparse.Namespace) -> dict[str, Any]:
         "ltt": {
             s: {a: summarise_splits(rs) for a, rs in by_a.items()} for s, by_a in splits.items()
         },
-        "programs": {
-            "checks": stats.hits + stats.misses,
-            "ran": stats.misses,
-            "cached": stats.hits,
-        },
-        "timing": {"total_s": time.perf_counter() - t0, "evaluate_s": t_eval},
+        **ev.cost_doc(),
     }
 
 
@@ -753,33 +511,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--draws", type=int, default=200, help="seeded draws of k samples per task")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", help="write the results as JSON here")
-    p.add_argument(
-        "--md",
-        help="write the markdown report here "
-        "(default results/score_study-<setting>-<model>.md, or results/score_study.md)",
+    add_output_flags(
+        p, md_default="results/score_study-<setting>-<model>.md, or results/score_study.md"
     )
-    p.add_argument("--no-md", action="store_true", help="do not write the markdown report")
     p.add_argument(
         "--combine",
         nargs="+",
         metavar="JSON",
         help="instead of running: one side-by-side report from these JSON results",
     )
-    p.add_argument("--isolation", default="auto", help="sandbox isolation level (default auto)")
-    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="program result cache")
+    add_run_flags(p)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    command = "python -m benchmarks.score_study " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = command_line("benchmarks.score_study", argv)
     if args.combine:
         docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.combine]
-        md = combine(docs, command)
-        print(md)
-        if not args.no_md:
-            write_text(Path(args.md) if args.md else RESULTS / "score_study.md", md)
+        publish(args, combine(docs, command), RESULTS / "score_study.md")
         return 0
     if not args.tasks or not args.samples:
         print("error: --tasks and --samples are required (or --combine)", file=sys.stderr)
@@ -792,13 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataMissing as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    md = markdown(doc, command)
-    print(md)
-    if args.json:
-        dump_json(Path(args.json), doc)
-    if not args.no_md:
-        default = RESULTS / f"score_study-{doc['setting']}-{doc['model']}.md"
-        write_text(Path(args.md) if args.md else default, md)
+    default = RESULTS / f"score_study-{doc['setting']}-{doc['model']}.md"
+    publish(args, markdown(doc, command), default, doc)
     return 0
 
 

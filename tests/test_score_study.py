@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from benchmarks import datasets
+from benchmarks._draws import SCORE_NAMES, ProbeDraw, aucs, probe_draw
 from benchmarks._programs import CachingSandbox, _compact, _expand, result_key
 from benchmarks.score_study import (
     NOT_CERTIFIED,
-    SCORE_NAMES,
     SplitResult,
-    aucs,
     combine,
     level_table,
     ltt_cells,
-    probe_draw,
     run_split,
     summarise_splits,
 )
@@ -35,17 +34,25 @@ CONST = "def add(a, b):\n    return 3\n"
 # -- one probe ---------------------------------------------------------------------------------
 
 
+def _probe(
+    passed: list[bool],
+    gate: list[bool],
+    behaviours: list[str | None],
+    *,
+    n_inputs: int,
+    code_keys: str = "abcde",
+    shares: list[float] | None = None,
+) -> ProbeDraw:
+    """One probe of five samples; by default distinct code and a visible share of 1 or 0."""
+    if shares is None:
+        shares = [1.0 if ok else 0.0 for ok in passed]
+    return probe_draw(passed, shares, gate, list(code_keys), behaviours, n_inputs)
+
+
 def test_agreement_takes_its_candidate_from_the_largest_behaviour_cluster() -> None:
     """All pass, behaviours b,a,a,c,a: agreement 3/5 with candidate 1 (first of cluster a);
     pass_share keys distinct code hashes, so its candidate is sample 0, which the gate rejects."""
-    p = probe_draw(
-        [T] * 5,
-        [1.0] * 5,
-        [F, T, T, T, T],
-        ["c0", "c1", "c2", "c3", "c4"],
-        ["b", "a", "a", "c", "a"],
-        n_inputs=16,
-    )
+    p = _probe([T] * 5, [F, T, T, T, T], ["b", "a", "a", "c", "a"], n_inputs=16)
     assert (p.c, p.g, p.clusters) == (5, 3, (3, 1, 1))
     assert p.scores == pytest.approx(
         {"pass_share": 1.0, "agreement": 0.6, "unanimous_agreement": 0.6}
@@ -56,14 +63,7 @@ def test_agreement_takes_its_candidate_from_the_largest_behaviour_cluster() -> N
 
 def test_pass_share_candidate_is_keyed_by_the_code_hash_not_the_behaviour() -> None:
     """Two samples with the same code outrank three with the same behaviour under pass_share."""
-    p = probe_draw(
-        [T] * 5,
-        [1.0] * 5,
-        [T, F, F, T, T],
-        ["x", "y", "y", "z", "w"],
-        ["a", "b", "c", "a", "a"],
-        n_inputs=4,
-    )
+    p = _probe([T] * 5, [T, F, F, T, T], ["a", "b", "c", "a", "a"], n_inputs=4, code_keys="xyyzw")
     assert p.candidates["pass_share"] == 1
     assert p.candidates["agreement"] == 0
     assert p.labels["pass_share"] is F and p.labels["agreement"] is T
@@ -71,14 +71,7 @@ def test_pass_share_candidate_is_keyed_by_the_code_hash_not_the_behaviour() -> N
 
 def test_unanimous_agreement_is_zero_unless_every_sample_passes() -> None:
     """c = 4 of 5 with all four agreeing: agreement 4/5, unanimous 0, failing sample in no cluster."""
-    p = probe_draw(
-        [T, T, F, T, T],
-        [1.0, 1.0, 0.0, 1.0, 1.0],
-        [T] * 5,
-        list("abcde"),
-        ["a", "a", "a", "a", "a"],
-        n_inputs=8,
-    )
+    p = _probe([T, T, F, T, T], [T] * 5, ["a"] * 5, n_inputs=8)
     assert p.scores == pytest.approx(
         {"pass_share": 0.8, "agreement": 0.8, "unanimous_agreement": 0.0}
     )
@@ -87,35 +80,22 @@ def test_unanimous_agreement_is_zero_unless_every_sample_passes() -> None:
 
 def test_without_probe_inputs_all_passing_samples_agree() -> None:
     """No probe input (nothing recorded): every passing sample shares the empty output vector."""
-    p = probe_draw([T, T, F, T, F], [1, 1, 0, 1, 0], [T] * 5, list("abcde"), [None] * 5, n_inputs=0)
+    p = _probe([T, T, F, T, F], [T] * 5, [None] * 5, n_inputs=0)
     assert p.g == 3
     assert p.scores["agreement"] == pytest.approx(0.6)
 
 
 def test_an_unrecorded_behaviour_agrees_with_nobody() -> None:
     """With probe inputs, a passing sample without a behaviour digest is a cluster of its own."""
-    p = probe_draw(
-        [T, T, T, F, F],
-        [1, 1, 1, 0, 0],
-        [T] * 5,
-        list("abcde"),
-        [None, None, "a", None, None],
-        n_inputs=5,
-    )
+    p = _probe([T, T, T, F, F], [T] * 5, [None, None, "a", None, None], n_inputs=5)
     assert p.clusters == (1, 1, 1)
     assert p.scores["agreement"] == pytest.approx(0.2)
 
 
 def test_with_no_passing_sample_the_candidate_passes_the_most_visible_tests() -> None:
     """c = 0: every score is 0 and the candidate is the best failing sample, ties to the lowest."""
-    p = probe_draw(
-        [F] * 5,
-        [0.0, 0.5, 0.5, 0.0, 0.0],
-        [F, T, F, F, F],
-        list("abcde"),
-        list("abcde"),
-        n_inputs=3,
-    )
+    shares = [0.0, 0.5, 0.5, 0.0, 0.0]
+    p = _probe([F] * 5, [F, T, F, F, F], list("abcde"), n_inputs=3, shares=shares)
     assert p.c == 0 and set(p.scores.values()) == {0.0}
     assert set(p.candidates.values()) == {1}
 
@@ -147,6 +127,27 @@ def test_auc_over_passing_draws_leaves_out_escalated_ones() -> None:
     a = aucs(c, score, ok)
     assert a["auc_c_pos"] == pytest.approx(1.0)
     assert a["auc"] < 1.0
+
+
+def test_probe_study_levels_are_the_pass_share_levels_of_the_score_study() -> None:
+    """probe_study's c = i rows are score_study's pass_share rows (0/k being "escalate"), with the
+    same intervals: one table, two names for the rate."""
+    from benchmarks.probe_study import summarise
+
+    rng = np.random.default_rng(3)
+    c = rng.integers(0, 6, size=(8, 30))
+    ok = rng.random((8, 30)) < 0.3 + 0.1 * c
+    probe = summarise(c, ok, k=5, reps=50)["levels"]
+    score = level_table(c, c / 5, ok, k=5, reps=50)
+    for i in range(6):
+        row = score["escalate" if i == 0 else f"{i}/5"]
+        mine = probe[f"{i}/5"]
+        assert (mine["n"], mine["share"], mine["share_ci"]) == (
+            row["n"],
+            row["share"],
+            row["share_ci"],
+        )
+        assert (mine["correct"], mine["correct_ci"]) == (row["gate_pass"], row["gate_pass_ci"])
 
 
 # -- Learn then Test on one split, and over splits -------------------------------------------
@@ -233,7 +234,7 @@ def test_combined_report_has_one_row_per_setting_model_and_score() -> None:
     per_score = {**aucs(c, score, ok), "levels": level_table(c, score, ok, k=5, reps=20)}
     summary = summarise_splits([_split(None, None)] * 2)
 
-    def doc(setting: str, model: str) -> dict:
+    def doc(setting: str, model: str) -> dict[str, Any]:
         return {
             "setting": setting,
             "model": model,
