@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 
@@ -322,23 +323,12 @@ def _compare(log: Path, lines: int, runs: int) -> None:
     with log.open("rb") as src, part.open("wb") as dst:
         for _, line in zip(range(lines), src, strict=False):
             dst.write(line)
-    real, parallel = calibration_scan.fast_row, calibration_data.PARALLEL_BYTES
-    calibration_data.PARALLEL_BYTES = 1 << 62  # one process for both, so the patch applies
-    try:
+    gives_up = calibration_scan.Span(lines=0, chain_ok=False)
+    with patch.object(calibration_data, "PARALLEL_BYTES", 1 << 62):  # one process for both
         fast_s, _, _ = _median_seconds(lambda: read_receipts([part]), runs)
-
-        def sequential() -> Any:
-            verify_chain(part)
-            calibration_scan.fast_row = lambda raw, score: None  # every line fully parsed
-            try:
-                return read_receipts([part])
-            finally:
-                calibration_scan.fast_row = real
-
-        slow_s, _, _ = _median_seconds(sequential, runs)
-    finally:
-        calibration_scan.fast_row = real
-        calibration_data.PARALLEL_BYTES = parallel
+        # the one pass gives up (as on a line it cannot vouch for): verify_chain, then json
+        with patch.object(calibration_data, "scan_span", lambda *a: gives_up):
+            slow_s, _, _ = _median_seconds(lambda: read_receipts([part]), runs)
     print(
         f"  first {lines:,} lines, one process: one pass {1e6 * fast_s / lines:.1f} µs/receipt, "
         f"verify + full parse {1e6 * slow_s / lines:.1f} µs/receipt"

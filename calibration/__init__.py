@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from calibration.data import Labelled, Source, read_receipts, read_study
-    from calibration.fit import Calibration, Fit, HoldoutReport, LevelResult, Settings, calibrate
+    from calibration.fit import Calibration, Fit, HoldoutReport, LevelResult, calibrate
     from calibration.report import text_report, to_json_dict, toml_block
+    from calibration.settings import Settings
 
 __all__ = [
     "Calibration",
@@ -44,7 +45,7 @@ _HOME = {
     "Fit": "fit",
     "HoldoutReport": "fit",
     "LevelResult": "fit",
-    "Settings": "fit",
+    "Settings": "settings",
     "calibrate": "fit",
     "text_report": "report",
     "to_json_dict": "report",

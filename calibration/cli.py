@@ -7,9 +7,11 @@ only when a calibration runs, so building the ``firstpass`` parser stays fast.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -116,11 +118,31 @@ def _write_atomic(path: Path, text: str) -> None:
         raise CalibrationError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
+def _prefetch_statistics() -> None:
+    """Import the statistics (scipy, ~0.5 s) in a background thread.
+
+    Called once the pool reading a large log has started: this process only waits then, and the
+    pool's workers are already forked (a thread started before them would make them spawned).
+    """
+    if not _prefetching.is_set():
+        _prefetching.set()
+        threading.Thread(
+            target=importlib.import_module, args=("calibration.report",), daemon=True
+        ).start()
+
+
+_prefetching = threading.Event()
+
+
+def _progress_and_prefetch(path: str, lines: int) -> None:
+    _prefetch_statistics()
+    _progress(path, lines)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run a calibration from parsed flags; raises ``CalibrationError`` on unusable input."""
     from calibration import data as data_mod
-    from calibration import report
-    from calibration.fit import Settings, calibrate
+    from calibration.settings import Settings
 
     settings = Settings(
         method=args.method,
@@ -140,8 +162,11 @@ def run(args: argparse.Namespace) -> int:
             args.receipts,
             allow_unverified=args.allow_unverified,
             score=args.score,
-            progress=_progress,
+            progress=_progress_and_prefetch,
         )
+    from calibration import report
+    from calibration.fit import calibrate
+
     result = calibrate(labelled, settings)
     doc = report.to_json_dict(result)
     text = report.to_json_text(doc)

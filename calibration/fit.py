@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from calibration import stats
 from calibration.data import Labelled, Source
+from calibration.settings import METHODS, Settings
 from firstpass.errors import CalibrationError
 
 __all__ = [
@@ -29,38 +30,6 @@ __all__ = [
     "calibrate",
     "level_label",
 ]
-
-#: threshold rules: Learn then Test (high-probability bound), conformal risk control (expectation)
-METHODS = ("ltt", "crc")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    """What to calibrate for; validated on construction (``CalibrationError`` names the flag)."""
-
-    method: str = "ltt"
-    alpha: float = 0.05
-    delta: float = 0.05
-    holdout: float | None = None
-    seed: int = 0
-    escalate_at: int = 0
-    by_route: bool = False
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise CalibrationError(
-                f"unknown method {self.method!r}: use one of {', '.join(METHODS)}"
-            )
-        for name in ("alpha", "delta"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not 0.0 < float(value) < 1.0:
-                raise CalibrationError(f"--{name} must be strictly between 0 and 1, got {value!r}")
-        if self.holdout is not None and not 0.0 < self.holdout < 1.0:
-            raise CalibrationError(
-                f"--holdout must be a fraction strictly between 0 and 1, got {self.holdout!r}"
-            )
-        if self.escalate_at < -1:
-            raise CalibrationError(f"--escalate-at must be >= -1, got {self.escalate_at!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -278,9 +278,11 @@ def test_any_receipt_the_writer_can_write_reads_the_same_either_way(
 
 
 def _reference(path: Path, score: str, monkeypatch: pytest.MonkeyPatch) -> data.Labelled:
-    with monkeypatch.context() as patch:  # in this process, every line fully parsed
+    """The log read the sequential way: ``verify_chain``, then ``json.loads`` for every line
+    (the one-pass read is made to give up, as it does on a line it cannot vouch for)."""
+    with monkeypatch.context() as patch:
         patch.setattr(data, "PARALLEL_BYTES", 1 << 62)
-        patch.setattr(_scan, "fast_row", lambda raw, score: None)
+        patch.setattr(data, "scan_span", lambda *a: _scan.Span(lines=0, chain_ok=False))
         return read_receipts([path], score=score)
 
 
@@ -316,6 +318,31 @@ def test_a_log_read_in_parallel_spans_equals_the_full_parse(
     _same(fast, _reference(path, score, monkeypatch))
     assert fast.source.skipped == {"not shadow mode": 86, "no gate label": 40}
     assert fast.source.verified and fast.source.file_sha256 == (None,)
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["pool", "in-process"])
+def test_a_log_of_labelled_rows_only_read_by_column_equals_the_full_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallel: bool
+) -> None:
+    """Spans holding only labelled pass-share rows (what a shadow deployment writes) are decoded
+    in one call and checked by column; that shortcut must give the full parse's rows too."""
+    rng = np.random.default_rng(5)
+    records = [
+        shadow_receipt(
+            i, int(rng.integers(0, 6)), bool(rng.random() < 0.7), route=["a", "b", None][i % 3]
+        )
+        for i in range(400)
+    ]
+    path = write_log(tmp_path / "r.jsonl", records)
+    monkeypatch.setattr(data, "_SPAN_BYTES", 40_000)
+    monkeypatch.setattr(data, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+    calls: list[int] = []
+    real = _scan._columns
+    monkeypatch.setattr(_scan, "_columns", lambda rows: calls.append(len(rows)) or real(rows))
+    fast = read_receipts([path], score=PASS_SHARE)
+    if not parallel:  # the patch reaches only this process
+        assert calls and sum(calls) == 400
+    _same(fast, _reference(path, PASS_SHARE, monkeypatch))
 
 
 def _cut(path: Path, drop: int) -> Path:
