@@ -15,6 +15,7 @@ from firstpass.errors import CalibrationError
 
 __all__ = [
     "LEVEL_TOLERANCE",
+    "MAX_K",
     "PASS_SHARE",
     "RowValues",
     "bad",
@@ -28,6 +29,8 @@ __all__ = [
 PASS_SHARE = "pass_share"
 #: scores closer than this are the same level (c/k computed two ways, a level list in JSON)
 LEVEL_TOLERANCE = 1e-9
+#: the largest k a row may give: its k + 1 levels are listed, so an absurd k must not exhaust memory
+MAX_K = 10_000
 
 #: one labelled receipt: (score, failed, k, pass count, route name)
 RowValues = tuple[float, bool, int, int, str | None]
@@ -91,8 +94,8 @@ def receipt_values(path: Path | str, lineno: int, record: Any, score: str) -> Ro
     if type(label) is not bool:
         raise bad(path, lineno, f'"decision.gate_label" must be true, false or null, got {label!r}')
     k, c = probe.get("k"), probe.get("pass_count")
-    if type(k) is not int or k < 1:
-        raise bad(path, lineno, f'"probe.k" must be an integer >= 1, got {k!r}')
+    if type(k) is not int or not 1 <= k <= MAX_K:
+        raise bad(path, lineno, f'"probe.k" must be an integer in [1, {MAX_K}], got {k!r}')
     if type(c) is not int or not 0 <= c <= k:
         raise bad(path, lineno, f'"probe.pass_count" must be an integer in [0, {k}], got {c!r}')
     if score == PASS_SHARE:

@@ -14,12 +14,18 @@ rest of a ~2.6 KB receipt is skipped at C speed instead of being built into Pyth
 msgspec accepts no JSON that ``json.loads`` rejects (it is stricter: no ``NaN``, no lone
 surrogates) and keeps the last of repeated keys as ``json`` does, so where it decodes a line the
 values equal the full parse's; a line it rejects, or whose values break a rule, goes back to the
-caller to be parsed with ``json`` and reported with its line number. This module imports
-neither numpy nor the rest of the package, so a spawned worker starts quickly.
+caller to be parsed with ``json`` and reported with its line number. Two checks keep the
+contract "same rows, same errors as ``verify_chain`` + ``json``": each line is decoded on its own
+(one JSON value a line, never a value spread over two), and the span is checked to be strict
+UTF-8, since msgspec does not look inside strings it skips. A line only a parse can vouch for
+(re-serialised, CRLF) is checked inside the span as ``verify_chain`` checks it, so one odd line
+does not send a 2.6 GB log to the sequential reader. This module imports neither numpy (until a
+span is checked) nor the rest of the package, so a spawned worker starts quickly.
 """
 
 from __future__ import annotations
 
+import codecs
 import gc
 import hashlib
 import mmap
@@ -32,9 +38,9 @@ from typing import Any
 
 import msgspec
 
-from calibration._rows import PASS_SHARE, RowValues, receipt_values
+from calibration._rows import MAX_K, PASS_SHARE, RowValues, receipt_values
 from firstpass.errors import CalibrationError
-from firstpass.receipts._chain import line_links
+from firstpass.receipts._chain import BadLine, check_line, line_links
 
 __all__ = ["Span", "fast_row", "scan_span"]
 
@@ -65,7 +71,7 @@ def fast_row(raw: bytes | memoryview, score: str) -> RowValues | str | None:
     with its line number)."""
     try:
         return _row(_DECODER.decode(raw), score)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
@@ -80,7 +86,7 @@ def _row(r: _Receipt, score: str) -> RowValues | str | None:
             and type(k) is int
             and type(c) is int
             and 0 <= c <= k
-            and k >= 1
+            and 1 <= k <= MAX_K
             and (route is None or type(route) is str)
         ):
             return c / k, not label, k, c, route
@@ -116,6 +122,7 @@ def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
         or set(map(type, labels)) != {bool}
         or not set(map(type, routes)) <= {str, type(None)}
         or min(ks) < 1
+        or max(ks) > MAX_K
         or min(cs) < 0
         or not all(map(operator.le, cs, ks))
     ):
@@ -151,24 +158,35 @@ class Span:
     slow: tuple[tuple[int, bytes], ...] = ()
 
 
-def scan_span(path: str, start: int, end: int, score: str) -> Span:
+def scan_span(path: str, start: int, end: int, score: str, *, mapped: bool = False) -> Span:
     """Verify and read the lines in bytes ``[start, end)`` of a log (both on line starts).
 
-    Only the span is memory-mapped (pre-faulted where the OS allows), and each line is hashed
-    and decoded where it lies: no copy of the span is made (on the reference machine a copy
-    costs about as much as the hashing).
+    ``mapped`` (the pool's workers): only the span is memory-mapped, pre-faulted where the OS
+    allows, and each line is hashed and decoded where it lies, with no copy (on the reference
+    machine a copy costs about as much as the hashing). A file truncated under a mapping kills
+    the process with SIGBUS, which the pool survives as a broken worker; so the caller's own
+    process reads its spans with ``read()`` instead.
     """
     if end <= start:
         return Span(lines=0, chain_ok=True)
-    base = start - start % mmap.ALLOCATIONGRANULARITY
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size < end:
-            return Span(lines=0, chain_ok=False)  # the file shrank since it was cut into spans
-        if hasattr(mmap, "MAP_SHARED"):
-            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-            buf = mmap.mmap(fh.fileno(), end - base, flags, mmap.PROT_READ, offset=base)
-        else:  # Windows
-            buf = mmap.mmap(fh.fileno(), end - base, access=mmap.ACCESS_READ, offset=base)
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size < end:
+                return Span(lines=0, chain_ok=False)  # the file shrank since it was cut
+            if not mapped:
+                fh.seek(start)
+                block = fh.read(end - start)
+                if len(block) != end - start:
+                    return Span(lines=0, chain_ok=False)
+                return _scan(block, memoryview(block), 0, len(block), score)
+            base = start - start % mmap.ALLOCATIONGRANULARITY
+            if hasattr(mmap, "MAP_SHARED"):
+                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                buf = mmap.mmap(fh.fileno(), end - base, flags, mmap.PROT_READ, offset=base)
+            else:  # Windows
+                buf = mmap.mmap(fh.fileno(), end - base, access=mmap.ACCESS_READ, offset=base)
+    except OSError:
+        return Span(lines=0, chain_ok=False)  # the sequential check reads it, or says why not
     with buf:
         view = memoryview(buf)
         try:
@@ -177,8 +195,10 @@ def scan_span(path: str, start: int, end: int, score: str) -> Span:
             view.release()
 
 
-def _scan(buf: mmap.mmap, view: memoryview, start: int, end: int, score: str) -> Span:
+def _scan(buf: Any, view: memoryview, start: int, end: int, score: str) -> Span:
     if buf[end - 1] != 10:  # the span does not end with a newline: a truncated last line
+        return Span(lines=0, chain_ok=False)
+    if not _utf8(view, start, end):  # the sequential reader decodes strict UTF-8; so must this
         return Span(lines=0, chain_ok=False)
     collecting = gc.isenabled()
     gc.disable()  # many small objects and no cycles: the collector would only slow this down
@@ -186,56 +206,94 @@ def _scan(buf: mmap.mmap, view: memoryview, start: int, end: int, score: str) ->
         chain = _chain(buf, view, start, end)
         if chain is None:
             return Span(lines=0, chain_ok=False)
-        starts, first_prev, last_hash = chain
-        if not starts:
+        if not chain.starts:
             return Span(lines=0, chain_ok=True)
-        return _rows(buf, view, starts, end, score, first_prev, last_hash)
+        return _rows(buf, view, chain, end, score)
     finally:
         if collecting:
             gc.enable()
 
 
-def _chain(
-    buf: mmap.mmap, view: memoryview, start: int, end: int
-) -> tuple[list[int], bytes | None, bytes | None] | None:
-    """Each line's start, the first line's ``prev_hash`` and the last line's ``hash``, when every
-    line hashes to itself and links to the one before; ``None`` when one does not."""
+def _utf8(view: memoryview, start: int, end: int) -> bool:
+    """Whether the bytes are strict UTF-8 (msgspec skips strings it does not decode unchecked).
+
+    Receipts are ASCII unless a prompt-derived field says otherwise: the all-ASCII test is a
+    vectorised max over the mapped bytes (no copy; a 32 MB copy costs ~2 µs a line here in page
+    faults alone), and only a span with a high byte is decoded.
+    """
+    import numpy as np  # here, not at the top: a spawned worker that never needs it starts faster
+
+    if int(np.frombuffer(view, dtype=np.uint8, count=end - start, offset=start).max()) < 0x80:
+        return True
+    try:
+        codecs.utf_8_decode(view[start:end], "strict", True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@dataclass(kw_only=True)
+class _Chain:
+    """A span's lines whose chain verified: where each starts, the span's ends of the chain, and
+    the records of lines that had to be parsed to verify (see ``_chain``)."""
+
+    starts: list[int]
+    first_prev: bytes | None
+    last_hash: bytes | None
+    parsed: dict[int, dict[str, Any]]
+
+
+def _chain(buf: Any, view: memoryview, start: int, end: int) -> _Chain | None:
+    """Every line's start when every line hashes to itself and links to the one before;
+    ``None`` when one does not (the caller then verifies sequentially, which says where).
+
+    A line the byte-level check cannot vouch for (re-serialised, CRLF...) is checked the way
+    ``verify_chain`` then checks it: parsed, its hash re-derived from the canonical form, its
+    ``prev_hash`` compared. Its parsed record is kept for the rows.
+    """
     sha256, find = hashlib.sha256, buf.find
     starts: list[int] = []
+    parsed: dict[int, dict[str, Any]] = {}
     first_prev = prev = None
     at = start
     while at < end:
         nl = find(b"\n", at, end)
         links = line_links(buf, at, nl, view=view, sha256=sha256)
-        if links is None or (prev is not None and links[1] != prev):
+        if links is None:
+            try:
+                record = check_line(bytes(view[at : nl + 1]))
+            except BadLine:
+                return None
+            links = record["hash"].encode(), record["prev_hash"].encode()
+            parsed[len(starts)] = record
+        if prev is not None and links[1] != prev:
             return None
         if prev is None:
             first_prev = links[1]
         prev = links[0]
         starts.append(at)
         at = nl + 1
-    return starts, first_prev, prev
+    return _Chain(starts=starts, first_prev=first_prev, last_hash=prev, parsed=parsed)
 
 
-def _rows(
-    buf: mmap.mmap,
-    view: memoryview,
-    starts: list[int],
-    end: int,
-    score: str,
-    first_prev: bytes | None,
-    last_hash: bytes | None,
-) -> Span:
-    """Decode the lines whose chain verified: the whole span in one call, checked by column,
-    when it is all labelled pass-share rows (the log a shadow deployment writes); line by line
-    otherwise."""
-    n = len(starts)
-    decoded: list[_Receipt] | None
+def _decode_all(slices: list[memoryview]) -> list[_Receipt] | None:
+    """Every line decoded on its own (one JSON value per line, as ``json`` reads them), or None
+    when any line is not decodable here."""
     try:
-        decoded = _DECODER.decode_lines(view[starts[0] : end])
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        decoded = None
-    if decoded is not None and len(decoded) == n and score == PASS_SHARE:
+        return list(map(_DECODER.decode, slices))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+
+
+def _rows(buf: Any, view: memoryview, chain: _Chain, end: int, score: str) -> Span:
+    """Decode the lines whose chain verified: all at once and checked by column when they are
+    all labelled pass-share rows (the log a shadow deployment writes); line by line otherwise."""
+    starts = chain.starts
+    n = len(starts)
+    ends = [*(a - 1 for a in starts[1:]), end - 1]
+    slices = list(map(view.__getitem__, map(slice, starts, ends)))
+    decoded = None if chain.parsed else _decode_all(slices)
+    if decoded is not None and score == PASS_SHARE:
         cols = _columns(decoded)
         if cols is not None:
             names: dict[str | None, int] = {}
@@ -243,8 +301,8 @@ def _rows(
             return Span(
                 lines=n,
                 chain_ok=True,
-                first_prev=first_prev,
-                last_hash=last_hash,
+                first_prev=chain.first_prev,
+                last_hash=chain.last_hash,
                 index=array("q", range(n)),
                 score=array("d", cols[0]),
                 failed=array("b", cols[1]),
@@ -259,14 +317,19 @@ def _rows(
     routes: list[int] = []
     skipped: dict[str, int] = {}
     slow: list[tuple[int, bytes]] = []
-    ends = [*(a - 1 for a in starts[1:]), end - 1]
-    for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
-        if decoded is not None and len(decoded) == n:
+    for i, line in enumerate(slices):
+        out: RowValues | str | None
+        if i in chain.parsed:
+            try:
+                out = receipt_values("", 0, chain.parsed[i], score)
+            except CalibrationError:
+                out = None  # the caller parses it again and names the line
+        elif decoded is not None:
             out = _row(decoded[i], score)
         else:
-            out = fast_row(view[a:b], score)
+            out = fast_row(line, score)
         if out is None:
-            slow.append((i, buf[a:b]))
+            slow.append((i, bytes(line)))
         elif isinstance(out, str):
             skipped[out] = skipped.get(out, 0) + 1
         else:
@@ -277,8 +340,8 @@ def _rows(
     return Span(
         lines=n,
         chain_ok=True,
-        first_prev=first_prev,
-        last_hash=last_hash,
+        first_prev=chain.first_prev,
+        last_hash=chain.last_hash,
         index=array("q", index),
         score=array("d", values[0]),
         failed=array("b", values[1]),

@@ -14,6 +14,7 @@ import json
 import multiprocessing
 import operator
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -23,11 +24,13 @@ from itertools import pairwise, repeat
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from calibration._rows import (
     LEVEL_TOLERANCE,
+    MAX_K,
     PASS_SHARE,
     RowValues,
     bad,
@@ -194,28 +197,37 @@ def _file_sha256(path: Path) -> str:
 _UNPARSEABLE = object()
 
 
-def _parse_chunk(
-    path: Path, lines: Sequence[str], numbers: Sequence[int], *, tolerant: bool = False
-) -> list[Any]:
-    """Parse JSONL lines: one ``json.loads`` for the whole chunk (fast), and line by line only
-    when that fails, to name the bad line (or, ``tolerant``, to mark it ``_UNPARSEABLE``)."""
+_ANY_JSON = msgspec.json.Decoder()
+
+
+def _parse_chunk(lines: Sequence[str]) -> list[Any]:
+    """Parse JSONL lines, one JSON value a line; a line that is not JSON becomes
+    ``_UNPARSEABLE`` (the caller decides, in line order, whether that is an error).
+
+    msgspec decodes the chunk at C speed: it accepts no JSON that ``json`` rejects and gives the
+    same values. When it refuses a line (``NaN``, a lone surrogate, or not JSON at all), the
+    chunk is parsed line by line with ``json``, which decides.
+    """
     try:
-        rows = json.loads("[" + ",".join(lines) + "]")
-        if isinstance(rows, list) and len(rows) == len(lines):
-            return rows
-    except (json.JSONDecodeError, RecursionError):
+        return list(map(_ANY_JSON.decode, lines))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         pass
-    rows = []
-    for text, lineno in zip(lines, numbers, strict=True):
+    rows: list[Any] = []
+    for text in lines:
         try:
             rows.append(json.loads(text))
-        except (json.JSONDecodeError, RecursionError) as exc:
-            if tolerant:
-                rows.append(_UNPARSEABLE)
-                continue
-            msg = getattr(exc, "msg", "too deeply nested")
-            raise bad(path, lineno, f"not valid JSON ({msg})") from exc
+        except (json.JSONDecodeError, RecursionError):
+            rows.append(_UNPARSEABLE)
     return rows
+
+
+def _json_error(path: Path, lineno: int, text: str | bytes) -> CalibrationError:
+    """The error for a line that is not JSON, with ``json``'s reason."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        return bad(path, lineno, f"not valid JSON ({getattr(exc, 'msg', 'too deeply nested')})")
+    return bad(path, lineno, "not valid JSON")
 
 
 def _nonblank(path: Path) -> tuple[list[str], list[int]]:
@@ -285,8 +297,8 @@ def _study_row(
     k, c = 0, -1  # unknown unless the row gives them
     if "pass_count" in row or "score" not in row:
         k, c = row.get("k"), row.get("pass_count")  # type: ignore[assignment]
-        if type(k) is not int or k < 1:
-            raise bad(path, lineno, f'"k" must be an integer >= 1, got {k!r}')
+        if type(k) is not int or not 1 <= k <= MAX_K:
+            raise bad(path, lineno, f'"k" must be an integer in [1, {MAX_K}], got {k!r}')
         if type(c) is not int or not 0 <= c <= k:
             raise bad(path, lineno, f'"pass_count" must be an integer in [0, k={k}], got {c!r}')
     if "score" in row:
@@ -307,9 +319,11 @@ def read_study(path: str | Path, *, progress: Progress | None = None) -> Labelle
     chunks: list[_Columns] = []
     for start in range(0, len(lines), CHUNK_LINES):
         chunk_numbers = numbers[start : start + CHUNK_LINES]
-        rows = _parse_chunk(p, lines[start : start + CHUNK_LINES], chunk_numbers)
+        texts = lines[start : start + CHUNK_LINES]
+        rows = _parse_chunk(texts)
         chunks.append(
-            _fast_columns(rows, sets, routes) or _slow_columns(p, rows, chunk_numbers, sets, routes)
+            _fast_columns(rows, sets, routes)
+            or _slow_columns(p, rows, texts, chunk_numbers, sets, routes)
         )
         if progress is not None and len(lines) > CHUNK_LINES:
             progress(str(p), chunk_numbers[-1])
@@ -373,9 +387,12 @@ def _fast_columns(rows: list[Any], sets: _LevelSets, routes: _Routes) -> _Column
         or set(map(type, labels)) != {bool}
     ):
         return None
-    k = np.asarray(ks, dtype=np.int64)
-    c = np.asarray(cs, dtype=np.int64)
-    if not (np.all(k >= 1) and np.all(c >= 0) and np.all(c <= k)):
+    try:
+        k = np.asarray(ks, dtype=np.int64)
+        c = np.asarray(cs, dtype=np.int64)
+    except OverflowError:  # beyond int64: the row-by-row check says which line
+        return None
+    if not (np.all(k >= 1) and np.all(k <= MAX_K) and np.all(c >= 0) and np.all(c <= k)):
         return None
     names = list(map(_get_route, rows))
     if names.count(None) == len(names):
@@ -397,10 +414,20 @@ def _fast_columns(rows: list[Any], sets: _LevelSets, routes: _Routes) -> _Column
 
 
 def _slow_columns(
-    path: Path, rows: list[Any], numbers: Sequence[int], sets: _LevelSets, routes: _Routes
+    path: Path,
+    rows: list[Any],
+    texts: Sequence[str],
+    numbers: Sequence[int],
+    sets: _LevelSets,
+    routes: _Routes,
 ) -> _Columns:
-    """Validate and convert row by row (any shape the study format allows)."""
-    out = [_study_row(path, lineno, row, sets) for row, lineno in zip(rows, numbers, strict=True)]
+    """Validate and convert row by row (any shape the study format allows); the first bad
+    line, in line order, is the error."""
+    out = []
+    for row, text, lineno in zip(rows, texts, numbers, strict=True):
+        if row is _UNPARSEABLE:
+            raise _json_error(path, lineno, text)
+        out.append(_study_row(path, lineno, row, sets))
     return (
         np.asarray([r[0] for r in out], dtype=np.float64),
         np.asarray([r[1] for r in out], dtype=bool),
@@ -518,10 +545,12 @@ def _read_parsed(
     for start in range(0, len(lines), CHUNK_LINES):
         chunk_numbers = numbers[start : start + CHUNK_LINES]
         chunk = lines[start : start + CHUNK_LINES]
-        records = _parse_chunk(path, chunk, chunk_numbers, tolerant=not verified)
+        records = _parse_chunk(chunk)
         rows: list[tuple[float, bool, int, int, int, int]] = []
-        for lineno, record in zip(chunk_numbers, records, strict=True):
+        for lineno, record, text in zip(chunk_numbers, records, chunk, strict=True):
             if record is _UNPARSEABLE:
+                if verified:  # a verified log parses; only an unverified one may not
+                    raise _json_error(path, lineno, text)
                 skipped[unparseable] = skipped.get(unparseable, 0) + 1
                 continue
             outcome = receipt_values(path, lineno, record, score)
@@ -619,11 +648,12 @@ class _LogRows:
         rows: list[tuple[int, RowValues]] = []
         for i, raw in span.slow:
             lineno = offset + i + 1
-            try:
-                record = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                msg = getattr(exc, "msg", None) or str(exc)
-                raise bad(self.path, lineno, f"not valid JSON ({msg})") from exc
+            try:  # as the sequential reader does: strict UTF-8 text, then json
+                record = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise bad(self.path, lineno, f"not UTF-8 text ({exc.reason})") from exc
+            except (ValueError, RecursionError):
+                raise _json_error(self.path, lineno, raw.decode("utf-8")) from None
             outcome = receipt_values(self.path, lineno, record, self.score)
             if isinstance(outcome, str):
                 self.skipped[outcome] = self.skipped.get(outcome, 0) + 1
@@ -723,7 +753,10 @@ def _scan_log(
     verified that way, ``None`` otherwise (then the caller verifies it sequentially, which says
     why, and ``rows`` is dropped)."""
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return None  # a pipe or a device cannot be mapped or cut into spans
+        size = info.st_size
         ranges = _spans(path)
     except OSError:
         return None  # the sequential check reports it
@@ -746,7 +779,9 @@ def _scan_log(
 
     executor = pool.get() if size >= PARALLEL_BYTES and len(ranges) > 1 else None
     if executor is not None:
-        futures = [executor.submit(scan_span, str(path), a, b, score) for a, b in ranges]
+        futures = [
+            executor.submit(scan_span, str(path), a, b, score, mapped=True) for a, b in ranges
+        ]
         try:
             for future in futures:
                 if not take(future.result()):
@@ -754,8 +789,8 @@ def _scan_log(
                         f.cancel()
                     return None
             return head.decode()
-        except (BrokenProcessPool, OSError):
-            pool.broken()  # no worker processes here: read it in this process
+        except BrokenProcessPool:
+            pool.broken()  # no worker processes here (or one died): read it in this process
             for f in futures:
                 f.cancel()
             if read:

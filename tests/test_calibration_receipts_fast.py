@@ -282,7 +282,7 @@ def _reference(path: Path, score: str, monkeypatch: pytest.MonkeyPatch) -> data.
     (the one-pass read is made to give up, as it does on a line it cannot vouch for)."""
     with monkeypatch.context() as patch:
         patch.setattr(data, "PARALLEL_BYTES", 1 << 62)
-        patch.setattr(data, "scan_span", lambda *a: _scan.Span(lines=0, chain_ok=False))
+        patch.setattr(data, "scan_span", lambda *a, **k: _scan.Span(lines=0, chain_ok=False))
         return read_receipts([path], score=score)
 
 
@@ -433,3 +433,84 @@ def test_a_broken_chain_is_reported_before_a_bad_row_in_an_earlier_span(
     path.write_bytes(b"".join(lines))
     with pytest.raises(CalibrationError, match=r"hash chain does not verify at line 101"):
         read_receipts([path])
+
+
+# --- hand-forged logs: lines whose hashes are right but whose bytes are odd ------------------
+
+_H = '"hash":"sha256:' + "0" * 64 + '",'
+
+
+def _forge(path: Path, templates: list[str | bytes], newline: bytes = b"\n") -> Path:
+    """A chain from line templates holding the member ``_H`` and ``"prev_hash":"@P"``: each
+    line's hash is computed the way the writer's is (over the line without its hash member)."""
+    import hashlib
+
+    prev, out = GENESIS_HASH, []
+    for t in templates:
+        raw = t.encode("utf-8", "surrogatepass") if isinstance(t, str) else t
+        raw = raw.replace(b"@P", prev.encode())
+        at = raw.index(_H.encode())
+        digest = "sha256:" + hashlib.sha256(raw[:at] + raw[at + len(_H) :]).hexdigest()
+        out.append(raw[:at] + b'"hash":"' + digest.encode() + b'",' + raw[at + len(_H) :] + newline)
+        prev = digest
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def _rec(k: Any = 5, c: Any = 3, *, post: str = "", route: str = "code") -> str:
+    return (
+        '{"decision":{"gate_label":true},' + _H + '"id":"x","mode":"shadow","prev_hash":"@P",'
+        f'"probe":{{"k":{k},"pass_count":{c}}},"route":{json.dumps(route)}{post}}}'
+    )
+
+
+def _outcome(path: Path, monkeypatch: pytest.MonkeyPatch | None = None) -> Any:
+    try:
+        if monkeypatch is None:
+            got = read_receipts([path])
+        else:
+            got = _reference(path, PASS_SHARE, monkeypatch)
+    except CalibrationError as exc:
+        return "error: " + str(exc)
+    return (got.score.tolist(), got.failed.tolist(), got.route_names, got.source)
+
+
+FORGED: list[tuple[str, list[str | bytes]]] = [
+    (
+        "two values on one line, one value over two lines",
+        [
+            _rec() + ' {"mode":"shadow","probe":{"k":5,"pass_count":1},"route":"evil"}',
+            _rec(post=',"a":[{"x":1'),
+            ',{"y":2,' + _H + '"prev_hash":"@P","z":1}]}',
+        ],
+    ),
+    ("invalid UTF-8 in a field calibration skips", [_rec().encode()[:-1] + b',"zz":"\xff"}']),
+    ("UTF-8-encoded surrogate in a skipped field", [_rec(post=',"zz":"\ud800"'), _rec()]),
+    ("a byte order mark before a line", ["\ufeff" + _rec(), _rec()]),
+    ("a rule broken on line 1, bad JSON on line 2", [_rec(k=0), _rec(post=',"z":01')]),
+    ("nesting deeper than the parser's limit", [_rec(post=',"zz":' + "[" * 3000 + "]" * 3000)]),
+    ("a k beyond int64", [_rec(k=2**63, c=1), _rec()]),
+    ("a NaN in a skipped field", [_rec(post=',"zz":NaN'), _rec()]),
+]
+
+
+@pytest.mark.parametrize(("name", "templates"), FORGED, ids=[n for n, _ in FORGED])
+def test_forged_lines_read_as_the_sequential_reader_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, templates: list[str | bytes]
+) -> None:
+    """Lines whose hashes check out but whose bytes are odd (found by review): the one-pass
+    read gives the rows, or the error, that verify_chain + json give."""
+    path = _forge(tmp_path / "forged.jsonl", templates)
+    assert _outcome(path) == _outcome(path, monkeypatch)
+
+
+def test_a_log_with_crlf_lines_is_still_read_in_one_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines only a parse can vouch for (CRLF endings here) are checked the way verify_chain
+    checks them, inside the span, instead of sending the whole log to the sequential reader
+    (which holds the whole file in memory)."""
+    path = _forge(tmp_path / "crlf.jsonl", [_rec(c=c) for c in range(6)], newline=b"\r\n")
+    monkeypatch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+    got = read_receipts([path])
+    assert got.pass_count.tolist() == list(range(6)) and got.source.verified
