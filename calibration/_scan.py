@@ -241,6 +241,7 @@ class _Chain:
     first_prev: bytes | None
     last_hash: bytes | None
     parsed: dict[int, dict[str, Any]]
+    braced: bool  # every line starts with "{" (and, verified by its hash check, ends with "}")
 
 
 def _chain(buf: Any, view: memoryview, start: int, end: int) -> _Chain | None:
@@ -255,9 +256,11 @@ def _chain(buf: Any, view: memoryview, start: int, end: int) -> _Chain | None:
     starts: list[int] = []
     parsed: dict[int, dict[str, Any]] = {}
     first_prev = prev = None
+    braced = True
     at = start
     while at < end:
         nl = find(b"\n", at, end)
+        braced = braced and buf[at] == 123
         links = line_links(buf, at, nl, view=view, sha256=sha256)
         if links is None:
             try:
@@ -273,14 +276,27 @@ def _chain(buf: Any, view: memoryview, start: int, end: int) -> _Chain | None:
         prev = links[0]
         starts.append(at)
         at = nl + 1
-    return _Chain(starts=starts, first_prev=first_prev, last_hash=prev, parsed=parsed)
+    return _Chain(
+        starts=starts, first_prev=first_prev, last_hash=prev, parsed=parsed, braced=braced
+    )
 
 
-def _decode_all(slices: list[memoryview]) -> list[_Receipt] | None:
-    """Every line decoded on its own (one JSON value per line, as ``json`` reads them), or None
-    when any line is not decodable here."""
+def _decode_all(view: memoryview, chain: _Chain, end: int) -> list[_Receipt] | None:
+    """Every line decoded, one JSON value a line (as ``json`` reads them), or None when any line
+    is not decodable here.
+
+    When every line starts with "{" and ends with "}", no value can run from one line into the
+    next (in JSON a "}" inside a container is followed by ",", "]" or "}", never by "{", and no
+    string holds a newline), so each line holds at least one whole value: the span is decoded
+    as a stream in one call, and n values for n lines means one each. Otherwise each line is
+    decoded on its own.
+    """
     try:
-        return list(map(_DECODER.decode, slices))
+        if chain.braced:
+            decoded = _DECODER.decode_lines(view[chain.starts[0] : end])
+            return decoded if len(decoded) == len(chain.starts) else None
+        ends = [*(a - 1 for a in chain.starts[1:]), end - 1]
+        return list(map(_DECODER.decode, map(view.__getitem__, map(slice, chain.starts, ends))))
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
@@ -290,9 +306,7 @@ def _rows(buf: Any, view: memoryview, chain: _Chain, end: int, score: str) -> Sp
     all labelled pass-share rows (the log a shadow deployment writes); line by line otherwise."""
     starts = chain.starts
     n = len(starts)
-    ends = [*(a - 1 for a in starts[1:]), end - 1]
-    slices = list(map(view.__getitem__, map(slice, starts, ends)))
-    decoded = None if chain.parsed else _decode_all(slices)
+    decoded = None if chain.parsed else _decode_all(view, chain, end)
     if decoded is not None and score == PASS_SHARE:
         cols = _columns(decoded)
         if cols is not None:
@@ -317,7 +331,9 @@ def _rows(buf: Any, view: memoryview, chain: _Chain, end: int, score: str) -> Sp
     routes: list[int] = []
     skipped: dict[str, int] = {}
     slow: list[tuple[int, bytes]] = []
-    for i, line in enumerate(slices):
+    ends = [*(a - 1 for a in starts[1:]), end - 1]
+    for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
+        line = view[a:b]
         out: RowValues | str | None
         if i in chain.parsed:
             try:

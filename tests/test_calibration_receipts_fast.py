@@ -484,6 +484,7 @@ FORGED: list[tuple[str, list[str | bytes]]] = [
             ',{"y":2,' + _H + '"prev_hash":"@P","z":1}]}',
         ],
     ),
+    ("two values on a line that starts and ends with braces", [_rec() + ' {"x":1}', _rec()]),
     ("invalid UTF-8 in a field calibration skips", [_rec().encode()[:-1] + b',"zz":"\xff"}']),
     ("UTF-8-encoded surrogate in a skipped field", [_rec(post=',"zz":"\ud800"'), _rec()]),
     ("a byte order mark before a line", ["\ufeff" + _rec(), _rec()]),
