@@ -349,6 +349,21 @@ def _setup_for(assert_line: str) -> str | None:
     return "\n".join(f"import {m}" for m in used) or None
 
 
+async def _sampled_tasks(
+    root: Path | None, task_ids: Sequence[str] | None, limit: int | None
+) -> tuple[dict[str, MbppPlusTask], dict[str, dict[str, Any]], list[str]]:
+    """MBPP+ by id, the SpecFix rows, and the ids of the tasks both have (filtered, limited)."""
+    mbpp = {t.task_id: t for t in await asyncio.to_thread(load_mbppplus, root)}
+    shown = await asyncio.to_thread(_specfix_dataset, root)
+    ids = [t for t in shown if t in mbpp]
+    if task_ids is not None:
+        wanted = set(task_ids)
+        ids = [t for t in ids if t in wanted]
+    if limit is not None:
+        ids = ids[:limit]
+    return mbpp, shown, ids
+
+
 async def convert_tasks(
     sandbox: Any,
     *,
@@ -366,14 +381,7 @@ async def convert_tasks(
     """
     from firstpass.sandbox import CasesSpec, parse_spec
 
-    mbpp = {t.task_id: t for t in await asyncio.to_thread(load_mbppplus, root)}
-    shown = await asyncio.to_thread(_specfix_dataset, root)
-    ids = [t for t in shown if t in mbpp]
-    if task_ids is not None:
-        wanted = set(task_ids)
-        ids = [t for t in ids if t in wanted]
-    if limit is not None:
-        ids = ids[:limit]
+    mbpp, shown, ids = await _sampled_tasks(root, task_ids, limit)
     rows: dict[str, dict[str, Any]] = {}
     dropped: dict[str, str] = {}
     differs: list[str] = []
@@ -449,7 +457,9 @@ class AlignedConversion:
 
     def counts(self) -> dict[str, int]:
         """Dropped tasks per reason (every reason listed, zeros included)."""
-        return {r: sum(1 for why, _ in self.dropped.values() if why == r) for r in ALIGNED_DROP_REASONS}
+        return {
+            r: sum(1 for why, _ in self.dropped.values() if why == r) for r in ALIGNED_DROP_REASONS
+        }
 
     def summary(self) -> dict[str, Any]:
         """The ``conversion-aligned.json`` document."""
@@ -506,20 +516,14 @@ async def convert_aligned(
     ``ALIGNED_DROP_REASONS``) when there is no such task, when it has fewer than three asserts,
     or when MBPP+'s canonical solution fails any of the three in ``sandbox`` twice in a row (a
     failure the second run does not repeat is the sandbox's, and is recorded): MBPP+ changed
-    about 48 tasks (signature, name, corrected expected values), and a gate that rejects the
-    reference would label correct programs wrong.
+    tasks (signature, name, corrected expected values), and a gate that rejects the
+    reference would label correct programs wrong (56 here; ``NOTES.md`` counts 48 changed tasks,
+    and a plain-CPython run of the references fails the same 56).
     """
     from firstpass.sandbox import parse_spec
 
-    mbpp = {t.task_id: t for t in await asyncio.to_thread(load_mbppplus, root)}
+    mbpp, shown, ids = await _sampled_tasks(root, task_ids, limit)
     original = await asyncio.to_thread(load_mbpp_original, root)
-    shown = await asyncio.to_thread(_specfix_dataset, root)
-    ids = [t for t in shown if t in mbpp]
-    if task_ids is not None:
-        wanted = set(task_ids)
-        ids = [t for t in ids if t in wanted]
-    if limit is not None:
-        ids = ids[:limit]
     rows: dict[str, dict[str, Any]] = {}
     dropped: dict[str, tuple[str, str]] = {}
     retried: dict[str, str] = {}
@@ -534,7 +538,9 @@ async def convert_aligned(
             dropped[tid] = ("fewer_than_3_asserts", f"{len(orig.asserts)} asserts")
             return
         row = aligned_row(mbpp[tid], orig, shown[tid]["requirement"])
-        spec = parse_spec(row["hidden_tests"], setup=row.get("setup"), entry_point=row["entry_point"])
+        spec = parse_spec(
+            row["hidden_tests"], setup=row.get("setup"), entry_point=row["entry_point"]
+        )
         async with gate:
             result = await sandbox.run(mbpp[tid].canonical_solution, spec)
             if not result.passed:  # a reference fails the same way twice; a flaky run does not
@@ -594,7 +600,10 @@ async def _convert_aligned(args: argparse.Namespace) -> int:
         f"{args.isolation}); visible = MBPP's first two original asserts, gate = all three"
     )
     counts = conv.counts()
-    print(f"  dropped {sum(counts.values())} tasks: " + ", ".join(f"{r} {c}" for r, c in counts.items()))
+    print(
+        f"  dropped {sum(counts.values())} tasks: "
+        + ", ".join(f"{r} {c}" for r, c in counts.items())
+    )
     summary = conv.summary()
     for reason, ids in summary["dropped"].items():
         if ids:
@@ -659,12 +668,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     parser.add_argument(
-        "--setting", choices=SETTINGS, default="strict",
+        "--setting",
+        choices=SETTINGS,
+        default="strict",
         help="strict: tasks.jsonl + sample sets (hidden = MBPP+ inputs); aligned: "
         "tasks-aligned.jsonl (gate = MBPP's three original asserts) (default: %(default)s)",
     )
     parser.add_argument(
-        "--data", type=Path, default=None,
+        "--data",
+        type=Path,
+        default=None,
         help="the shared data directory (default: $FIRSTPASS_DATA, else <repo>/../shared/data)",
     )
     parser.add_argument(
