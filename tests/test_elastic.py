@@ -10,24 +10,9 @@ import pytest
 
 from firstpass.config import config_from_dict
 from firstpass.errors import ConfigError
+from tests.add_task import GOOD, GOOD2, TESTS, VISIBLE_ONLY, WRONG
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
-
-GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
-GOOD2 = "```python\ndef add(x, y):\n    total = x + y\n    return total\n```"
-WRONG = "```python\ndef add(a, b):\n    return a - b\n```"
-VISIBLE_ONLY = "```python\ndef add(a, b):\n    return 3\n```"
-
-TESTS: dict[str, Any] = {
-    "tests": {
-        "visible": ["assert add(1, 2) == 3"],
-        "hidden": {
-            "entry_point": "add",
-            "cases": [{"args": [1, 2], "expected": 3}, {"args": [-1, 1], "expected": 0}],
-        },
-    },
-    "entry_point": "add",
-}
 
 
 def elastic(mode: str, **kw: Any) -> dict[str, Any]:

@@ -5,20 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import _harness
+
 __all__ = ["CATEGORIES", "SampleResult", "TestResult"]
 
-#: failure categories, in no particular order; a sample's category is its first failing test's
-CATEGORIES = (
-    "syntax_error",
-    "runtime_error",
-    "assertion_failed",
-    "wrong_output",
-    "timeout",
-    "memory_limit",
-    "output_limit",
-    "no_code",
-    "sandbox_violation",
-)
+#: failure categories, in no particular order; a sample's category is its first failing test's.
+#: Defined once, in the harness, which the sandbox side checks every verdict against.
+CATEGORIES = _harness.CATEGORIES
 
 
 @dataclass(frozen=True, kw_only=True)
