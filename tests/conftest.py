@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from blockbuster import BlockBuster, blockbuster_ctx
 
 pytest_plugins = ["tests.stub_upstream"]
 
@@ -40,3 +41,10 @@ def live_stack(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     yield start
     for stack in stacks:
         stack.close()
+
+
+@pytest.fixture
+def blockbuster() -> Iterator[BlockBuster]:
+    """Fail the test if anything blocks the event loop."""
+    with blockbuster_ctx() as bb:
+        yield bb

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-from blockbuster import BlockBuster, blockbuster_ctx
+from blockbuster import BlockBuster
 
 from firstpass.probe import ProbeInputs, build_probe_inputs
 from firstpass.sandbox import Limits, Sandbox, parse_spec
@@ -26,13 +26,6 @@ HANGS = "def add(a, b):\n    while (a, b) != (1, 2):\n        pass\n    return 3
 HANGS_TOO = (
     "def add(a, b):\n    if (a, b) == (1, 2):\n        return 3\n    while True:\n        a += 1\n"
 )
-
-
-@pytest.fixture
-def blockbuster() -> Iterator[BlockBuster]:
-    """Fail the test if anything blocks the event loop."""
-    with blockbuster_ctx() as bb:
-        yield bb
 
 
 @pytest.fixture

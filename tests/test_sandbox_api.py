@@ -6,22 +6,15 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
-from blockbuster import BlockBuster, blockbuster_ctx
+from blockbuster import BlockBuster
 
 import firstpass.sandbox as sandbox_pkg
 from firstpass.sandbox import Limits, SampleResult, Sandbox, _isolation, parse_spec
 
 GOOD = "def f(x):\n    return x + 1\n"
-
-
-@pytest.fixture
-def blockbuster() -> Iterator[BlockBuster]:
-    """Fail the test if anything blocks the event loop."""
-    with blockbuster_ctx() as bb:
-        yield bb
 
 
 @pytest.fixture
