@@ -283,8 +283,8 @@ def probe_draw(
 ) -> ProbeDraw:
     """Scores, candidates and labels of one probe, by the pipeline's own rules.
 
-    ``pass_share`` keys candidates by the code hash (the pipeline runs no probe for it, so
-    ``behaviour or code_sha256`` is the code hash); the agreement scores key them by
+    ``pass_share`` keys candidates by the code hash (the pipeline runs no probe inputs for it);
+    the agreement scores key them by
     ``behaviour_keys`` and take the candidate from the largest cluster.
     """
     passed, shares = list(passed), list(shares)

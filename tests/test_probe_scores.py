@@ -114,3 +114,11 @@ def test_unrecorded_behaviour_agrees_with_nobody_and_no_inputs_means_all_agree()
     assert cluster_sizes(passed, behaviour_keys([None, None, None], 4)) == (1, 1, 1)
     empty = behaviour_keys([None, "sha256:x", None], 0)
     assert probe_scores(passed, empty)["agreement"] == 1.0
+
+
+def test_the_config_accepts_exactly_the_scores_the_policy_computes() -> None:
+    """The score names are written in the config model and in the policy (config stays
+    policy-free); the two lists must not drift apart."""
+    from firstpass.config._elastic import SCORES as CONFIG_SCORES
+
+    assert CONFIG_SCORES == SCORES

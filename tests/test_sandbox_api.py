@@ -12,6 +12,7 @@ import pytest
 from blockbuster import BlockBuster
 
 import firstpass.sandbox as sandbox_pkg
+from firstpass.errors import ConfigError, SpecError
 from firstpass.sandbox import Limits, SampleResult, Sandbox, _isolation, parse_spec
 
 GOOD = "def f(x):\n    return x + 1\n"
@@ -202,6 +203,32 @@ async def test_reference_outputs_drop_raising_and_unstable_inputs(sb: Sandbox) -
     assert await sb.resolve(spec) is resolved
     result = await sb.run("def f(x):\n    return 10 // x\n", spec)
     assert (result.passed, result.n_total) == (True, 2)
+
+
+async def test_a_reference_that_fails_says_so_and_leaves_nothing_behind(sb: Sandbox) -> None:
+    """A reference failing on every case is a SpecError, each time it is asked for, and the
+    per-spec lock of a failed resolution is not kept (a client could otherwise grow it at will)."""
+    for n in range(3):
+        spec = parse_spec(
+            {
+                "entry_point": "f",
+                "reference": f"def f(x):\n    raise ValueError({n})\n",
+                "cases": [{"args": [1]}],
+            }
+        )
+        for _ in range(2):
+            with pytest.raises(SpecError, match="failed on every case"):
+                await sb.resolve(spec)
+    assert sb._resolving == {}
+
+
+def test_time_limits_beyond_a_day_are_refused() -> None:
+    """A huge (or infinite) time limit would overflow the zygote's select() timeout and take the
+    sandbox down, blaming every sample: it is refused when the limits are built."""
+    for value in (86_401.0, 1e9, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match=r"limits.wall_s: must be a number in \(0, 86400\]"):
+            Limits(wall_s=value)
+    assert Limits(wall_s=86_400.0, cpu_s=86_400.0).wall_s == 86_400.0
 
 
 async def test_run_many_keeps_the_answers_order(sb: Sandbox) -> None:

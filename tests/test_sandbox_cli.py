@@ -72,3 +72,34 @@ def test_malformed_spec_is_a_one_line_error_naming_the_field(tmp_path: Path) -> 
     assert proc.returncode == 2
     assert proc.stderr.strip() == "firstpass check: asserts[1]: must be a string, not int"
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "flag", "message"),
+    [
+        (b"\xff\xfe not text", "--code", "firstpass check: --code: {path} is not UTF-8 text"),
+        (b"[" * 100_000 + b"]" * 100_000, "--tests", "nested too deeply to be a test spec"),
+    ],
+    ids=["binary code file", "deeply nested tests"],
+)
+def test_unreadable_inputs_are_one_line_errors(
+    tmp_path: Path, tests_file: Path, content: bytes, flag: str, message: str
+) -> None:
+    """A code file that is not UTF-8, or a tests file nested past the parser's limit, exits 2
+    with a one-line message instead of a traceback."""
+    bad = tmp_path / "bad"
+    bad.write_bytes(content)
+    code = str(bad) if flag == "--code" else str(tmp_path / "code.py")
+    (tmp_path / "code.py").write_text(GOOD)
+    tests = str(bad) if flag == "--tests" else str(tests_file)
+    proc = check("--code", code, "--tests", tests)
+    assert proc.returncode == 2
+    assert message.format(path=bad) in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_timeout_beyond_a_day_is_refused(tmp_path: Path, tests_file: Path) -> None:
+    """--timeout inf exits 2 naming the limit, not with the sandbox's own crash."""
+    proc = check("--code", "-", "--tests", str(tests_file), "--timeout", "inf", stdin=GOOD)
+    assert proc.returncode == 2
+    assert "must be a number in (0, 86400]" in proc.stderr and "Traceback" not in proc.stderr

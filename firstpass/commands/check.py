@@ -54,6 +54,8 @@ def _read(path: str, what: str) -> str:
             return handle.read()
     except OSError as exc:
         raise SpecError(what, f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(what, f"{path} is not UTF-8 text ({exc.reason})") from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         raw = json.loads(_read(args.tests, "--tests"))
     except json.JSONDecodeError as exc:
         raise SpecError("--tests", f"{args.tests} is not JSON: {exc}") from exc
+    except RecursionError:
+        raise SpecError("--tests", f"{args.tests} is nested too deeply to be a test spec") from None
     spec = parse_spec(raw, entry_point=args.entry_point)
     limits = Limits() if args.timeout is None else Limits(wall_s=args.timeout, cpu_s=args.timeout)
 

@@ -127,8 +127,8 @@ def _sandbox(table: Mapping[str, Any]) -> SandboxSettings:
     f.check_keys(table, p, _SANDBOX_KEYS)
     return SandboxSettings(
         concurrency=f.get_int(table, "concurrency", p, 0, lo=0, hi=1024),
-        wall_s=f.get_float(table, "wall_s", p, 10.0, lo=0.0, lo_open=True),
-        cpu_s=f.get_float(table, "cpu_s", p, 10.0, lo=0.0, lo_open=True),
+        wall_s=f.get_float(table, "wall_s", p, 10.0, lo=0.0, lo_open=True, hi=86_400.0),
+        cpu_s=f.get_float(table, "cpu_s", p, 10.0, lo=0.0, lo_open=True, hi=86_400.0),
         memory_mb=f.get_int(table, "memory_mb", p, 512, lo=32),
         site_packages=f.get_bool(table, "site_packages", p, False),
     )

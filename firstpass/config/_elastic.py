@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from firstpass.config import _fields as f
-from firstpass.config._model import MAX_K, ElasticConfig
+from firstpass.config._model import MAX_K, ElasticConfig, ProbeScore
 from firstpass.errors import ConfigError
 
 #: where the block lives, for key paths (the TOML key "lambda" is ``ElasticConfig.lambda_``)
@@ -23,8 +24,8 @@ _ELASTIC_KEYS = (
     "k", "lambda", "escalate_at", "mode", "calibration", "alpha", "delta", "max_gate_candidates",
     "score",
 )  # fmt: skip
-#: the probe scores (``firstpass.policy.SCORES``; repeated here so config stays policy-free)
-SCORES = ("pass_share", "agreement", "unanimous_agreement")
+#: the probe scores: the config model's ``ProbeScore`` (``firstpass.policy.SCORES`` must equal it)
+SCORES: tuple[str, ...] = typing.get_args(ProbeScore)
 
 
 def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfig | None:

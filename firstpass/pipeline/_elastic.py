@@ -194,8 +194,8 @@ class ElasticMixin:
             scores: dict[str, float] | None = all_scores
             value = all_scores[score_name]
         else:
-            # behaviour key: the sandbox's output digest when it gives one, else the code's hash
-            keys = [getattr(r, "behaviour", None) or r.code_sha256 for r in results]
+            # no probe inputs ran: samples agree when their extracted code is the same
+            keys = [r.code_sha256 for r in results]
             scores, value = None, None
         regime = regime_for(c, k, lam=elastic.lambda_, escalate_at=elastic.escalate_at, score=value)
         req.trace.step(f"regime:{regime}:{c}/{k}")

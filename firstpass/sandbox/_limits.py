@@ -10,6 +10,10 @@ from firstpass.errors import ConfigError
 __all__ = ["Limits"]
 
 
+#: the longest time limit: a day (beyond it the zygote's select() timeout overflows at ~1e9 s)
+MAX_SECONDS = 86_400.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """What one sample may use. Every limit is enforced by the kernel (rlimits) or the zygote.
@@ -31,10 +35,16 @@ class Limits:
     site_packages: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "wall_s", "file_size_mb"):
+        for name, most in (("cpu_s", MAX_SECONDS), ("wall_s", MAX_SECONDS), ("file_size_mb", 1e6)):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-                raise ConfigError(f"limits.{name}", f"must be a positive number, got {value!r}")
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not 0 < value <= most
+            ):
+                raise ConfigError(
+                    f"limits.{name}", f"must be a number in (0, {most:g}], got {value!r}"
+                )
         for name, least in (("memory_mb", 64), ("nproc", 1), ("nofile", 8), ("output_bytes", 1)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:

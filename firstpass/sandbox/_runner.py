@@ -510,43 +510,45 @@ class Sandbox:
             self._resolved.move_to_end(key)
             return self._resolved[key]
         lock = self._resolving.setdefault(key, asyncio.Lock())
-        async with lock:
-            if key in self._resolved:
-                return self._resolved[key]
-            limits = limits or self.limits
-            req = {
-                "op": "run",
-                "mode": "outputs",
-                "code": spec.reference,
-                "setup": spec.setup,
-                "entry_point": spec.entry_point,
-                "tests": [list(c.args) for c in spec.cases],
-            }
-            first, second = await asyncio.gather(
-                self._submit(req, limits), self._submit(req, limits, alt=True)
-            )
-            cases, dropped = [], []
-            for i, case in enumerate(spec.cases):
-                a, b = _output(first, i), _output(second, i)
-                if a is None or a != b:
-                    dropped.append(i)
-                else:
-                    cases.append(Case(args=case.args, expected=a[0]))
-            if not cases:
-                raise SpecError("reference", "the reference solution failed on every case")
-            done = CasesSpec(
-                entry_point=spec.entry_point,
-                cases=tuple(cases),
-                atol=spec.atol,
-                reference=None,
-                setup=spec.setup,
-                dropped=tuple(dropped),
-            )
-            self._resolved[key] = done
+        try:
+            async with lock:
+                if key in self._resolved:
+                    return self._resolved[key]
+                limits = limits or self.limits
+                req = {
+                    "op": "run",
+                    "mode": "outputs",
+                    "code": spec.reference,
+                    "setup": spec.setup,
+                    "entry_point": spec.entry_point,
+                    "tests": [list(c.args) for c in spec.cases],
+                }
+                first, second = await asyncio.gather(
+                    self._submit(req, limits), self._submit(req, limits, alt=True)
+                )
+                cases, dropped = [], []
+                for i, case in enumerate(spec.cases):
+                    a, b = _output(first, i), _output(second, i)
+                    if a is None or a != b:
+                        dropped.append(i)
+                    else:
+                        cases.append(Case(args=case.args, expected=a[0]))
+                if not cases:
+                    raise SpecError("reference", "the reference solution failed on every case")
+                done = CasesSpec(
+                    entry_point=spec.entry_point,
+                    cases=tuple(cases),
+                    atol=spec.atol,
+                    reference=None,
+                    setup=spec.setup,
+                    dropped=tuple(dropped),
+                )
+                self._resolved[key] = done
+                while len(self._resolved) > RESOLVED_CACHE:
+                    self._resolved.popitem(last=False)
+                return done
+        finally:  # a failed reference too: one lock per spec must not outlive its resolution
             self._resolving.pop(key, None)
-            while len(self._resolved) > RESOLVED_CACHE:
-                self._resolved.popitem(last=False)
-            return done
 
 
 def _keep_paths(hide: tuple[str, ...], site_packages: bool) -> tuple[str, ...]:

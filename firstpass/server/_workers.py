@@ -11,7 +11,8 @@ Each worker writes its own receipt log with its own hash chain (a chain is a tot
 processes appending to one file would need a lock on every line): worker 0 the configured path,
 worker i the same name with ``.w<i>`` before the suffix (``receipts.jsonl``,
 ``receipts.w1.jsonl``...). Each worker's sandbox gets an equal share of ``[sandbox] concurrency``,
-so together they run no more samples at once than a single process would.
+so together they run no more samples at once than a single process would, except that every
+worker keeps at least one slot (more workers than slots: one slot each).
 """
 
 from __future__ import annotations
