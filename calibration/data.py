@@ -475,8 +475,9 @@ def read_receipts(
     n_lines = 0
     with _Pool() as pool:
         for path in files:
+            _check_receipt_file(path)
             log = _LogRows(path, score)
-            head = _scan_log(path, score, pool, log, progress) if path.suffix != ".gz" else None
+            head = _scan_log(path, score, pool, log, progress)
             if head is not None:
                 n_lines += log.commit(sets, routes, skipped, columns)
                 heads.append(head)
@@ -525,6 +526,25 @@ def read_receipts(
         score_name=score,
         source=source,
     )
+
+
+def _check_receipt_file(path: Path) -> None:
+    """Refuse, with what to do instead, a log that cannot be verified where it lies: a
+    compressed one (the chain covers the bytes the proxy wrote) or a pipe (it is read twice)."""
+    if path.suffix == ".gz":
+        raise CalibrationError(
+            f"{path}: a compressed receipt log cannot be verified; decompress it first "
+            "(the hash chain covers the lines as the proxy wrote them)"
+        )
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # the chain check reports a missing or unreadable file
+    if not stat.S_ISREG(mode):
+        raise CalibrationError(
+            f"{path}: not a regular file; give the path of a receipt log (a pipe, a directory or "
+            "a device cannot be verified and read)"
+        )
 
 
 def _read_parsed(

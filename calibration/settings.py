@@ -41,5 +41,7 @@ class Settings:
             raise CalibrationError(
                 f"--holdout must be a fraction strictly between 0 and 1, got {self.holdout!r}"
             )
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise CalibrationError(f"--seed must be an integer >= 0, got {self.seed!r}")
         if self.escalate_at < -1:
             raise CalibrationError(f"--escalate-at must be >= -1, got {self.escalate_at!r}")

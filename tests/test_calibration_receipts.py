@@ -244,3 +244,28 @@ async def test_receipts_written_by_the_proxys_writer_calibrate(tmp_path: Path) -
     await asyncio.to_thread(_tamper, path, 40)
     with pytest.raises(CalibrationError, match="line 40"):
         await asyncio.to_thread(read_receipts, [path])
+
+
+def test_a_compressed_or_piped_log_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    """The chain covers the bytes the proxy wrote and the log is read twice: a .gz log or a
+    pipe gets a one-line error naming the fix, not a misleading chain or empty-log error."""
+    import gzip
+    import os
+
+    log = write_chain(tmp_path / "r.jsonl", [shadow(5, 3, True)] * 3)
+    packed = tmp_path / "r.jsonl.gz"
+    packed.write_bytes(gzip.compress(log.read_bytes()))
+    with pytest.raises(CalibrationError, match="decompress it first"):
+        read_receipts([packed])
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(CalibrationError, match="not a regular file"):
+        read_receipts([fifo])
+    with pytest.raises(CalibrationError, match="not a regular file"):
+        read_receipts([tmp_path])
+
+
+def test_a_negative_seed_is_refused_before_any_data_is_read() -> None:
+    """--seed must be a non-negative integer (numpy's generator would raise later)."""
+    with pytest.raises(CalibrationError, match="--seed must be an integer >= 0"):
+        Settings(seed=-1)

@@ -286,6 +286,20 @@ def _reference(path: Path, score: str, monkeypatch: pytest.MonkeyPatch) -> data.
         return read_receipts([path], score=score)
 
 
+def _record_pools(patch: pytest.MonkeyPatch) -> list[Any]:
+    """Every pool ``read_receipts`` asks for (None where it could not start one)."""
+    got: list[Any] = []
+    real = data._Pool.get
+
+    def get(self: Any) -> Any:
+        pool = real(self)
+        got.append(pool)
+        return pool
+
+    patch.setattr(data._Pool, "get", get)
+    return got
+
+
 def _same(a: data.Labelled, b: data.Labelled) -> None:
     for name in ("score", "failed", "k", "pass_count", "route", "level_set"):
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
@@ -314,7 +328,11 @@ def test_a_log_read_in_parallel_spans_equals_the_full_parse(
     path = write_log(tmp_path / "r.jsonl", records)
     monkeypatch.setattr(data, "_SPAN_BYTES", 50_000)
     monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
-    fast = read_receipts([path], score=score)
+    with monkeypatch.context() as patch:
+        patch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+        pools = _record_pools(patch)
+        fast = read_receipts([path], score=score)
+    assert pools and pools[0] is not None  # the spans were read by worker processes
     _same(fast, _reference(path, score, monkeypatch))
     assert fast.source.skipped == {"not shadow mode": 86, "no gate label": 40}
     assert fast.source.verified and fast.source.file_sha256 == (None,)
@@ -339,9 +357,14 @@ def test_a_log_of_labelled_rows_only_read_by_column_equals_the_full_parse(
     calls: list[int] = []
     real = _scan._columns
     monkeypatch.setattr(_scan, "_columns", lambda rows: calls.append(len(rows)) or real(rows))
-    fast = read_receipts([path], score=PASS_SHARE)
-    if not parallel:  # the patch reaches only this process
-        assert calls and sum(calls) == 400
+    with monkeypatch.context() as patch:
+        patch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+        pools = _record_pools(patch)
+        fast = read_receipts([path], score=PASS_SHARE)
+    if parallel:
+        assert pools and pools[0] is not None  # the spans were read by worker processes
+    else:  # the patch reaches only this process
+        assert calls and sum(calls) == 400 and not pools
     _same(fast, _reference(path, PASS_SHARE, monkeypatch))
 
 
@@ -409,6 +432,13 @@ def test_workers_are_forked_only_while_this_process_has_one_thread() -> None:
     stop = threading.Event()
     if threading.active_count() == 1:
         assert data._start_method() == "fork"
+    else:  # a thread of the test runner's: the fork half is checked in a fresh interpreter
+        import subprocess
+        import sys
+
+        code = "from calibration import data; print(data._start_method())"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.stdout.strip() == "fork", out.stderr
     worker = threading.Thread(target=stop.wait)
     worker.start()
     try:

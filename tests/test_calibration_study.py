@@ -97,7 +97,10 @@ def test_gzip_study_files_are_read(tmp_path: Path) -> None:
         ("[1, 2]", "line 2: each line must be a JSON object"),
         ('{"k": 5, "pass_count": 3}', 'line 2: "label" must be true or false'),
         ('{"k": 5, "pass_count": 3, "label": "yes"}', 'line 2: "label" must be true or false'),
-        ('{"k": 0, "pass_count": 0, "label": true}', 'line 2: "k" must be an integer in [1, 10000]'),
+        (
+            '{"k": 0, "pass_count": 0, "label": true}',
+            'line 2: "k" must be an integer in [1, 10000]',
+        ),
         (
             '{"k": 5, "pass_count": 6, "label": true}',
             'line 2: "pass_count" must be an integer in [0, k=5]',

@@ -58,6 +58,7 @@ async def test_timeouts_are_recorded_as_timeouts_and_cluster(sb: Sandbox) -> Non
     h1, h2, ok = await sb.run_many([HANGS, HANGS_TOO, CONST], SPEC, probe=inputs)
     assert h1.passed and h2.passed
     assert h1.behaviour == h2.behaviour != ok.behaviour
+    assert h1.probe_outputs == tuple(behaviour([{"e": "timeout"}] * 2, 2)["outputs"])
     assert h1.wall_ms < 3_000  # the per-input limit, not the sample's wall limit
 
 
