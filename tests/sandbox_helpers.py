@@ -16,7 +16,7 @@ def data_dir() -> Path:
     return Path(env) if env else REPO.parent / "shared" / "data"
 
 
-def processes_of(uids: range) -> list[int]:
+def processes_of(uids: range | frozenset[int]) -> list[int]:
     """Pids of live (non-zombie) processes whose real uid is in ``uids``."""
     found = []
     for entry in os.listdir("/proc"):

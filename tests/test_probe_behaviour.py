@@ -9,7 +9,7 @@ from blockbuster import BlockBuster
 
 from firstpass.probe import ProbeInputs, build_probe_inputs
 from firstpass.sandbox import Limits, Sandbox, parse_spec
-from firstpass.sandbox._harness import behaviour, canonical_output
+from firstpass.sandbox._judge import behaviour, canonical_output
 
 SPEC = parse_spec(["assert add(1, 2) == 3"], entry_point="add")
 CASES = parse_spec({"entry_point": "add", "cases": [{"args": [1, 2], "expected": 3}]})

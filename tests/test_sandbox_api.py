@@ -88,13 +88,14 @@ async def test_asserts_using_setup_helpers_are_judged_outside_the_sample(sb: San
     assert [r.n_passed for r in results] == [2, 0]
 
 
-async def test_unsplittable_assert_is_checked_in_the_sample_and_says_so(sb: Sandbox) -> None:
-    """An assert with a comprehension over sample calls runs whole, marked as the weaker check."""
+async def test_comprehension_asserts_are_judged_whole_outside_the_sample(sb: Sandbox) -> None:
+    """An assert with sample calls inside a comprehension is evaluated by the judge, call by call."""
     spec = parse_spec(["assert all(f(i) == i + 1 for i in range(3))"])
     result = await sb.run(GOOD, spec)
-    assert result.passed
-    assert result.tests[0].message == "checked inside the sample's process"
+    assert result.passed and result.tests[0].message is None
     assert not (await sb.run("def f(x):\n    return x\n", spec)).passed
+    forged = "import builtins\nbuiltins.all = lambda it: True\nall = builtins.all\n"
+    assert not (await sb.run(forged + "def f(x):\n    return x\n", spec)).passed
 
 
 CASES = [
@@ -109,7 +110,7 @@ CASES = [
     ),
     (
         "float_outside_atol",
-        "def f(x):\n    return 0.1 + 0.2\n",
+        "def f(x):\n    return 0.3 + 1e-6\n",
         {"args": [1], "expected": 0.3},
         0,
         False,
@@ -182,12 +183,11 @@ async def test_missing_entry_point_is_a_runtime_error(sb: Sandbox) -> None:
 async def test_reference_outputs_drop_raising_and_unstable_inputs(sb: Sandbox) -> None:
     """Expected values come from the reference; inputs where it raises or varies are dropped."""
     reference = (
-        "import os\n"
         "def f(x):\n"
         "    if x == 0:\n"
         "        raise ZeroDivisionError\n"
         "    if x == 5:\n"
-        "        return os.getpid()\n"
+        "        return hash('unstable')  # the two zygotes have different string-hash seeds\n"
         "    return 10 // x\n"
     )
     spec = parse_spec(

@@ -21,7 +21,11 @@ class Limits:
     ``cpu_s`` (RLIMIT_CPU) and ``wall_s`` (the zygote's deadline, which kills the whole uid) bound
     time; each test also gets a quarter of ``min(cpu_s, wall_s)`` when there are several, so one
     hanging test does not hide the others. ``memory_mb`` is the address-space limit (the
-    interpreter itself takes ~30 MB of it). ``output_bytes`` caps stdout+stderr together.
+    interpreter itself takes ~30 MB of it); where the host has a writable memory cgroup, the
+    sample's processes *together*, its scratch files included, are also held to
+    ``memory_mb + scratch_mb`` (``Sandbox.memory_bound`` says which applies).
+    ``scratch_mb`` sizes the one private tmpfs that backs the sample's ``/tmp``, ``/var/tmp``,
+    ``/dev/shm`` and work directory. ``output_bytes`` caps stdout+stderr together.
     ``site_packages`` runs the sample in an interpreter that can import installed packages.
     """
 
@@ -32,6 +36,7 @@ class Limits:
     nproc: int = 32
     nofile: int = 64
     output_bytes: int = 1_000_000
+    scratch_mb: int = 64
     site_packages: bool = False
 
     def __post_init__(self) -> None:
@@ -45,7 +50,13 @@ class Limits:
                 raise ConfigError(
                     f"limits.{name}", f"must be a number in (0, {most:g}], got {value!r}"
                 )
-        for name, least in (("memory_mb", 64), ("nproc", 1), ("nofile", 8), ("output_bytes", 1)):
+        for name, least in (
+            ("memory_mb", 64),
+            ("nproc", 1),
+            ("nofile", 8),
+            ("output_bytes", 1),
+            ("scratch_mb", 1),
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ConfigError(f"limits.{name}", f"must be an integer >= {least}, got {value!r}")

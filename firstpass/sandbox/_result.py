@@ -42,7 +42,9 @@ class SampleResult:
     pass); ``isolation`` the level in force; ``extraction`` the rule that found the code.
     ``behaviour`` (only when the run was given probe inputs, and the sample loaded) is the
     ``sha256:`` digest of its outputs on them, ``probe_outputs`` one short digest per input:
-    recorded for behavioural agreement, never part of the verdict.
+    recorded for behavioural agreement, never part of the verdict. ``sandbox_restarts``: how
+    often the shared sandbox process died while this sample was in flight and it was run again
+    on a fresh one (a crash of the machinery is never the sample's verdict).
     """
 
     passed: bool
@@ -56,6 +58,7 @@ class SampleResult:
     code_sha256: str
     behaviour: str | None = None
     probe_outputs: tuple[str, ...] = ()
+    sandbox_restarts: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data with exactly the fields above (the behaviour ones only when set)."""
@@ -73,6 +76,8 @@ class SampleResult:
         if self.behaviour is not None:
             out["behaviour"] = self.behaviour
             out["probe_outputs"] = list(self.probe_outputs)
+        if self.sandbox_restarts:
+            out["sandbox_restarts"] = self.sandbox_restarts
         return out
 
     @classmethod
@@ -85,6 +90,7 @@ class SampleResult:
         extraction: str,
         code_sha256: str,
         behaviour: tuple[str, tuple[str, ...]] | None = None,
+        sandbox_restarts: int = 0,
     ) -> SampleResult:
         """Derive pass/fail counts and the category from the per-test results."""
         failing = [t for t in tests if not t.passed]
@@ -100,4 +106,5 @@ class SampleResult:
             code_sha256=code_sha256,
             behaviour=behaviour[0] if behaviour is not None else None,
             probe_outputs=behaviour[1] if behaviour is not None else (),
+            sandbox_restarts=sandbox_restarts,
         )

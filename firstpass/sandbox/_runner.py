@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import hashlib
 import itertools
 import json
+import logging
 import os
 import sys
 import time
@@ -22,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from firstpass.errors import SandboxError, SpecError
 
-from . import _harness
+from . import _contain, _harness, _judge
 from ._extract import extract_code
 from ._isolation import DEFAULT_HIDE, Isolation, detect_isolation
 from ._limits import Limits
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # firstpass.probe imports the sandbox's codec: no import cycl
 __all__ = ["Sandbox"]
 
 _ZYGOTE = str(Path(__file__).with_name("_zygote.py"))
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 #: per-sandbox uid blocks; in a block, each zygote lane has 2 uids (worker, judge) per slot
 UID_START = 61_000_000
 UID_BLOCK = 1024
@@ -46,6 +49,9 @@ MAX_CONCURRENCY = UID_BLOCK // (2 * N_LANES)
 #: how many resolved reference specs to keep
 RESOLVED_CACHE = 4096
 _LOCK_DIR = "/run/firstpass-sandbox"
+#: how many bytes of return values (as JSON) a reference solution may produce over all its cases
+REFERENCE_ALLOWANCE = 64 << 20
+_log = logging.getLogger("firstpass.sandbox")
 
 
 class _ZygoteDied(Exception):
@@ -68,6 +74,7 @@ class _Zygote:
         self.errlog: asyncio.Task[None] | None = None
         self.pid = 0
         self.root = ""
+        self.memory_bound = "per-process"
         self.alive = False
         self.stderr_tail = b""
 
@@ -91,25 +98,37 @@ class _Zygote:
             await self.kill()
             tail = self.stderr_tail.decode(errors="replace").strip()[-500:]
             raise SandboxError(f"the sandbox did not start: {tail or exc!r}") from exc
+        if not hello.get("ready"):
+            await self.kill()
+            raise SandboxError(f"the sandbox refused to start: {hello.get('error')}")
         self.pid, self.root, self.alive = int(hello["pid"]), str(hello["root"]), True
+        self.memory_bound = str(hello.get("memory_bound") or "per-process")
         self.reader = asyncio.create_task(self._read_loop())
 
     async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
         while chunk := await stream.read(1 << 16):
             self.stderr_tail = (self.stderr_tail + chunk)[-4096:]
 
-    async def _read_frame(self) -> Any:
+    async def _read_raw(self) -> bytes:
         assert self.proc is not None and self.proc.stdout is not None
         head = await self.proc.stdout.readexactly(_harness.FRAME.size)
         (size,) = _harness.FRAME.unpack(head)
         if size > _harness.MAX_FRAME:
             raise ValueError("oversized frame from the zygote")
-        return json.loads(await self.proc.stdout.readexactly(size))
+        return await self.proc.stdout.readexactly(size)
+
+    async def _read_frame(self) -> Any:
+        raw = await self._read_raw()
+        if len(raw) > 1 << 20:  # a large answer is decoded off the event loop
+            return await asyncio.to_thread(json.loads, raw)
+        return json.loads(raw)
 
     async def _read_loop(self) -> None:
         try:
             while True:
                 msg = await self._read_frame()
+                if msg.get("has_outputs"):  # reference outputs follow in their own frame
+                    msg["outputs"] = await self._read_frame()
                 if msg.get("ack"):
                     self.acked.add(msg.get("id"))
                     continue
@@ -233,8 +252,15 @@ class Sandbox:
             return
         self._iso = await detect_isolation(self._requested)
         hide = tuple(dict.fromkeys((*DEFAULT_HIDE, *self.hide)))
+        missing = [p for p in self.hide if not await asyncio.to_thread(os.path.lexists, p)]
+        if missing:
+            raise SandboxError(f"hide= names a path that does not exist: {missing[0]}")
         self._mounts = {
-            sp: {"hide": list(hide), "keep": list(await asyncio.to_thread(_keep_paths, hide, sp))}
+            sp: {
+                "hide": list(self.hide),
+                "default_hide": list(DEFAULT_HIDE),
+                "keep": list(await asyncio.to_thread(_contain.keep_paths, hide, sp, _PACKAGE_DIR)),
+            }
             for sp in (False, True)
         }
         if self._iso.drop_uid:
@@ -269,6 +295,14 @@ class Sandbox:
         return range(self._uid_base, self._uid_base + 2 * self.concurrency * N_LANES)
 
     @property
+    def worker_uids(self) -> frozenset[int]:
+        """The uids samples run as (no process of these outlives its sample); the others in
+        ``uid_range`` are judges', some of which live across jobs by design."""
+        if self._uid_base is None:
+            return frozenset()
+        return frozenset(range(self._uid_base, self._uid_base + 2 * self.concurrency * N_LANES, 2))
+
+    @property
     def zygote_pid(self) -> int | None:
         """The running zygote's pid (its private /tmp is ``/proc/<pid>/root/tmp``)."""
         zyg = self._zygotes.get((False, False))
@@ -284,9 +318,12 @@ class Sandbox:
             # a lane belongs to one zygote at a time (a restarted one sweeps what the dead one
             # left); one-shots share theirs, so each sweeps only its own slot
             "sweep_at_start": not oneshot,
+            "limits": self.limits.to_wire(),
         }
         if self._iso.private_tmp:
             cfg["mounts"] = self._mounts[site_packages]
+            cfg["keep"] = self._mounts[site_packages]["keep"]
+            cfg["sample_ns"] = True
         flags = ["-I"] if site_packages else ["-I", "-S"]
         return self._iso.command([sys.executable, *flags, _ZYGOTE, json.dumps(cfg)])
 
@@ -337,6 +374,7 @@ class Sandbox:
         if isinstance(spec, CasesSpec) and not spec.resolved:
             spec = await self.resolve(spec, limits)
         behaviour: tuple[str, tuple[str, ...]] | None = None
+        restarts = 0
         if not found.code:
             tests = tuple(
                 TestResult(
@@ -356,6 +394,7 @@ class Sandbox:
             resp = await self._submit(req, limits)
             tests = self._tests(resp, spec.n_tests)
             behaviour = _behaviour(resp, len(probe.args)) if probe is not None else None
+            restarts = int(resp.get("sandbox_restarts") or 0)
         return SampleResult.build(
             tests,
             isolation=self.isolation,
@@ -363,6 +402,7 @@ class Sandbox:
             extraction=found.rule,
             code_sha256=sha,
             behaviour=behaviour,
+            sandbox_restarts=restarts,
         )
 
     async def run_many(
@@ -391,6 +431,9 @@ class Sandbox:
                 "mode": "asserts",
                 "code": code,
                 "setup": spec.setup,
+                "setup_imports": _setup_imports(spec.setup),
+                "pure": _pure(spec.asserts, spec.setup),
+                "entry_point": entry_point or spec.entry_point,
                 "tests": list(spec.asserts),
             }
         return {
@@ -398,6 +441,8 @@ class Sandbox:
             "mode": "cases",
             "code": code,
             "setup": spec.setup,
+            "setup_imports": _setup_imports(spec.setup),
+            "pure": True,  # cases run no test code in the judge: only a comparison
             "entry_point": entry_point or spec.entry_point,
             "atol": spec.atol,
             "tests": [list(c.args) for c in spec.cases],
@@ -449,32 +494,35 @@ class Sandbox:
             "limits": limits.to_wire(),
             "sweep_first": slot in self._dirty,
         }
-        if self._crash_looping():
-            return await self._oneshot(req, limits)
-        for attempt in range(2):
+        restarts = 0
+        for _attempt in range(2):
+            if self._crash_looping():
+                resp = await self._oneshot(req, limits)
+                return {**resp, "sandbox_restarts": restarts}
             zyg = await self._zygote(limits.site_packages, alt)
             try:
                 resp = await asyncio.wait_for(zyg.request(req), 2 * limits.wall_s + 15)
                 self._dirty.discard(slot)
-                return resp
-            except _ZygoteDied as exc:
+                return {**resp, "sandbox_restarts": restarts} if restarts else resp
+            except _ZygoteDied:
+                # the shared machinery died: never this sample's verdict. It is restarted, and
+                # every sample it had in flight runs once more on the new one.
                 self._dirty.add(slot)
-                req = {**req, "sweep_first": True}
-                if exc.started or attempt:  # the sample may have been the cause
-                    return self._died(req)
+                restarts += 1
+                req = {**req, "id": next(self._ids), "sweep_first": True}
+                _log.warning(
+                    "firstpass sandbox: the zygote died with samples in flight (stderr: %r); "
+                    "restarted, retrying them once",
+                    zyg.stderr_tail.decode(errors="replace").strip()[-200:],
+                )
             except TimeoutError:
                 self._dirty.update(range(self.concurrency))
                 await zyg.kill()
                 raise SandboxError("the sandbox stopped answering; it has been restarted") from None
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _died(req: dict[str, Any]) -> dict[str, Any]:
-        msg = "the sandbox process died while this sample ran"
-        return {
-            "id": req["id"],
-            "tests": [_harness.verdict(False, "sandbox_violation", msg)] * len(req["tests"]),
-        }
+        raise SandboxError(
+            "the sandbox died twice while running this sample (it has been restarted); "
+            "no verdict was reached"
+        )
 
     async def _oneshot(self, req: dict[str, Any], limits: Limits) -> dict[str, Any]:
         """A fresh interpreter for one request: the fallback while zygotes keep dying."""
@@ -485,7 +533,9 @@ class Sandbox:
                 zyg.request({**req, "sweep_first": True}), 2 * limits.wall_s + 15
             )
         except _ZygoteDied:
-            return self._died(req)
+            raise SandboxError(
+                "a one-shot sandbox interpreter died while running this sample"
+            ) from None
         except TimeoutError:
             await zyg.kill()
             raise SandboxError("a one-shot sandbox interpreter stopped answering") from None
@@ -520,8 +570,11 @@ class Sandbox:
                     "mode": "outputs",
                     "code": spec.reference,
                     "setup": spec.setup,
+                    "setup_imports": _setup_imports(spec.setup),
+                    "pure": True,
                     "entry_point": spec.entry_point,
                     "tests": [list(c.args) for c in spec.cases],
+                    "allowance": REFERENCE_ALLOWANCE,
                 }
                 first, second = await asyncio.gather(
                     self._submit(req, limits), self._submit(req, limits, alt=True)
@@ -551,23 +604,16 @@ class Sandbox:
             self._resolving.pop(key, None)
 
 
-def _keep_paths(hide: tuple[str, ...], site_packages: bool) -> tuple[str, ...]:
-    """Paths under ``hide`` the zygote must still read: its interpreter and this package.
+@functools.lru_cache(maxsize=1024)
+def _setup_imports(setup: str | None) -> str | None:
+    """The setup's import lines, which the sample may use (its helpers stay the judge's)."""
+    return _judge.setup_imports(setup)
 
-    Blocking (``realpath`` stats the file system): call it in a thread.
-    """
-    wanted = {
-        os.path.realpath(sys.base_prefix),
-        os.path.realpath(os.path.dirname(__file__)),
-        os.path.realpath(os.path.dirname(sys.executable)),
-    }
-    if site_packages:
-        wanted.add(os.path.realpath(sys.prefix))
-    hidden = [os.path.realpath(h) for h in hide]
-    inside = {p for p in wanted if any(p == h or p.startswith(h + os.sep) for h in hidden)}
-    return tuple(
-        sorted(p for p in inside if not any(p.startswith(q + os.sep) for q in inside if q != p))
-    )
+
+@functools.lru_cache(maxsize=1024)
+def _pure(asserts: tuple[str, ...], setup: str | None) -> bool:
+    """Whether a resident judge may judge this spec (see ``_judge.pure_spec``)."""
+    return _judge.pure_spec(asserts, setup)
 
 
 def _behaviour(resp: dict[str, Any], n: int) -> tuple[str, tuple[str, ...]] | None:

@@ -3,17 +3,19 @@
 Processes (docs/sandbox.md has the picture):
 
 * **Z** (this loop): reads requests from the proxy on stdin, answers on stdout (length-prefixed
-  JSON), plans each test, supervises workers (pipes, caps, deadlines), cleans up, judges.
-  It runs no sample code and no client test code.
+  JSON), supervises each sample (deadline, output cap, exit status) and relays the judge's
+  verdicts. It runs no sample code and no test code, and never decodes what a sample sent.
 * **T** (template): forked from Z *before the first request*, so its memory holds no test data,
-  no expected values and no other sample's code. It only forks workers on Z's behalf (the pipes
-  arrive over a unix socket) and reports their exit status. It is a child subreaper, so
-  orphaned grandchildren of a sample are reaped rather than left as zombies.
-* **W** (worker, one per sample): forked from T; drops to the slot's uid, rlimits, work dir,
-  then loads the sample and ships test *values* back (``_harness.run_worker``).
-* **J** (judge, only when an assert needs setup code): forked from Z, drops to a second uid,
-  evaluates assert skeletons over the values. Cases and simple asserts are judged in Z.
-* **R** (reaper): forked from Z, becomes the slot's uid and ``kill(-1, SIGKILL)``s everything
+  no expected values and no other sample's code. It forks, per sample, a worker and a judge
+  (their sockets arrive over a unix socket) and sweepers, and reports exit statuses. It is a
+  child subreaper, so orphaned grandchildren are reaped rather than left as zombies.
+* **W** (worker, one per sample): forked from T; its own PID, mount, IPC and network
+  namespaces (where the level allows), its own scratch tmpfs, the slot's memory cgroup and uid,
+  rlimits and a seccomp filter; then loads the sample and answers the judge
+  (``_harness.run_worker``).
+* **J** (judge, one per sample): forked from T; a second uid; evaluates every test itself and
+  asks W only for values (``_judge.run_judge``). It sends Z the verdicts.
+* **R** (sweeper): forked from T, becomes a slot's uid and ``kill(-1, SIGKILL)``s everything
   running as it, including grandchildren that left the process group.
 
 Stdlib only, and started with ``-I -S``: this file must not import firstpass.
@@ -21,7 +23,6 @@ Stdlib only, and started with ``-I -S``: this file must not import firstpass.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import gc
 import json
@@ -37,39 +38,134 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _codec
+import _compare
+import _contain
 import _harness as H
+import _judge
+
+sys.dont_write_bytecode = True  # no trusted process writes bytecode: nothing on its path changes
 
 MAXFD = 4096
+#: T's own PID namespace, to return to after forking a sample into a new one (root only)
+PIDNS: int | None = None
 #: stdlib modules imported once here, so samples neither pay for nor need to find them
 PRELOAD = (
     "array",
+    "ast",
     "bisect",
     "collections",
     "copy",
+    "dataclasses",
     "datetime",
     "decimal",
     "fractions",
     "functools",
     "heapq",
     "itertools",
+    "math",
+    "cmath",
     "operator",
     "random",
     "re",
     "statistics",
     "string",
+    "types",
     "typing",
 )
-STRAY_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+#: a worker job (the sample's code) up to this size is written into W's socket by Z itself
+W_JOB_INLINE = 96 << 10
+#: jobs a resident judge serves before it is replaced by a fresh fork (bounds its heap)
+RESIDENT_JOBS = 1000
+#: "no limit" for a resident judge's CPU rlimit
+MAX_CPU_S = 86_400.0
+#: how long an answered sample's worker may take to exit before its uid is swept
+EXIT_GRACE_S = 2.0
+#: how long the judge may take past the sample's deadline to report
+JUDGE_GRACE_S = 3.0
+#: the largest verdict frame a judge may send (reference outputs travel in a second frame)
+MAX_VERDICT_FRAME = 16 << 20
 
 
-# --------------------------------------------------------------------------- T and W
+# --------------------------------------------------------------------------- T, W, J, R
 
 
-def template_main(sock: socket.socket) -> None:
-    """T: fork workers and reapers on Z's behalf; report pids, exit statuses and finished sweeps.
+def slot_uid(cfg: dict[str, Any], slot: int, *, judge: bool) -> int | None:
+    """The uid a slot's worker (or judge) runs as; None without uid isolation.
 
-    Never returns. Reapers are forked here rather than in Z so that Z's loop, the sandbox's one
-    serial path, does not pay for a fork per sample.
+    Each zygote of a sandbox has its own lane of uids: one zygote's cleanup after it has
+    answered must never hit a job another zygote started on the same slot meanwhile.
+    """
+    base = cfg.get("uid_base")
+    if base is None:
+        return None
+    slots = int(cfg["slots"])
+    if not 0 <= slot < slots:
+        raise ValueError("slot out of range")
+    return int(base) + 2 * (int(cfg.get("lane", 0)) * slots + slot) + (1 if judge else 0)
+
+
+class Standby:
+    """A worker or judge forked ahead of its job, isolated and waiting for it on ``sock``.
+
+    Why: namespaces, mounts and a fork cost milliseconds; done before the job arrives they
+    are off its path. A standby holds nothing but its socket to T (it was forked from T, whose
+    memory has no request in it) and is root until its job says go.
+    """
+
+    def __init__(self, role: str, slot: int, scratch_mb: int, pid: int, sock: socket.socket):
+        self.role, self.slot, self.scratch_mb, self.pid, self.sock = (
+            role,
+            slot,
+            scratch_mb,
+            pid,
+            sock,
+        )
+
+
+def fork_standby(
+    role: str, slot: int, cfg: dict[str, Any], cgroups: Any, scratch_mb: int
+) -> Standby | None:
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if role == "w" and cfg.get("sample_ns") and PIDNS is not None:
+        # the fast layout: the sample is T's own child and pid 1 of its namespace
+        try:
+            pid, workdir = _contain.fork_sample(
+                PIDNS,
+                scratch_mb=scratch_mb,
+                keep=list(cfg.get("keep") or []),
+                uid=slot_uid(cfg, slot, judge=False),
+                net=not _contain.seccomp_supported(),
+            )
+        except OSError:
+            pid, workdir = None, None
+        if pid == 0:
+            mine.close()
+            worker_standby(theirs, slot, cfg, cgroups, scratch_mb, workdir=workdir)
+        theirs.close()
+        if pid is None:
+            mine.close()
+            return None
+        return Standby(role, slot, scratch_mb, pid, mine)
+    pid = _fork_or_none()
+    if pid == 0:
+        mine.close()
+        if role == "w":
+            worker_standby(theirs, slot, cfg, cgroups, scratch_mb)
+        if role == "r":
+            judge_resident(theirs, slot, cfg)
+        judge_standby(theirs, slot, cfg)
+    theirs.close()
+    if pid is None:
+        mine.close()
+        return None
+    return Standby(role, slot, scratch_mb, pid, mine)
+
+
+def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> None:
+    """T: start workers and judges (kept one ahead per slot), sweepers; report exit statuses.
+
+    Never returns. Forks happen here rather than in Z so that Z's loop, the sandbox's one
+    serial path, does not pay for them.
     """
     try:
         import ctypes
@@ -83,47 +179,93 @@ def template_main(sock: socket.socket) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    children: dict[int, tuple[str, int]] = {}
+    children: dict[int, tuple[str, Any]] = {}
+    standby: dict[tuple[str, int], Standby] = {}
+    resident: dict[int, Standby] = {}  # slot -> its judge for pure specs
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
+
+    def take(role: str, slot: int, scratch_mb: int) -> Standby | None:
+        ready = standby.pop((role, slot), None)
+        if ready is not None and ready.scratch_mb != scratch_mb:  # made for other limits
+            with contextlib.suppress(OSError):
+                os.kill(ready.pid, signal.SIGKILL)
+            ready.sock.close()
+            ready = None
+        return ready or fork_standby(role, slot, cfg, cgroups, scratch_mb)
+
     while True:
         for key, _ in sel.select():
             if key.fileobj is sock:
                 try:
-                    msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
+                    msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 8)
                 except OSError:
                     os._exit(0)
                 if not msg:
                     os._exit(0)  # Z is gone
                 hdr = json.loads(msg)
                 if "sweep" in hdr:
-                    try:
-                        pid = os.fork()
-                    except OSError:
-                        pid = -1
+                    pid = _fork_or_none()
                     if pid == 0:
-                        reap_as(hdr["sweep"])
-                    if pid > 0:
-                        children[pid] = ("sweep", hdr["token"])
+                        sweeper_main(hdr["sweep"], hdr.get("remove", []))
+                    if pid:
+                        children[pid] = ("swept", hdr["token"])
                     else:  # could not fork: do it here, the slow way
-                        sweep(hdr["sweep"])
+                        for uid in hdr["sweep"]:
+                            sweep(uid)
                         sock.send(json.dumps({"swept": hdr["token"]}).encode())
                     continue
-                try:
-                    pid = os.fork()
-                except OSError as exc:
-                    for fd in fds:
-                        os.close(fd)
-                    sock.send(json.dumps({"job": hdr["job"], "error": str(exc)}).encode())
-                    continue
-                if pid == 0:
-                    worker_boot(hdr, fds)
+                slot, scratch = int(hdr["slot"]), int(hdr["limits"]["scratch_mb"])
+                started = {}
+                if hdr.get("resident") and hdr["uid"] is not None:
+                    judge = resident.get(slot)
+                    if judge is None:
+                        judge = fork_standby("r", slot, cfg, cgroups, scratch)
+                        if judge is not None:
+                            resident[slot] = judge
+                            children[judge.pid] = ("resident", slot)
+                    try:
+                        if judge is None:
+                            raise OSError("no resident judge")
+                        socket.send_fds(judge.sock, [b"go"], fds[3:5])
+                        started["j"] = judge.pid
+                    except OSError:
+                        pass
+                for role, mine in (("w", fds[:3]), ("j", fds[3:5])):
+                    if role in started:
+                        continue
+                    ready = take(role, slot, scratch)
+                    if ready is None:
+                        continue
+                    try:
+                        socket.send_fds(ready.sock, [msg], mine)
+                    except OSError:
+                        with contextlib.suppress(OSError):
+                            os.kill(ready.pid, signal.SIGKILL)
+                        ready.sock.close()
+                        continue
+                    ready.sock.close()
+                    children[ready.pid] = (role, hdr["job"])
+                    started[role] = ready.pid
                 for fd in fds:
                     os.close(fd)
-                children[pid] = ("job", hdr["job"])
-                if hdr["uid"] is None:  # Z kills by process group then, so it needs the pid
-                    sock.send(json.dumps({"job": hdr["job"], "pid": pid}).encode())
+                if len(started) < 2:
+                    for pid in started.values():
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
+                    sock.send(json.dumps({"job": hdr["job"], "error": "fork failed"}).encode())
+                elif hdr["uid"] is None:  # Z kills by process group then, so it needs the pids
+                    sock.send(json.dumps({"job": hdr["job"], "pids": started}).encode())
+                for role in ("w", "j"):  # the next job on this slot finds its processes ready
+                    if role == "j" and hdr.get("resident") and slot in resident:
+                        continue
+                    if (role, slot) in standby:
+                        continue
+                    nxt = fork_standby(role, slot, cfg, cgroups, scratch)
+                    if nxt is not None:
+                        standby[(role, slot)] = nxt
+                        children[nxt.pid] = ("standby", (role, slot))
             else:
                 try:
                     while os.read(wake_r, 512):
@@ -138,10 +280,25 @@ def template_main(sock: socket.socket) -> None:
                     if pid == 0:
                         break
                     kind, ident = children.pop(pid, ("", 0))
-                    if kind == "job":
-                        sock.send(json.dumps({"job": ident, "status": status}).encode())
-                    elif kind == "sweep":
+                    if kind in ("w", "j"):
+                        sock.send(json.dumps({"job": ident, kind: status}).encode())
+                    elif kind == "swept":
                         sock.send(json.dumps({"swept": ident}).encode())
+                    elif kind == "resident":  # a new one is forked for the next pure job
+                        if resident.get(ident) is not None and resident[ident].pid == pid:
+                            resident.pop(ident).sock.close()
+                    elif kind == "standby":  # died before its job: the next job forks anew
+                        gone = standby.get(tuple(ident))
+                        if gone is not None and gone.pid == pid:
+                            del standby[tuple(ident)]
+                            gone.sock.close()
+
+
+def _fork_or_none() -> int | None:
+    try:
+        return os.fork()
+    except OSError:
+        return None
 
 
 def set_limits(lim: dict[str, Any]) -> None:
@@ -158,6 +315,18 @@ def set_limits(lim: dict[str, Any]) -> None:
     resource.setrlimit(resource.RLIMIT_STACK, (stack, stack))
 
 
+def judge_limits(lim: dict[str, Any]) -> dict[str, Any]:
+    """J holds decoded sample values and runs the client's test code: room for both, no forks."""
+    return {
+        **lim,
+        "cpu_s": float(lim["cpu_s"]) + 2 * JUDGE_GRACE_S,
+        "memory_mb": max(2 * int(lim["memory_mb"]), 1024),
+        "nproc": 1,  # J never forks, so nothing of its uid outlives it
+        "nofile": 64,
+        "file_size_mb": 1,
+    }
+
+
 def drop_privileges(uid: int | None) -> None:
     if uid is None:
         return
@@ -166,24 +335,70 @@ def drop_privileges(uid: int | None) -> None:
     os.setresuid(uid, uid, uid)
 
 
-def worker_boot(hdr: dict[str, Any], fds: list[int]) -> None:
-    """W: isolate this fresh fork, then read the job and run it. Never returns."""
+def _stdio(out: int, err: int) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(out if out >= 0 else null, 1)
+    os.dup2(err if err >= 0 else null, 2)
+
+
+def _only_fd(keep: int) -> None:
+    """Stdio on /dev/null and every other inherited descriptor closed (T's, other standbys')."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != keep:
+            os.dup2(null, fd)
+    if null > 2 and null != keep:
+        os.close(null)
+    os.closerange(3, keep)
+    os.closerange(keep + 1, MAXFD)
+
+
+def _go(sock: socket.socket, nfds: int) -> tuple[dict[str, Any], list[int]]:
+    """Block until T hands over this process's job header and descriptors."""
+    msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, nfds)
+    if not msg or len(fds) != nfds:
+        os._exit(0)  # T (or the whole sandbox) is gone: nothing to do
+    sock.close()
+    return json.loads(msg), fds
+
+
+def worker_standby(
+    sock: socket.socket,
+    slot: int,
+    cfg: dict[str, Any],
+    cgroups: Any,
+    scratch_mb: int,
+    *,
+    workdir: str | None = None,
+) -> None:
+    """W: isolate this fork, wait for a job, then serve the judge. Never returns."""
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        ctl, out_w, err_w = fds
         os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.dup2(ctl, 3)
-        os.closerange(4, MAXFD)  # every inherited fd but the result channel
-        drop_privileges(hdr["uid"])
-        set_limits(hdr["limits"])
-        os.chdir(hdr["workdir"])
+        _only_fd(sock.fileno())
+        uid = slot_uid(cfg, slot, judge=False)
+        if cgroups is not None:
+            cgroups.enter(slot)
+        if cfg.get("sample_ns") and workdir is None:  # no setns here: three processes
+            workdir = _contain.enter_sample_namespaces(
+                scratch_mb=scratch_mb, keep=list(cfg.get("keep") or []), uid=uid
+            )
+        hdr, (chan, out_w, err_w) = _go(sock, 3)
+        _stdio(out_w, err_w)
+        os.dup2(chan, 3)
+        os.closerange(4, MAXFD)  # every inherited fd but the channel to the judge
+        lim = hdr["limits"]
+        if cgroups is not None and hdr.get("memory_limit"):
+            with contextlib.suppress(OSError):
+                cgroups.set_limit(slot, int(hdr["memory_limit"]))
+        drop_privileges(uid)
+        set_limits(lim)
+        os.chdir(workdir or hdr["workdir"])
         os.umask(0o077)
         os.environ.clear()
+        _contain.install_seccomp()
         job = H.read_frame(3)
         H.run_worker(3, job)
         sys.stdout.flush()
@@ -193,11 +408,138 @@ def worker_boot(hdr: dict[str, Any], fds: list[int]) -> None:
         os._exit(0)
 
 
+def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
+    """J: a second uid, no sample code; judge the job Z sends and answer Z. Never returns."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        _only_fd(sock.fileno())
+        hdr, (wchan, zchan) = _go(sock, 2)
+        os.dup2(wchan, 3)
+        os.dup2(zchan, 4)
+        os.closerange(5, MAXFD)
+        drop_privileges(slot_uid(cfg, slot, judge=True))
+        set_limits(judge_limits(hdr["limits"]))
+        os.chdir("/")
+        os.environ.clear()
+        _contain.install_seccomp()
+        _judge_one(4, 3)
+    except BaseException:
+        pass
+    finally:
+        os._exit(0)
+
+
+def judge_resident(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
+    """A judge that serves one job after another for its slot: for pure specs only.
+
+    Why: a fresh Python process per sample costs its fork and ~700 cold-page faults; a judge
+    whose jobs cannot change its state (``_judge.pure_spec``: no setup code, no builtins that
+    reach globals, no private attributes) can be reused. It never runs sample code, so a
+    sample cannot change it either. Never returns; exits after ``RESIDENT_JOBS`` jobs.
+    """
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        _only_fd(sock.fileno())
+        drop_privileges(slot_uid(cfg, slot, judge=True))
+        set_limits(resident_limits(cfg))
+        os.chdir("/")
+        os.environ.clear()
+        _contain.install_seccomp()
+        for _ in range(RESIDENT_JOBS):
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+            if not msg or len(fds) != 2:
+                break
+            wchan, zchan = fds
+            try:
+                _judge_one(zchan, wchan)
+            finally:
+                os.close(wchan)
+                os.close(zchan)
+    except BaseException:
+        pass
+    finally:
+        os._exit(0)
+
+
+def _judge_one(zfd: int, wfd: int) -> None:
+    job = H.read_frame(zfd)
+    result = _judge.run_judge(zfd, wfd, job)
+    outputs = result.pop("outputs", None)
+    if outputs is not None:
+        result["has_outputs"] = True
+    data = H.encode_frame(result)
+    if outputs is not None:
+        data += H.encode_frame(outputs)
+    H.write_all(zfd, data)
+
+
+def resident_limits(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A resident judge's limits: no CPU rlimit (it adds up over jobs; Z's deadline kills a
+    stuck one), room for decoded values, no forks."""
+    lim = dict(cfg["limits"])
+    return {
+        **judge_limits(lim),
+        "cpu_s": MAX_CPU_S,
+    }
+
+
+def sweeper_main(uids: list[int], remove: list[str]) -> None:
+    """R's parent: kill every process of each uid (one child per uid), then remove the files.
+
+    Off Z's loop: a sample that left a million hard links delays only its own slot.
+    """
+    code = 0
+    for uid in uids[1:]:
+        try:
+            sweep(uid)
+        except OSError:
+            code = 2
+    if uids and not remove:
+        reap_as(uids[0])  # the last (usually only) uid: this process becomes it
+    if uids:
+        try:
+            sweep(uids[0])
+        except OSError:
+            code = 2
+    for path in remove:
+        shutil.rmtree(path, ignore_errors=True)
+    os._exit(code)
+
+
+def reap_as(uid: int) -> None:
+    """R: become ``uid`` and SIGKILL every process running as it. Never returns.
+
+    One ``kill(-1)`` is complete: the kernel walks the task list under the lock that ``fork``
+    needs, and a fork racing with it is aborted by the pending SIGKILL. The second call is
+    belt and braces.
+    """
+    code = 0
+    try:
+        os.setresuid(uid, uid, uid)
+        os.kill(-1, signal.SIGKILL)
+        os.kill(-1, signal.SIGKILL)
+    except BaseException:
+        code = 2
+    os._exit(code)
+
+
+def sweep(uid: int) -> None:
+    """Fork R for ``uid`` and wait for it (the synchronous path: start, shutdown, sweepers)."""
+    pid = os.fork()
+    if pid == 0:
+        reap_as(uid)
+    os.waitpid(pid, 0)
+
+
 # --------------------------------------------------------------------------- Z
 
 
 class Job:
-    """One sample being run: its pipes, received records and the reason it ended."""
+    """One sample being run: its pipes, the judge's answer and the reason it ended."""
 
     def __init__(self, req: dict[str, Any], zygote: Zygote) -> None:
         self.req = req
@@ -205,36 +547,30 @@ class Job:
         self.slot: int = req["slot"]
         self.limits: dict[str, Any] = req["limits"]
         self.mode: str = req["mode"]
+        self.n = len(req["tests"])
         self.start = time.monotonic()
         self.deadline = self.start + float(self.limits["wall_s"])
+        self.j_deadline = self.deadline + JUDGE_GRACE_S
         self.uid = zygote.uid(self.slot, judge=False)
         self.judge_uid = zygote.uid(self.slot, judge=True)
         self.workdir = ""
-        self.ctl: socket.socket | None = None
+        self.zsock: socket.socket | None = None
         self.pipes: dict[int, str] = {}
-        self.frames = H.FrameBuffer()
-        self.records: list[dict[str, Any] | None] = []
-        self.load: dict[str, Any] | None = None
-        self.done = False
-        self.finished = False  # finish() ran: the verdict is decided (maybe still in J)
-        self.ctl_eof = False
-        self.w_pid: int | None = None
+        self.frames = H.FrameBuffer(MAX_VERDICT_FRAME)
+        self.result: dict[str, Any] | None = None
+        self.outputs_raw: bytes | None = None
+        self.judged = False  # the judge's answer (and outputs) arrived, or never will
+        self.finished = False
         self.w_status: int | None = None
-        self.end: str | None = None  # violation | output | timeout | start
+        self.j_status: int | None = None
+        self.pids: dict[str, int] = {}
+        self.end: str | None = None  # output | timeout | start
         self.end_msg = ""
         self.out_bytes = 0
-        self.plans: list[H.Plan] = []
-        self.modules: frozenset[str] = frozenset()
-        self.n = 0
-        self.j_pid: int | None = None
-        self.j_fd: int | None = None
-        self.j_buf = H.FrameBuffer()
-        self.j_deadline = 0.0
+        self.oom_before = 0
+        self.killed = False
+        self.exit_deadline = 0.0
         self.marks: dict[str, float] = {}
-        probe = req.get("probe")
-        self.n_probe: int | None = len(probe) if isinstance(probe, list) else None
-        self.probe_outs: list[Any] | None = None
-        self.behaviour: dict[str, Any] | None = None
 
     def mark(self, name: str) -> None:
         self.marks.setdefault(name, round((time.monotonic() - self.start) * 1000, 3))
@@ -242,48 +578,59 @@ class Job:
 
 class Zygote:
     def __init__(
-        self, cfg: dict[str, Any], chan_in: int, chan_out: int, tsock: socket.socket, root: str
+        self,
+        cfg: dict[str, Any],
+        chan_in: int,
+        chan_out: int,
+        tsock: socket.socket,
+        root: str,
+        cgroups: Any,
     ) -> None:
         self.cfg = cfg
         self.chan_in, self.chan_out, self.tsock, self.root = chan_in, chan_out, tsock, root
+        self.cgroups = cgroups
         self.sel = selectors.DefaultSelector()
         self.registered = self.sel.get_map()  # a live view: fd -> its current key
         self.jobs: dict[int, Job] = {}
         self.inbuf = H.FrameBuffer()
         self.closing = False
         self.used_slots: set[int] = set()
-        self.sweeping: dict[int, Job] = {}  # job id -> job whose uid T is sweeping
+        self.sweeps = 0
+        self.sweeping: dict[str, Job | None] = {}  # token -> job whose slot waits for it
         self.busy_slots: set[int] = set()  # slots whose sweep has not finished
         self.waiting: dict[int, list[dict[str, Any]]] = {}  # slot -> requests queued behind it
+        self.exiting: dict[int, Job] = {}  # answered jobs whose worker has not exited yet
+        self.slot_limits: dict[int, int] = {}  # slot -> memory cgroup limit last written
         os.set_blocking(chan_in, False)
         self.sel.register(chan_in, selectors.EVENT_READ, ("in", None))
         self.sel.register(tsock, selectors.EVENT_READ, ("t", None))
 
     def uid(self, slot: int, *, judge: bool) -> int | None:
-        base = self.cfg.get("uid_base")
-        if base is None:
-            return None
-        slots = int(self.cfg["slots"])
-        if not 0 <= slot < slots:
-            raise ValueError("slot out of range")
-        # each zygote of a sandbox has its own lane of uids: one zygote's cleanup after it has
-        # answered must never hit a job another zygote started on the same slot meanwhile
-        return int(base) + 2 * (int(self.cfg.get("lane", 0)) * slots + slot) + (1 if judge else 0)
+        return slot_uid(self.cfg, slot, judge=judge)
 
     # ---- I/O with the proxy
 
-    def send(self, obj: dict[str, Any]) -> None:
-        H.write_all(self.chan_out, H.encode_frame(obj))
+    def send(self, obj: dict[str, Any], raw: bytes | None = None) -> None:
+        data = H.encode_frame(obj)
+        if raw is not None:
+            data += H.raw_frame(raw)
+        H.write_all(self.chan_out, data)
 
     def loop(self) -> None:
         if self.cfg.get("sweep_at_start") and self.cfg.get("uid_base") is not None:
             for slot in range(int(self.cfg["slots"])):
                 sweep(self.uid(slot, judge=False))  # type: ignore[arg-type]
                 sweep(self.uid(slot, judge=True))  # type: ignore[arg-type]
-        self.send({"ready": True, "pid": os.getpid(), "root": self.root})
+        self.send(
+            {
+                "ready": True,
+                "pid": os.getpid(),
+                "root": self.root,
+                "memory_bound": self.cgroups.kind if self.cgroups is not None else "per-process",
+            }
+        )
         while not (self.closing and not self.jobs):
-            timeout = self.next_timeout()
-            for key, _ in self.sel.select(timeout):
+            for key, _ in self.sel.select(self.next_timeout()):
                 if self.registered.get(key.fd) is not key:
                     # unregistered (and closed) by an earlier event of this batch: its number
                     # may already be another pipe's, so reading it would steal that pipe's data
@@ -297,20 +644,37 @@ class Zygote:
                     else:
                         print(f"zygote: {type(exc).__name__}: {exc}", file=sys.stderr)
             now = time.monotonic()
+            self.check_exits(now)
             for job in list(self.jobs.values()):
-                if not job.finished and now >= job.deadline:
-                    job.end, job.end_msg = "timeout", "wall-clock limit reached"
-                    self.finish(job)
-                elif job.j_pid is not None and now >= job.j_deadline:
-                    self.read_judge(job)  # an answer that came in since select() still counts
-                    if job.j_pid is not None:
-                        self.judge_done(job, timed_out=True)
+                try:
+                    self.check_deadlines(job, now)
+                except Exception as exc:
+                    self.fail_job(job, f"internal error: {type(exc).__name__}: {exc}")
         self.shutdown()
 
+    def check_deadlines(self, job: Job, now: float) -> None:
+        if job.end is None and now >= job.deadline and not job.finished:
+            job.end, job.end_msg = "timeout", "wall-clock limit reached"
+            self.kill_worker(job)
+        if not job.judged and now >= job.j_deadline:
+            self.read_judge(job)  # an answer that came in since select() still counts
+            if not job.judged:
+                job.judged = True
+                self.stop_judge(job)
+        if (
+            job.judged
+            and not job.finished
+            and job.end is not None
+            and job.w_status is None
+            and now >= job.j_deadline
+        ):  # the worker's status never came: do not wait for it
+            job.w_status = -1
+        self.maybe_finish(job)
+
     def next_timeout(self) -> float | None:
-        deadlines = [
-            j.j_deadline if j.j_pid is not None else j.deadline for j in self.jobs.values()
-        ]
+        deadlines = [j.exit_deadline for j in self.exiting.values()]
+        for j in self.jobs.values():
+            deadlines.append(j.deadline if j.end is None else j.j_deadline)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
@@ -320,8 +684,6 @@ class Zygote:
             self.read_requests()
         elif kind == "t":
             self.read_template()
-        elif job is not None and kind == "ctl":
-            self.read_ctl(job)
         elif job is not None and kind == "pipe":
             self.read_pipe(job, fileobj)
         elif job is not None and kind == "judge":
@@ -336,9 +698,9 @@ class Zygote:
             self.closing = True
             self.sel.unregister(self.chan_in)
             for job in list(self.jobs.values()):
-                if not job.finished:  # one being judged gets its verdict from J
+                if job.end is None:
                     job.end, job.end_msg = "start", "the sandbox is shutting down"
-                    self.finish(job)
+                    self.kill_worker(job)
             return
         for req in self.inbuf.feed(data):
             if req.get("op") == "run":
@@ -353,19 +715,27 @@ class Zygote:
         if "swept" in info:
             self.swept(info["swept"])
             return
-        job = self.jobs.get(info["job"])
+        job = self.jobs.get(info["job"]) or self.exiting.get(info["job"])
         if job is None:
             return
-        if "pid" in info:
-            job.w_pid = info["pid"]
-            job.mark("forked")
-        elif "status" in info:
-            job.w_status = info["status"]
-            job.mark("status")
-            self.maybe_finish(job)
+        if "pids" in info:
+            job.pids = {k: int(v) for k, v in info["pids"].items()}
+        elif "w" in info:
+            job.w_status = info["w"]
+            job.mark("w_exit")
+        elif "j" in info:
+            job.j_status = info["j"]
+            job.mark("j_exit")
+            if not job.judged:  # J exited; its last bytes may still be in the socket
+                self.read_judge(job)
         elif "error" in info:
-            job.end, job.end_msg = "start", f"could not start the worker: {info['error']}"
-            self.finish(job)
+            job.end, job.end_msg = "start", f"could not start the sample: {info['error']}"
+            job.judged = True
+            job.w_status = -1
+        if job.id in self.exiting:
+            self.check_exits(time.monotonic())
+        else:
+            self.maybe_finish(job)
 
     # ---- starting a job
 
@@ -380,155 +750,135 @@ class Zygote:
         if req.get("sweep_first") and job.uid is not None and job.judge_uid is not None:
             sweep(job.uid)  # a previous zygote may have died with this slot's processes alive
             sweep(job.judge_uid)
-        n = len(req["tests"])
-        job.n = n
-        job.records = [None] * n
-        try:
-            tree = ast.parse(req["code"])
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            line = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
-            msg = H.short(f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}{line}")
-            self.respond(job, [H.verdict(False, "syntax_error", msg)] * n)
-            return
-        if job.mode == "asserts":
-            setup_tree = ast.parse(req["setup"]) if req.get("setup") else None
-            sample_b = H.bindings(tree)
-            setup_b = H.bindings(setup_tree) if setup_tree else None
-            job.plans = H.plan_asserts(
-                req["tests"], sample_b, setup_b, H.setup_is_simple(setup_tree)
-            )
-            job.modules = sample_b.safe_imports
-            wtests: list[Any] = [list(p.leaves) for p in job.plans]
-        else:
-            wtests = req["tests"]
         lim = job.limits
         budget = min(float(lim["cpu_s"]), float(lim["wall_s"]))
+        n = job.n
         per_test = (
             budget if n <= 1 else max(0.1, min(budget, float(lim.get("test_s") or budget / 4)))
         )
-        wjob = {
-            "mode": "cases" if job.mode != "asserts" else "asserts",
-            "code": req["code"],
+        wjob = {"code": req["code"], "setup_imports": req.get("setup_imports"), "load_s": budget}
+        jjob = {
+            "mode": job.mode,
+            "setup_imports": req.get("setup_imports"),
             "setup": req.get("setup"),
             "entry_point": req.get("entry_point"),
-            "tests": wtests,
+            "tests": req["tests"],
+            "expected": req.get("expected"),
+            "atol": req.get("atol"),
             "per_test_s": per_test,
             "load_s": budget,
+            "allowance": req.get("allowance"),
         }
-        if job.n_probe is not None:  # behaviour: outputs on the probe inputs, recorded only
-            wjob["probe"] = req["probe"]
-            wjob["probe_s"] = float(req.get("probe_s") or 0.05)
-            wjob["probe_entry"] = req.get("probe_entry")
+        if isinstance(req.get("probe"), list):  # behaviour: outputs on the probe inputs
+            jjob["probe"] = req["probe"]
+            jjob["probe_s"] = float(req.get("probe_s") or 0.05)
+            jjob["probe_entry"] = req.get("probe_entry")
+        if self.cgroups is not None:
+            job.oom_before = self.cgroups.oom_kills(job.slot)
+        sample_ns = bool(self.cfg.get("sample_ns"))
+        if not sample_ns:
+            job.workdir = os.path.join(self.root, f"s{job.slot}-{job.id}")
+            os.mkdir(job.workdir, 0o700)
+            if job.uid is not None:
+                os.chown(job.workdir, job.uid, job.uid)
         job.mark("planned")
-        job.workdir = os.path.join(self.root, f"s{job.slot}-{job.id}")
-        os.mkdir(job.workdir, 0o700)
-        if job.uid is not None:
-            os.chown(job.workdir, job.uid, job.uid)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        ctl, ctl_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        hdr = {"job": job.id, "uid": job.uid, "workdir": job.workdir, "limits": lim}
+        w_end, j_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        zsock, jz_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        hdr = {
+            "job": job.id,
+            "slot": job.slot,
+            "uid": job.uid,
+            "judge_uid": job.judge_uid,
+            "workdir": job.workdir,
+            "limits": lim,
+            "resident": bool(req.get("pure")),
+        }
+        want = (int(lim["memory_mb"]) + int(lim["scratch_mb"])) << 20
+        if self.cgroups is not None and self.slot_limits.get(job.slot) != want:
+            hdr["memory_limit"] = want  # written by W, as root, only when it changes
+            self.slot_limits[job.slot] = want
+        wframe = H.encode_frame(wjob)
+        if len(wframe) <= W_JOB_INLINE:  # fits an empty socket: W starts without waiting for J
+            j_end.sendall(wframe)
+            jjob["w_job_sent"] = True
+        else:
+            jjob["code"] = req["code"]
         try:
-            socket.send_fds(self.tsock, [json.dumps(hdr).encode()], [ctl_w.fileno(), out_w, err_w])
+            socket.send_fds(
+                self.tsock,
+                [json.dumps(hdr).encode()],
+                [w_end.fileno(), out_w, err_w, j_end.fileno(), jz_end.fileno()],
+            )
         finally:
-            ctl_w.close()
+            for s in (w_end, j_end, jz_end):
+                s.close()
             os.close(out_w)
             os.close(err_w)
         job.mark("fds_sent")
-        job.ctl = ctl
+        job.zsock = zsock
         for fd, name in ((out_r, "out"), (err_r, "err")):
             os.set_blocking(fd, False)
             job.pipes[fd] = name
             self.sel.register(fd, selectors.EVENT_READ, ("pipe", job))
+        if job.mode == "outputs":
+            job.frames.raw = {1}
+            job.frames.max_frame = H.MAX_FRAME
         try:
-            ctl.settimeout(5.0)
-            ctl.sendall(H.encode_frame(wjob))
+            zsock.settimeout(5.0)
+            zsock.sendall(H.encode_frame(jjob))
         except OSError as exc:
-            job.end, job.end_msg = "start", f"could not send the job to the worker: {exc}"
-            self.finish(job)
-            return
-        ctl.setblocking(False)
-        self.sel.register(ctl, selectors.EVENT_READ, ("ctl", job))
+            job.end, job.end_msg = "start", f"could not send the job to the judge: {exc}"
+            self.kill_worker(job)
+        zsock.setblocking(False)
+        self.sel.register(zsock, selectors.EVENT_READ, ("judge", job))
         job.mark("sent")
 
     # ---- while it runs
 
-    def read_ctl(self, job: Job) -> None:
-        assert job.ctl is not None
-        try:
-            data = job.ctl.recv(1 << 20)
-        except BlockingIOError:
+    def read_judge(self, job: Job) -> None:
+        if job.zsock is None or job.judged:
             return
-        except OSError:
-            data = b""
-        if not data:
-            job.ctl_eof = True
-            job.mark("eof")
-            self.sel.unregister(job.ctl)
-            if job.frames.partial:
-                self.violation(job, "the result channel ended in the middle of a record")
-            else:
-                self.maybe_finish(job)
-            return
-        try:
-            frames = job.frames.feed(data)
-        except ValueError:
-            self.violation(job, "the result channel carried bytes that are not a record")
-            return
-        for frame in frames:
-            problem = self.accept(job, frame)
-            if problem:
-                self.violation(job, problem)
+        while True:
+            try:
+                data = job.zsock.recv(1 << 20)
+            except BlockingIOError:
                 return
-        if job.done:
-            job.mark("done")
-            self.maybe_finish(job)
-
-    def accept(self, job: Job, frame: Any) -> str | None:
-        """Check one worker record against the protocol; return what is wrong with it."""
-        if type(frame) is not dict or job.done:
-            return "a record arrived after the end of the run"
-        kind = frame.get("t")
-        if job.load is None:
-            if kind != "load":
-                return "a test record arrived before the sample was loaded"
-            job.load = frame
-            if "cat" in frame:
-                if frame["cat"] not in H.CATEGORIES:
-                    return "unknown failure category"
-                job.done = True
-            return None
-        if "cat" in job.load:
-            return "a record arrived after the sample failed to load"
-        if kind == "done":
-            job.done = True
-            return None
-        index = sum(1 for r in job.records if r is not None)
-        if kind == "probe":
-            if job.n_probe is None or job.probe_outs is not None or index != job.n:
-                return "a probe record arrived unasked, early or twice"
-            outs = frame.get("outs")
-            if not isinstance(outs, list) or len(outs) != job.n_probe:
-                return "a malformed probe record"
-            job.probe_outs = outs
-            return None
-        if kind != "test":
-            return "a record of unknown kind"
-        if frame.get("i") != index or index >= job.n:
-            return "a test record arrived out of order or twice"
-        if "cat" in frame:
-            if frame["cat"] not in (*H.CATEGORIES, "nondata") or not isinstance(
-                frame.get("msg"), str
+            except OSError:
+                data = b""
+            if not data:
+                self.stop_judge(job)
+                job.judged = True
+                job.mark("judged")
+                self.maybe_finish(job)
+                return
+            try:
+                frames = job.frames.feed(data)
+            except ValueError:
+                frames = []
+                self.stop_judge(job)
+                job.judged = True
+            for frame in frames:
+                if job.result is None:
+                    job.result = frame if type(frame) is dict else {}
+                else:
+                    job.outputs_raw = frame
+            if job.result is not None and (
+                not job.result.get("has_outputs") or job.outputs_raw is not None
             ):
-                return "a malformed failure record"
-        elif not isinstance(frame.get("values"), list):
-            return "a malformed value record"
-        job.records[index] = frame
-        return None
+                job.judged = True
+                job.mark("judged")
+                self.stop_judge(job, kill=False)
+            if job.judged:
+                self.maybe_finish(job)
+                return
 
-    def violation(self, job: Job, msg: str) -> None:
-        job.end, job.end_msg = "violation", msg
-        self.finish(job)
+    def stop_judge(self, job: Job, kill: bool = True) -> None:
+        if job.zsock is not None:
+            self.sel.unregister(job.zsock)
+            job.zsock.close()
+            job.zsock = None
 
     def read_pipe(self, job: Job, fd: int) -> None:
         try:
@@ -536,149 +886,114 @@ class Zygote:
         except BlockingIOError:
             return
         if not data:
-            self.sel.unregister(fd)
-            os.close(fd)
-            job.pipes.pop(fd, None)
+            self.close_pipe(job, fd)
             return
         job.out_bytes += len(data)
         if job.out_bytes > int(job.limits["output_bytes"]) and job.end is None:
             job.end = "output"
             job.end_msg = f"stdout/stderr exceeded {job.limits['output_bytes']} bytes"
-            self.finish(job)
+            self.kill_worker(job)  # pipes stay drained until it is dead: no EPIPE to report
 
-    def maybe_finish(self, job: Job) -> None:
-        """End when the worker exited or closed the channel, with ``done`` or the other one.
-
-        (A grandchild holding the channel open after the worker said ``done`` and exited does
-        not keep the run going.)
-        """
-        if job.finished:  # e.g. T reports the exit status while J judges the records
-            return
-        exited = job.w_status is not None
-        if (job.ctl_eof and (job.done or exited)) or (job.done and exited):
-            self.finish(job)
-
-    # ---- ending a job
-
-    def finish(self, job: Job) -> None:
-        """Judge and answer, then kill everything of the job's uid and remove its files.
-
-        Answering first is safe: the verdict rests only on records already received, and this
-        loop reads the next request (perhaps for the same slot) only after the cleanup.
-
-        Runs once per job: a job judged in J stays in ``jobs`` until J answers, and events
-        arriving meanwhile (the worker's exit status, a failure) must not start a second J.
-        """
-        if job.finished:
-            return
-        job.finished = True
-        if job.ctl is not None:
-            if not job.ctl_eof:
-                self.sel.unregister(job.ctl)
-            job.ctl.close()
-            job.ctl = None
-        for fd in list(job.pipes):
-            self.sel.unregister(fd)
-            os.close(fd)
-        job.pipes.clear()
-        job.mark("finish")
-        raws = self.raw_results(job)
-        self.record_behaviour(job)
-        try:
-            self.judge(job, raws)
-        finally:
-            if job.uid is not None and not self.closing:
-                self.sweep_later(job)
-            else:
-                self.kill_worker(job)
-                self.remove_files(job)
-
-    def record_behaviour(self, job: Job) -> None:
-        """The sample's output vector on the probe inputs, digested here where it cannot reach.
-
-        Only for a sample that loaded and whose channel was not tampered with; outputs that
-        never arrived (killed mid-probe) count as lost. Never touches the tests' verdicts.
-        """
-        if job.n_probe is None or job.end == "violation" or job.load is None:
-            return
-        if "cat" in job.load:
-            return
-        try:
-            job.behaviour = H.behaviour(job.probe_outs, job.n_probe)
-        except (ValueError, TypeError, RecursionError):
-            job.behaviour = None  # a malformed record: the sample agrees with nobody
-
-    def sweep_later(self, job: Job) -> None:
-        """Have T kill the job's uid; its slot takes no new sample until T says it is done."""
-        self.sweeping[job.id] = job
-        self.busy_slots.add(job.slot)
-        self.tsock.send(json.dumps({"sweep": job.uid, "token": job.id}).encode())
-
-    def swept(self, token: int) -> None:
-        job = self.sweeping.pop(token, None)
-        if job is None:
-            return
-        self.remove_files(job)
-        self.busy_slots.discard(job.slot)
-        for req in self.waiting.pop(job.slot, []):
-            self.start_job(req)
-
-    def judge(self, job: Job, raws: list[dict[str, Any]]) -> None:
-        """Records -> verdicts: here when only data is compared, in J when setup code must run."""
-        if job.end == "violation":
-            self.respond(job, [H.verdict(False, "sandbox_violation", job.end_msg)] * job.n)
-        elif job.mode == "outputs":
-            self.respond(
-                job,
-                [H.verdict("values" in r, r.get("cat"), r.get("msg")) for r in raws],
-                outputs=[r["values"][0] if "values" in r else None for r in raws],
-            )
-        elif job.mode == "cases":
-            self.respond(
-                job, H.judge_cases(job.req["expected"], float(job.req.get("atol") or 0), raws)
-            )
-        elif all(p.simple for p in job.plans):
-            self.respond(job, H.judge_asserts(job.plans, raws, H.simple_namespace()))
-        else:
-            self.start_judge(job, raws)
+    def close_pipe(self, job: Job, fd: int) -> None:
+        self.sel.unregister(fd)
+        os.close(fd)
+        job.pipes.pop(fd, None)
 
     def kill_worker(self, job: Job) -> None:
+        """Kill the sample's processes now (by uid off this loop, else by process group)."""
+        if job.killed:
+            return
+        job.killed = True
         if job.uid is not None:
-            sweep(job.uid)
-        elif job.w_pid is not None:
-            for target in (-job.w_pid, job.w_pid):
+            self.sweep_later([job.uid], None)
+        elif "w" in job.pids:
+            for target in (-job.pids["w"], job.pids["w"]):
                 with contextlib.suppress(OSError):
                     os.kill(target, signal.SIGKILL)
 
-    def remove_files(self, job: Job) -> None:
-        if job.workdir:
-            shutil.rmtree(job.workdir, ignore_errors=True)
-        if job.uid is None or not self.cfg.get("private_tmp"):
-            return
-        for base in STRAY_DIRS:  # private tmpfs: whatever the uid left there goes too
-            try:
-                entries = list(os.scandir(base))
-            except OSError:
-                continue
-            for entry in entries:
-                try:
-                    if entry.stat(follow_symlinks=False).st_uid != job.uid:
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
-                except OSError:
-                    pass
+    # ---- ending a job
 
-    def raw_results(self, job: Job) -> list[dict[str, Any]]:
-        """One record per test; a missing record becomes a failure saying why it is missing."""
-        if job.load is not None and "cat" in job.load:
-            return [{"cat": job.load["cat"], "msg": job.load.get("msg", "")}] * job.n
-        cause = self.missing_cause(job)
-        return [r if r is not None else {"cat": cause[0], "msg": cause[1]} for r in job.records]
+    def maybe_finish(self, job: Job) -> None:
+        """Answer once the judge has spoken, and, when a verdict is missing, the worker's
+        exit status (or the reason Z ended it) says why."""
+        if job.finished or not job.judged:
+            return
+        tests = (job.result or {}).get("tests")
+        complete = (
+            isinstance(tests, list)
+            and len(tests) == job.n
+            and all(isinstance(v, dict) and isinstance(v.get("passed"), bool) for v in tests)
+        )
+        if not complete and job.w_status is None and job.end is None:
+            return  # T reports the worker's exit status next
+        self.finish(job)
+
+    def finish(self, job: Job) -> None:
+        """Fill in what the judge could not say, answer, then sweep the slot's uids."""
+        if job.finished:
+            return
+        job.finished = True
+        job.mark("finish")
+        self.stop_judge(job)
+        for fd in list(job.pipes):
+            self.close_pipe(job, fd)
+        verdicts = self.verdicts(job)
+        self.respond(job, verdicts)
+        # J exits by itself once it has answered (it cannot fork): only a J that did not
+        # answer needs its uid swept
+        uids = [job.uid] if job.result is not None else [job.uid, job.judge_uid]
+        if job.uid is not None and job.judge_uid is not None and not self.closing:
+            if self.cfg.get("sample_ns") and job.result is not None and not job.killed:
+                # the sample had a PID namespace of its own: once its outer process has
+                # exited, nothing of it is left (the kernel kills a namespace with its init),
+                # so the slot is free without a sweep; one that does not exit soon is swept
+                self.await_exit(job)
+            else:
+                self.sweep_later(uids, job)  # type: ignore[arg-type]
+        else:
+            if job.uid is not None:
+                sweep(job.uid)
+                sweep(job.judge_uid)  # type: ignore[arg-type]
+            else:
+                for pid in job.pids.values():
+                    for target in (-pid, pid):
+                        with contextlib.suppress(OSError):
+                            os.kill(target, signal.SIGKILL)
+            if job.workdir:
+                shutil.rmtree(job.workdir, ignore_errors=True)
+
+    def verdicts(self, job: Job) -> list[dict[str, Any]]:
+        result = job.result or {}
+        tests = result.get("tests")
+        if not isinstance(tests, list) or len(tests) != job.n:
+            if job.end is not None or job.w_status is not None:
+                why = self.missing_cause(job)
+                if job.end is None and why[0] == "runtime_error" and job.j_status is not None:
+                    why = ("runtime_error", "the judge ended without a verdict")
+                return [H.verdict(False, *why)] * job.n
+            return [H.verdict(False, "runtime_error", "the judge ended without a verdict")] * job.n
+        if job.end == "output":  # the whole sample failed: nothing it printed past that counts
+            return [H.verdict(False, "output_limit", job.end_msg)] * job.n
+        out = []
+        cause: tuple[str, str] | None = None
+        for v in tests:
+            if isinstance(v, dict) and isinstance(v.get("passed"), bool):
+                cat = v.get("error_type")
+                if not v["passed"] and cat not in H.CATEGORIES:
+                    cat = "runtime_error"
+                msg = v.get("message")
+                out.append(
+                    H.verdict(v["passed"], cat, H.short(msg) if isinstance(msg, str) else None)
+                )
+            else:
+                cause = cause or self.missing_cause(job)
+                out.append(H.verdict(False, *cause))
+        return out
 
     def missing_cause(self, job: Job) -> tuple[str, str]:
+        if self.cgroups is not None and self.cgroups.oom_kills(job.slot) > job.oom_before:
+            mb = int(job.limits["memory_mb"]) + int(job.limits["scratch_mb"])
+            return "memory_limit", f"the sample's processes together exceeded {mb} MB"
         if job.end == "output":
             return "output_limit", job.end_msg
         if job.end == "timeout":
@@ -686,215 +1001,109 @@ class Zygote:
         if job.end == "start":
             return "runtime_error", job.end_msg
         st = job.w_status
-        if st is not None and os.WIFSIGNALED(st):
+        if st is not None and st >= 0 and os.WIFSIGNALED(st):
             sig = os.WTERMSIG(st)
             elapsed = time.monotonic() - job.start
             if sig == signal.SIGXCPU or (sig == signal.SIGKILL and elapsed >= job.limits["cpu_s"]):
                 return "timeout", f"CPU limit of {job.limits['cpu_s']} s reached"
             return "runtime_error", f"the sample's process was killed by {signal.Signals(sig).name}"
-        code = os.WEXITSTATUS(st) if st is not None and os.WIFEXITED(st) else "unknown"
+        code = os.WEXITSTATUS(st) if st is not None and st >= 0 and os.WIFEXITED(st) else "?"
         return "runtime_error", f"the sample's process exited (status {code}) before reporting"
 
-    # ---- the judge process (asserts whose skeleton needs the setup code)
-
-    def start_judge(self, job: Job, raws: list[dict[str, Any]]) -> None:
-        assert job.j_fd is None and job.j_pid is None, "one judge per job"
-        r, w = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            os.close(r)
-            os.close(w)
-            msg = f"could not start the test code's judge: {exc}"
-            self.respond(job, [H.verdict(False, "runtime_error", msg)] * job.n)
+    def await_exit(self, job: Job) -> None:
+        self.busy_slots.add(job.slot)
+        if job.w_status is not None:
+            self.release(job.slot)
             return
-        if pid == 0:
-            try:
-                os.setsid()
-                null = os.open(os.devnull, os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(null, fd)
-                os.dup2(w, 3)
-                os.closerange(4, MAXFD)
-                drop_privileges(job.judge_uid)
-                set_limits(job.limits)
-                os.chdir("/")
-                os.environ.clear()
-                ns, _ = H.judge_namespace(job.req.get("setup"), job.modules)
-                H.write_all(3, H.encode_frame(H.judge_asserts(job.plans, raws, ns)))
-            finally:
-                os._exit(0)
-        os.close(w)
-        os.set_blocking(r, False)
-        job.j_pid, job.j_fd = pid, r
-        job.j_deadline = time.monotonic() + float(job.limits["wall_s"])
-        self.sel.register(r, selectors.EVENT_READ, ("judge", job))
+        job.exit_deadline = time.monotonic() + EXIT_GRACE_S
+        self.exiting[job.id] = job
 
-    def read_judge(self, job: Job) -> None:
-        assert job.j_fd is not None
-        try:
-            data = os.read(job.j_fd, 1 << 20)
-        except BlockingIOError:
+    def check_exits(self, now: float) -> None:
+        for job in list(self.exiting.values()):
+            if job.w_status is not None:
+                del self.exiting[job.id]
+                self.release(job.slot)
+            elif now >= job.exit_deadline:
+                del self.exiting[job.id]
+                self.busy_slots.discard(job.slot)
+                self.sweep_later([job.uid], job)  # type: ignore[list-item]
+
+    def release(self, slot: int) -> None:
+        self.busy_slots.discard(slot)
+        for req in self.waiting.pop(slot, []):
+            self.start_job(req)
+
+    def sweep_later(self, uids: list[int], job: Job | None) -> None:
+        """Have T kill the uids (and remove the job's files); a job's slot waits for it."""
+        self.sweeps += 1
+        token = f"{self.sweeps}"
+        self.sweeping[token] = job
+        remove = []
+        if job is not None:
+            self.busy_slots.add(job.slot)
+            if job.workdir:
+                remove.append(job.workdir)
+        self.tsock.send(json.dumps({"sweep": uids, "token": token, "remove": remove}).encode())
+
+    def swept(self, token: str) -> None:
+        job = self.sweeping.pop(token, None)
+        if job is None:
             return
-        if data:
-            try:
-                frames = job.j_buf.feed(data)
-            except ValueError:
-                frames = [None]
-            if frames:
-                self.judge_done(job, result=frames[0])
-            return
-        self.judge_done(job)
+        self.release(job.slot)
 
-    def stop_judge(self, job: Job) -> None:
-        """Unregister and close J's pipe, then kill and reap J (a no-op when none runs)."""
-        if job.j_fd is not None:
-            self.sel.unregister(job.j_fd)
-            os.close(job.j_fd)
-            job.j_fd = None
-        if job.j_pid is not None:
-            if job.judge_uid is not None:
-                sweep(job.judge_uid)
-            else:
-                with contextlib.suppress(OSError):
-                    os.killpg(job.j_pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(job.j_pid, 0)
-            job.j_pid = None
-
-    def judge_done(self, job: Job, result: Any = None, timed_out: bool = False) -> None:
-        assert job.j_fd is not None and job.j_pid is not None
-        self.stop_judge(job)
-        ok = (
-            isinstance(result, list)
-            and len(result) == job.n
-            and all(isinstance(v, dict) and isinstance(v.get("passed"), bool) for v in result)
-        )
-        if not ok:
-            why = "timed out" if timed_out else "crashed"
-            result = [
-                H.verdict(
-                    False,
-                    "timeout" if timed_out else "runtime_error",
-                    f"evaluating the test code {why}",
-                )
-            ] * job.n
-        self.respond(job, result)
-
-    def respond(
-        self, job: Job, verdicts: list[dict[str, Any]], outputs: list[Any] | None = None
-    ) -> None:
+    def respond(self, job: Job, verdicts: list[dict[str, Any]]) -> None:
         self.jobs.pop(job.id, None)
+        result = job.result or {}
         msg: dict[str, Any] = {
             "id": job.id,
             "tests": verdicts,
             "wall_ms": (time.monotonic() - job.start) * 1000,
         }
-        if outputs is not None:
-            msg["outputs"] = outputs
-        if job.behaviour is not None:
-            msg["behaviour"] = job.behaviour
+        behaviour = result.get("behaviour")
+        if isinstance(behaviour, dict):
+            msg["behaviour"] = behaviour
         if self.cfg.get("trace"):
-            msg["trace"] = job.marks
-        self.send(msg)
+            msg["trace"] = {**job.marks, "round_trips": result.get("round_trips")}
+        raw = None
+        if job.mode == "outputs":
+            msg["has_outputs"] = job.outputs_raw is not None
+            raw = job.outputs_raw
+        self.send(msg, raw)
 
     def fail_job(self, job: Job, msg: str) -> None:
-        if not job.finished:
-            job.end, job.end_msg = "start", msg
-            try:
-                self.finish(job)
-                return
-            except Exception:
-                pass
+        if job.finished:
+            self.jobs.pop(job.id, None)
+            return
+        job.end, job.end_msg = "start", msg
+        job.judged = True
+        job.result = None
         with contextlib.suppress(Exception):
-            self.stop_judge(job)
-        self.respond(job, [H.verdict(False, "runtime_error", msg)] * job.n)
+            self.kill_worker(job)
+        try:
+            self.finish(job)
+        except Exception:
+            self.jobs.pop(job.id, None)
+            self.send({"id": job.id, "tests": [H.verdict(False, "runtime_error", msg)] * job.n})
 
     def shutdown(self) -> None:
         self.tsock.close()
-        for job in self.sweeping.values():
-            self.used_slots.add(job.slot)
+        for job in [*self.sweeping.values(), *self.exiting.values()]:
+            if job is not None:
+                self.used_slots.add(job.slot)
         if self.cfg.get("uid_base") is not None:  # only our slots: a one-shot shares the block
             for slot in sorted(self.used_slots):
                 sweep(self.uid(slot, judge=False))  # type: ignore[arg-type]
                 sweep(self.uid(slot, judge=True))  # type: ignore[arg-type]
+        if self.cgroups is not None:
+            self.cgroups.close()
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def reap_as(uid: int) -> None:
-    """R: become ``uid`` and SIGKILL every process running as it. Never returns.
-
-    One ``kill(-1)`` is complete: the kernel walks the task list under the lock that ``fork``
-    needs, and a fork racing with it is aborted by the pending SIGKILL. (Its return value
-    cannot say "none left": it is 0 whenever any other process exists.) The second call is
-    belt and braces.
-    """
-    code = 0
-    try:
-        os.setresuid(uid, uid, uid)
-        os.kill(-1, signal.SIGKILL)
-        os.kill(-1, signal.SIGKILL)
-    except BaseException:
-        code = 2
-    os._exit(code)
-
-
-def sweep(uid: int) -> None:
-    """Fork R for ``uid`` and wait for it (the synchronous path: start, shutdown, judges)."""
-    pid = os.fork()
-    if pid == 0:
-        reap_as(uid)
-    os.waitpid(pid, 0)
-
-
-def private_mounts(hide: list[str], keep: list[str]) -> None:
-    """In our new mount namespace: private tmpfs on the tmp dirs; ``hide`` covered by empty
-    read-only tmpfs, except the ``keep`` paths inside them, bind-mounted back read-only."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    ms_rdonly, ms_nosuid, ms_nodev, ms_remount, ms_bind, ms_rec = 1, 2, 4, 32, 4096, 16384
-
-    def mount(src: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
-        rc = libc.mount(
-            src.encode(),
-            target.encode(),
-            fstype.encode() if fstype else None,
-            ctypes.c_ulong(flags),
-            data.encode() if data else None,
-        )
-        if rc != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mount {target}: {os.strerror(err)}")
-
-    for d in STRAY_DIRS:
-        if os.path.isdir(d):
-            mount("fp-sandbox", d, "tmpfs", ms_nosuid | ms_nodev, "mode=1777,size=256m")
-    staging = "/tmp/.fp-keep"
-    os.mkdir(staging, 0o700)
-    kept = []
-    for i, path in enumerate(keep):
-        os.mkdir(f"{staging}/{i}")
-        mount(path, f"{staging}/{i}", None, ms_bind | ms_rec)
-        kept.append((path, f"{staging}/{i}"))
-    hidden = [h for h in hide if os.path.isdir(h)]
-    for path in hidden:
-        mount("fp-hidden", path, "tmpfs", ms_nosuid | ms_nodev, "mode=0755,size=1m")
-    for path, stage in kept:
-        os.makedirs(path, exist_ok=True)
-        mount(stage, path, None, ms_bind | ms_rec)
-        mount("none", path, None, ms_remount | ms_bind | ms_rdonly)
-        libc.umount2(stage.encode(), 2)  # MNT_DETACH
-        os.rmdir(stage)
-    os.rmdir(staging)
-    for path in hidden:
-        mount("none", path, None, ms_remount | ms_rdonly | ms_nosuid | ms_nodev)
 
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     if cfg.get("mounts"):
-        private_mounts(cfg["mounts"]["hide"], cfg["mounts"]["keep"])
+        m = cfg["mounts"]
+        _contain.private_mounts(m["hide"], m["keep"], default_hide=m.get("default_hide", []))
     if cfg.get("probe"):
         return
     chan_in, chan_out = os.dup(0), os.dup(1)
@@ -902,11 +1111,26 @@ def main() -> None:
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.close(null)
+    unsafe = _contain.import_path_is_safe([os.path.dirname(os.path.abspath(__file__)), *sys.path])
+    if unsafe:
+        H.write_all(chan_out, H.encode_frame({"ready": False, "error": unsafe}))
+        sys.exit(4)
     root = os.path.join(cfg.get("tmp") or "/tmp", f"firstpass-sandbox-{os.getpid()}")
     os.mkdir(root, 0o711)
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             __import__(name)
+    cgroups = None
+    if cfg.get("uid_base") is not None and cfg.get("cgroups", True):
+        try:
+            _contain.SlotCgroups.remove_stale("firstpass-")  # left by zygotes that were killed
+            cgroups = _contain.SlotCgroups.create(f"firstpass-{os.getpid()}", int(cfg["slots"]))
+        except OSError:
+            cgroups = None
+    global PIDNS
+    if cfg.get("sample_ns") and cfg.get("uid_base") is not None:
+        PIDNS = _contain.own_pid_namespace()
+    _contain.prepare_seccomp()  # built once here; each worker and judge only installs it
     zsock, tsock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     gc.collect()
     gc.freeze()  # forked children must not touch (copy) every page to scan old objects
@@ -915,11 +1139,11 @@ def main() -> None:
         os.close(chan_in)
         os.close(chan_out)
         zsock.close()
-        template_main(tsock)
+        template_main(tsock, cfg, cgroups)
     tsock.close()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _ = _codec  # imported so that workers find it preloaded
-    Zygote(cfg, chan_in, chan_out, zsock, root).loop()
+    _ = (_codec, _compare)  # imported so that workers and judges find them preloaded
+    Zygote(cfg, chan_in, chan_out, zsock, root, cgroups).loop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,312 @@
+"""The judge evaluates every test itself: forged passes fail, correct Python passes as in CPython."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+
+import pytest
+
+from firstpass.sandbox import Limits, Sandbox, parse_spec
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the judge suite runs at netns+uid")
+
+WRONG = "def f(x):\n    return -1\n"
+
+
+@pytest.fixture
+async def sb() -> AsyncIterator[Sandbox]:
+    async with Sandbox(concurrency=2, limits=Limits(cpu_s=5, wall_s=10)) as sandbox:
+        yield sandbox
+
+
+FORGED = [
+    (
+        "own_set",
+        "set = lambda *a: {1}\n" + WRONG,
+        ["assert set(f([1])) == set([1])"],
+        None,
+    ),
+    (
+        "own_sorted",
+        "sorted = lambda x: [1, 2, 3]\n" + WRONG,
+        ["assert sorted(f(0)) == [1, 2, 3]"],
+        None,
+    ),
+    (
+        "own_math",
+        "class M:\n    isclose = staticmethod(lambda *a, **k: True)\nmath = M()\n" + WRONG,
+        ["assert math.isclose(f(1), 3.0)"],
+        None,
+    ),
+    (
+        "own_math_module_patched",
+        "import math\nmath.isclose = lambda *a, **k: True\n" + WRONG,
+        ["assert math.isclose(f(1), 3.0)"],
+        None,
+    ),
+    (
+        "own_setup_helper",
+        "def helper(x):\n    return True\n" + WRONG,
+        ["assert helper(f(1))"],
+        "def helper(x):\n    return x == 2\n",
+    ),
+    (
+        "patched_builtin_all",
+        "import builtins\nbuiltins.all = lambda it: True\n" + WRONG,
+        ["assert all(f(i) == i + 1 for i in range(3))"],
+        None,
+    ),
+    (
+        "own_all_in_lambda",
+        "all = lambda it: True\n" + WRONG,
+        ["assert (lambda: all(f(i) == i for i in range(3)))()"],
+        None,
+    ),
+    (
+        "defines_the_old_leaf_name",
+        "__fp_leaf = lambda i: True\n" + WRONG,
+        ["assert f(1) == 2"],
+        None,
+    ),
+    (
+        "eq_always_true_object",
+        "class A:\n    def __eq__(self, o):\n        return True\n    __hash__ = None\n"
+        "def f(x):\n    return A()\n",
+        ["assert f(1) == 2"],
+        None,
+    ),
+    (
+        "truthy_object_for_a_boolean",
+        "class A:\n    def __bool__(self):\n        return True\ndef f(x):\n    return A()\n",
+        ["assert f(1)"],
+        None,
+    ),
+    (
+        "copies_the_setup_reference",
+        "def f(x):\n    return _reference(x)\n",
+        ["assert f(1) == 2"],
+        "def _reference(x):\n    return x + 1\n",
+    ),
+    (
+        "isinstance_metaclass_lie_still_needs_the_value",
+        "class Meta(type):\n    def __instancecheck__(cls, o):\n        return True\n"
+        "class P(metaclass=Meta):\n    pass\ndef make():\n    return 5\n",
+        ["assert isinstance(make(), P) and make() == 6"],
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "asserts", "setup"), [f[1:] for f in FORGED], ids=[f[0] for f in FORGED]
+)
+async def test_forged_pass_fails(
+    sb: Sandbox, code: str, asserts: list[str], setup: str | None
+) -> None:
+    """A sample that redefines names around the call, or patches builtins, still fails."""
+    spec = parse_spec({"asserts": asserts, **({"setup": setup} if setup else {})})
+    result = await sb.run(code, spec)
+    assert not result.passed, result
+
+
+CORRECT = [
+    (
+        "dataclass_attribute",
+        "from dataclasses import dataclass\n@dataclass\nclass Point:\n    x: int\n    y: int\n"
+        "def make_point(a, b):\n    return Point(a, b)\n",
+        [
+            "assert make_point(1, 2).x == 1",
+            "assert isinstance(make_point(1, 2), Point)",
+            "assert make_point(1, 2) is not None",
+        ],
+    ),
+    (
+        "annotations_are_real_types",
+        "def f(x: int) -> bool:\n    return f.__annotations__['x'] is int\n",
+        ["assert f(1)"],
+    ),
+    (
+        "namedtuple_attribute",
+        "from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n    return P(1, 2)\n",
+        ["assert f().x == 1", "assert f() == (1, 2)"],
+    ),
+    (
+        "int_over_4300_digits",
+        "def f():\n    return 10 ** 5000 + 1\n",
+        ["assert f() == 10 ** 5000 + 1"],
+    ),
+    (
+        "generator",
+        "def f(n):\n    return (i * i for i in range(n))\n",
+        ["assert list(f(4)) == [0, 1, 4, 9]"],
+    ),
+    (
+        "map_and_filter",
+        "def f(xs):\n    return map(abs, filter(None, xs))\n",
+        ["assert list(f([0, -1, 2])) == [1, 2]"],
+    ),
+    ("range_value", "def f(n):\n    return range(n)\n", ["assert list(f(3)) == [0, 1, 2]"]),
+    ("dict_view", "def f():\n    return {1: 2, 3: 4}.keys()\n", ["assert set(f()) == {1, 3}"]),
+    (
+        "lambda_and_comprehension",
+        "def f(x):\n    return x + 1\n",
+        [
+            "assert all(f(i) == i + 1 for i in range(5))",
+            "assert (lambda g: g(1))(f) == 2",
+            "assert [f(i) for i in range(3)] == [1, 2, 3]",
+        ],
+    ),
+    (
+        "list_over_2m_elements",
+        "def f():\n    return list(range(2_500_000))\n",
+        ["assert len(f()) == 2_500_000"],
+    ),
+    (
+        "recursion_to_the_usual_depth",
+        "def f(n):\n    return 0 if n == 0 else 1 + f(n - 1)\n",
+        ["assert f(990) == 990"],
+    ),
+    (
+        "counter_equals_dict",
+        "from collections import Counter\ndef f():\n    return Counter('aab')\n",
+        ["assert f() == {'a': 2, 'b': 1}"],
+    ),
+    (
+        "math_without_import_in_sample",
+        "def f(r):\n    return 3.14159 * r * r\n",
+        ["assert math.isclose(f(1), 3.14159)"],
+    ),
+    (
+        "sample_math_import",
+        "import math\ndef f(r):\n    return math.pi * r * r\n",
+        ["assert math.isclose(f(1), math.pi)"],
+    ),
+    (
+        "sample_global_data",
+        "TABLE = [1, 2, 3]\ndef f(i):\n    return TABLE[i]\n",
+        ["assert f(0) == TABLE[0]", "assert len(TABLE) == 3"],
+    ),
+    ("keyword_arguments", "def f(a, b=0):\n    return a - b\n", ["assert f(5, b=2) == 3"]),
+]
+
+
+@pytest.mark.parametrize(("code", "asserts"), [c[1:] for c in CORRECT], ids=[c[0] for c in CORRECT])
+async def test_correct_python_passes(sb: Sandbox, code: str, asserts: list[str]) -> None:
+    """What works in plain CPython works in the sandbox."""
+    result = await sb.run(code, parse_spec(asserts))
+    assert result.passed, result
+
+
+async def test_setup_helpers_are_the_judges_and_setup_imports_reach_the_sample(sb: Sandbox) -> None:
+    """Setup runs in the judge; the sample sees only the setup's imports."""
+    spec = parse_spec(
+        {
+            "setup": "import math\ndef near(a, b):\n    return abs(a - b) < 1e-9\n",
+            "asserts": ["assert near(f(2), 4.0)"],
+        }
+    )
+    assert (await sb.run("def f(x):\n    return math.pow(x, 2)\n", spec)).passed
+    result = await sb.run("def f(x):\n    return near(x, x)\n", spec)
+    assert not result.passed and "NameError" in (result.tests[0].message or "")
+
+
+async def test_comparing_a_sample_object_says_why_it_is_unsupported(sb: Sandbox) -> None:
+    """An == on an object of the sample's class fails with a message naming the rule."""
+    code = "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\ndef f():\n    return P(1)\n"
+    result = await sb.run(code, parse_spec(["assert f() == P(1)"]))
+    assert result.category == "unsupported"
+    assert "compare its attributes" in (result.tests[0].message or "")
+
+
+async def test_passing_a_test_function_to_the_sample_is_unsupported_not_the_samples_error(
+    sb: Sandbox,
+) -> None:
+    """A lambda written in the test cannot cross to the sample: the result says so."""
+    result = await sb.run(
+        "def apply(g, x):\n    return g(x)\n", parse_spec(["assert apply(lambda v: v + 1, 1) == 2"])
+    )
+    assert result.category == "unsupported"
+    assert "only plain data" in (result.tests[0].message or "")
+
+
+CASES = [
+    ("float_sum_at_atol_zero", "def f():\n    return sum([0.1, 0.2])\n", 0.3, 0, True),
+    ("inf_vs_finite_with_atol", "def f():\n    return 5.0\n", float("inf"), 0.5, False),
+    (
+        "inf_vs_minus_inf_with_atol",
+        "def f():\n    return float('-inf')\n",
+        float("inf"),
+        0.5,
+        False,
+    ),
+    ("inf_equals_inf", "def f():\n    return float('inf')\n", float("inf"), 0.5, True),
+    (
+        "deque_is_not_a_list",
+        "from collections import deque\ndef f():\n    return deque([1, 2])\n",
+        [1, 2],
+        0,
+        False,
+    ),
+    ("overflow_is_wrong_output", "def f():\n    return 10 ** 400\n", 1e300, 0, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "expected", "atol", "ok"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+async def test_case_comparison_follows_the_documented_rule(
+    sb: Sandbox, code: str, expected: object, atol: float, ok: bool
+) -> None:
+    """Cases compare type-aware, floats within atol + 1e-7*|expected|, infinities exactly."""
+    spec = parse_spec(
+        {"entry_point": "f", "atol": atol, "cases": [{"args": [], "expected": expected}]}
+    )
+    result = await sb.run(code, spec)
+    assert result.passed is ok, result
+    if not ok:
+        assert result.category == "wrong_output", result
+
+
+async def test_a_reference_over_its_output_allowance_fails_only_its_own_spec(sb: Sandbox) -> None:
+    """A reference returning ~100 MB drops what is over its allowance; the sandbox keeps working."""
+    ref = "def f(i):\n    return 'x' * (2 << 20)\n"
+    spec = parse_spec(
+        {"entry_point": "f", "cases": [{"args": [i]} for i in range(50)], "reference": ref}
+    )
+    resolved = await asyncio.wait_for(sb.resolve(spec), 120)
+    assert resolved.dropped and len(resolved.cases) + len(resolved.dropped) == 50
+    assert (await sb.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))).passed
+
+
+async def test_a_zygote_crash_is_retried_not_blamed_on_the_samples_in_flight(sb: Sandbox) -> None:
+    """Killing the shared zygote mid-run restarts it; in-flight samples run again and pass."""
+    code = "import time\ndef f(x):\n    time.sleep(0.5)\n    return x + 1\n"
+    spec = parse_spec(["assert f(1) == 2"])
+    runs = [asyncio.ensure_future(sb.run(code, spec)) for _ in range(2)]
+    await asyncio.sleep(0.2)
+    assert sb.zygote_pid is not None
+    os.kill(sb.zygote_pid, 9)
+    results = await asyncio.gather(*runs)
+    assert all(r.passed for r in results), results
+    assert all(r.sandbox_restarts == 1 for r in results)
+
+
+async def test_long_expressions_do_not_hurt_other_samples(sb: Sandbox) -> None:
+    """A 500-term expression (once a zygote crash) is the sample's business only."""
+    long = "X = " + " + ".join(["1"] * 500) + "\ndef f(x):\n    return X\n"
+    assert (await sb.run(long, parse_spec(["assert f(0) == 500"]))).passed
+    assert (await sb.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))).passed
+
+
+async def test_a_huge_result_does_not_stall_a_small_sample_beside_it(sb: Sandbox) -> None:
+    """Decoding a 60 MB value happens in that sample's judge, not on the shared loop."""
+    big = "def f(x):\n    return ['y' * 60] * 1_000_000\n"
+    small = "def f(x):\n    return x + 1\n"
+    slow = asyncio.ensure_future(sb.run(big, parse_spec(["assert len(f(0)) == 1_000_000"])))
+    await asyncio.sleep(0.05)
+    fast = await sb.run(small, parse_spec(["assert f(1) == 2"]))
+    assert fast.passed
+    assert not slow.done() or (await slow).passed
+    assert (await slow).passed
