@@ -295,6 +295,14 @@ class Sandbox:
         return range(self._uid_base, self._uid_base + 2 * self.concurrency * N_LANES)
 
     @property
+    def memory_bound(self) -> str:
+        """How a sample's memory is bounded: ``cgroup2`` or ``cgroup1`` (all its processes
+        together, scratch files included, under ``memory_mb + scratch_mb``), or
+        ``per-process`` (only RLIMIT_AS per process: see docs/sandbox.md for the arithmetic)."""
+        zyg = self._zygotes.get((self.limits.site_packages, False))
+        return zyg.memory_bound if zyg is not None else "per-process"
+
+    @property
     def worker_uids(self) -> frozenset[int]:
         """The uids samples run as (no process of these outlives its sample); the others in
         ``uid_range`` are judges', some of which live across jobs by design."""
