@@ -44,6 +44,7 @@ def stack_config(
     keepalive_s: float = 5.0,
     debug: bool = False,
     strong_k: int | None = None,
+    client_modes: list[str] | None = None,
 ) -> Config:
     """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts."""
     data: dict[str, Any] = {
@@ -82,6 +83,7 @@ def stack_config(
                 "temperature": 0.7,
                 "on_exhausted": on_exhausted,
                 "without_checks": without_checks,
+                **({"client_modes": client_modes} if client_modes is not None else {}),
             }
         ],
         "price": [

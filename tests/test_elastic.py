@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,133 @@ def test_a_higher_rung_with_its_own_k_is_probed_too(live_stack: Any) -> None:
     (later,) = receipt["probe"]["later"]
     assert (later["rung"], later["k"], later["regime"]) == (1, 3, "serve")
     assert receipt["served"]["verification"] == "gate_skipped"
+
+
+# -- who may choose the mode -----------------------------------------------------------------
+
+
+def _certificate(tmp_path: Path, lam: float | None) -> Path:
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"id": "cal_test", "lambda": lam, "alpha": 0.1, "delta": 0.05}))
+    return path
+
+
+def _refusal(stack: Any, **headers: str) -> openai.APIStatusError:
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    fp = dict(TESTS)
+    if not headers:
+        fp["mode"] = "enforce"
+    with pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "write add"}],
+            extra_body={"firstpass": fp},
+            extra_headers=headers or None,
+        )
+    return info.value
+
+
+@pytest.mark.parametrize("via_header", [False, True])
+def test_a_client_cannot_switch_enforce_on_where_the_route_does_not_allow_it(
+    live_stack: Any, tmp_path: Path, via_header: bool
+) -> None:
+    """Shadow config, certified λ, but enforce not in client_modes: 403, nothing goes upstream."""
+    cal = _certificate(tmp_path, 0.6)
+    stack = live_stack(elastic=elastic("shadow", calibration=str(cal), **{"lambda": 0.6}))
+    err = _refusal(stack, **({"X-Firstpass-Mode": "enforce"} if via_header else {}))
+    assert err.status_code == 403
+    assert err.code == "mode_not_allowed"
+    assert err.param == ("X-Firstpass-Mode" if via_header else "firstpass.mode")
+    assert stack.stub.completions == []
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"]["status"] == 403 and "client_modes" in receipt["error"]["message"]
+
+
+def test_a_client_cannot_enforce_an_uncertified_calibration_even_where_allowed(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """client_modes lists enforce, but the calibration certified no λ: 403, no skip, a receipt."""
+    cal = _certificate(tmp_path, None)
+    block = {k: v for k, v in elastic("shadow", calibration=str(cal)).items() if k != "lambda"}
+    stack = live_stack(elastic=block, client_modes=["cascade", "shadow", "enforce"])
+    err = _refusal(stack)
+    assert err.status_code == 403 and err.code == "enforce_not_certified"
+    assert "certified no λ" in err.message
+    assert stack.stub.completions == []
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"]["status"] == 403 and "certificate" in receipt["error"]["message"]
+
+
+def test_a_hand_set_lambda_is_no_certificate_for_a_client(live_stack: Any) -> None:
+    """enforce allowed for clients, λ set by hand (no calibration file): still refused."""
+    stack = live_stack(elastic=elastic("shadow"), client_modes=["shadow", "enforce"])
+    err = _refusal(stack)
+    assert err.code == "enforce_not_certified"
+
+
+def test_a_client_may_enforce_a_certified_lambda_where_the_route_allows_it(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """Listed in client_modes and certified by a calibration file: the request enforces."""
+    cal = _certificate(tmp_path, 0.9)
+    stack = live_stack(
+        elastic=elastic("shadow", calibration=str(cal)),
+        client_modes=["cascade", "shadow", "enforce"],
+    )
+    stack.stub.script(Reply.ok(*[GOOD] * 5), model=CHEAP)
+    raw = ask(stack, mode="enforce")
+    assert raw.headers["X-Firstpass-Mode"] == "enforce"
+    (receipt,) = stack.receipts_list()
+    assert receipt["mode"] == "enforce"
+
+
+def test_passthrough_is_not_a_clients_choice_on_a_route_that_requires_checks(
+    live_stack: Any,
+) -> None:
+    """without_checks = "reject": a request asking for passthrough is refused, not served raw."""
+    stack = live_stack(without_checks="reject")
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as info:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "write add"}],
+            extra_body={"firstpass": {**TESTS, "mode": "passthrough"}},
+        )
+    assert info.value.status_code == 403 and info.value.code == "mode_not_allowed"
+    assert stack.stub.completions == []
+
+
+def test_client_modes_in_the_config_are_validated_naming_the_key(tmp_path: Path) -> None:
+    """An unknown mode in client_modes fails at start with its key path."""
+    from tests.server_harness import stack_config
+
+    with pytest.raises(ConfigError) as info:
+        stack_config("http://127.0.0.1:9", tmp_path / "r.jsonl", client_modes=["yolo"])
+    assert info.value.key_path == "route[0].client_modes[0]"
+
+
+@pytest.mark.parametrize(
+    ("cert", "block", "key"),
+    [
+        ({"k": 5}, {"k": 3}, "k"),
+        ({"score": "pass_share"}, {"score": "unanimous_agreement"}, "score"),
+        ({"escalate_at": 0}, {"escalate_at": 2}, "escalate_at"),
+    ],
+)
+def test_a_certificate_for_another_context_is_refused_for_enforce_naming_the_key(
+    tmp_path: Path, cert: dict[str, Any], block: dict[str, Any], key: str
+) -> None:
+    """A calibration made for k = 5, pass_share, escalate_at = 0 licenses nothing else."""
+    from tests.server_harness import stack_config
+
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"id": "cal_x", "lambda": 0.6, "alpha": 0.1, "delta": 0.05, **cert}))
+    body = {**elastic("enforce", calibration=str(path), **{"lambda": 0.6}), **block}
+    with pytest.raises(ConfigError) as info:
+        stack_config("http://127.0.0.1:9", tmp_path / "r.jsonl", elastic=body)
+    assert info.value.key_path == f"escalation.elastic.{key}"
+    assert repr(cert[key]) in str(info.value) and repr(block[key]) in str(info.value)
+    shadow = stack_config(
+        "http://127.0.0.1:9", tmp_path / "r.jsonl", elastic={**body, "mode": "shadow"}
+    )
+    assert shadow.elastic is not None and not shadow.elastic.certified

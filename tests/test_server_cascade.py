@@ -263,3 +263,19 @@ def test_streamed_request_that_fails_early_gets_its_real_status(live_stack: Any)
     assert status == 502
     assert json.loads(text)["error"]["type"] == "upstream_error"
     assert headers["X-Firstpass-Action"] == "upstream_error"
+
+
+def test_cascade_answers_name_their_regime_and_costs_without_float_noise(live_stack: Any) -> None:
+    """X-Firstpass-Regime is "cascade" without a probe; receipt costs are rounded to 1e-12 USD."""
+    stack = live_stack()
+    stack.stub.script(Reply.ok(WRONG), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = _ask(stack)
+    assert raw.headers["X-Firstpass-Regime"] == "cascade"
+    (receipt,) = stack.receipts_list()
+    for key in ("total_usd", "top_rung_usd", "probe_usd"):
+        value = receipt["cost"][key]
+        assert value == round(value, 12)
+    assert receipt["cost"]["total_usd"] == round(
+        sum(c["cost_usd"] for c in receipt["upstream_calls"]), 12
+    )

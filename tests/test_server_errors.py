@@ -59,6 +59,29 @@ def test_malformed_json_is_a_400_in_openai_shape(live_stack: Any) -> None:
 
 
 @pytest.mark.parametrize(
+    "data",
+    [
+        b"[" * 1000 + b"]" * 1000,
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "firstpass": {"tests": '
+        + b"[" * 900
+        + b"]" * 900
+        + b"}}",
+    ],
+    ids=["deep_body", "deep_tests"],
+)
+def test_a_deeply_nested_body_is_a_400_with_its_receipt(live_stack: Any, data: bytes) -> None:
+    """About 1,000 nested arrays in 2 KB: a 400 in OpenAI's shape and one receipt, no 500."""
+    stack = live_stack()
+    status, body, headers = _post_raw(stack, data)
+    assert status == 400
+    err = _error_shape(body)
+    assert "Traceback" not in err["message"]
+    assert headers["X-Firstpass-Action"] == "rejected"
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"]["status"] == 400
+
+
+@pytest.mark.parametrize(
     ("body", "param"),
     [
         ({"messages": [{"role": "user", "content": "x"}]}, "model"),

@@ -23,6 +23,7 @@ from firstpass.config._env import apply_env
 from firstpass.config._model import (
     ANY_MODEL,
     MAX_K,
+    REQUEST_MODES,
     Config,
     Price,
     ProviderConfig,
@@ -48,7 +49,8 @@ _PROVIDER_COMMON = (
 )  # fmt: skip
 _PROVIDER_ONLY = {"openai": ("base_url", "api_key_env"), "replay": ("samples", "seed")}
 _ROUTE_KEYS = (
-    "name", "models", "ladder", "temperature", "on_exhausted", "without_checks", "checks"
+    "name", "models", "ladder", "temperature", "on_exhausted", "without_checks", "checks",
+    "client_modes",
 )  # fmt: skip
 _CHECKS_KEYS = ("visible", "hidden", "setup", "entry_point")
 _PRICE_KEYS = ("model", "input_per_mtok", "output_per_mtok")
@@ -315,6 +317,7 @@ def _routes(
             RouteConfig(
                 name=name,
                 models=models,
+                client_modes=_client_modes(table, p, without),
                 ladder=_ladder(f.get_any(table, "ladder", p), f"{p}.ladder", providers, prices),
                 temperature=f.get_float(table, "temperature", p, 0.8, lo=0.0, hi=2.0),
                 on_exhausted=f.get_choice(
@@ -325,6 +328,22 @@ def _routes(
             )
         )
     return tuple(out)
+
+
+def _client_modes(table: Mapping[str, Any], p: str, without: str) -> tuple[str, ...]:
+    """``client_modes``: what a request may ask for besides the configured mode. By default a
+    client may pick ``cascade`` or ``shadow`` (both gate every served answer) and, only on a
+    route that serves unchecked requests anyway (``without_checks = "passthrough"``),
+    ``passthrough``. ``enforce`` must be listed, and even then needs a certificate."""
+    default = ("cascade", "shadow") + (("passthrough",) if without == "passthrough" else ())
+    modes = f.get_str_list(table, "client_modes", p, default)
+    for i, mode in enumerate(modes):
+        if mode not in REQUEST_MODES:
+            raise ConfigError(
+                f"{p}.client_modes[{i}]",
+                f'unknown mode "{mode}" (use any of {", ".join(REQUEST_MODES)})',
+            )
+    return tuple(dict.fromkeys(modes))
 
 
 def _route_checks(table: Mapping[str, Any], p: str) -> RouteChecks | None:

@@ -58,21 +58,51 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
                 f"{p}.{key}", f"{mine:g} differs from the calibration file's {cal[key]:g}"
             )
         values[key] = mine if mine is not None else cal.get(key)
+    escalate_at = f.get_int(table, "escalate_at", p, 0, lo=0, hi=k - 1)
+    score = f.get_choice(table, "score", p, SCORES, "pass_share")
+    mismatch = _context_mismatch(cal, k=k, escalate_at=escalate_at, score=score)
+    mode = f.get_choice(table, "mode", p, ("shadow", "enforce"), "shadow")
+    if mismatch is not None and mode == "enforce":
+        key, mine, theirs = mismatch
+        raise ConfigError(
+            f"{p}.{key}",
+            f"{mine!r} differs from the certificate's {theirs!r} ({calibration}): its guarantee "
+            f"was computed for {key} = {theirs!r}, not for this policy. Calibrate again under "
+            "this block (shadow mode), or set it back",
+        )
     elastic = ElasticConfig(
         k=k,
         lambda_=lam,
-        escalate_at=f.get_int(table, "escalate_at", p, 0, lo=0, hi=k - 1),
-        mode=f.get_choice(table, "mode", p, ("shadow", "enforce"), "shadow"),
+        escalate_at=escalate_at,
+        mode=mode,
         calibration=calibration,
         calibration_id=cal.get("id"),
         alpha=values["alpha"],
         delta=values["delta"],
         max_gate_candidates=f.get_int(table, "max_gate_candidates", p, 1, lo=1, hi=k),
-        score=f.get_choice(table, "score", p, SCORES, "pass_share"),
+        score=score,
         uncertified=uncertified,
+        certificate_mismatch=(
+            None
+            if mismatch is None
+            else f"{mismatch[0]} = {mismatch[1]!r}, the certificate's is {mismatch[2]!r}"
+        ),
     )
     check_enforceable(elastic, f"{p}.mode")
     return elastic
+
+
+def _context_mismatch(
+    cal: Mapping[str, Any], *, k: int, escalate_at: int, score: str
+) -> tuple[str, Any, Any] | None:
+    """The first setting the certificate's guarantee depends on that this block changes."""
+    for key, mine in (("k", k), ("score", score), ("escalate_at", escalate_at)):
+        theirs = cal.get(key)
+        if theirs is None or (key == "escalate_at" and theirs < 0):
+            continue  # not recorded (or "any") in the certificate
+        if theirs != mine:
+            return key, mine, theirs
+    return None
 
 
 def check_enforceable(elastic: ElasticConfig | None, key_path: str) -> None:
@@ -87,7 +117,8 @@ def check_enforceable(elastic: ElasticConfig | None, key_path: str) -> None:
 
 
 def read_calibration(path: Path) -> dict[str, Any]:
-    """``id``, ``lambda``, ``alpha``, ``delta`` from a calibration JSON; a missing file gives {}."""
+    """From a calibration JSON: ``id``, ``lambda``, ``alpha``, ``delta``, and the context its
+    guarantee holds for (``score``, ``k``, ``escalate_at``); a missing file gives {}."""
     where = f"{ELASTIC_PATH}.calibration"
     if not path.exists():
         return {}
@@ -104,6 +135,14 @@ def read_calibration(path: Path) -> dict[str, Any]:
         if not isinstance(data["id"], str) or not data["id"]:
             raise ConfigError(where, f'{path}: "id" must be a non-empty string')
         out["id"] = data["id"]
+    if isinstance(data.get("score"), str):
+        out["score"] = data["score"]
+    for key in ("k", "escalate_at"):
+        value = data.get(key)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(where, f'{path}: "{key}" must be an integer')
+            out[key] = value
     for key, lo, hi in (("lambda", 0.0, 1.0), ("alpha", 0.0, 1.0), ("delta", 0.0, 1.0)):
         if key not in data:
             continue

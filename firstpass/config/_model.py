@@ -21,6 +21,9 @@ ProviderKind = Literal["openai", "replay"]
 OnExhausted = Literal["unverified", "error"]
 WithoutChecks = Literal["passthrough", "reject", "route_checks"]
 ElasticMode = Literal["shadow", "enforce"]
+RequestMode = Literal["cascade", "shadow", "enforce", "passthrough"]
+#: every mode a request can name (``firstpass.mode`` / ``X-Firstpass-Mode``)
+REQUEST_MODES: tuple[str, ...] = ("cascade", "shadow", "enforce", "passthrough")
 ProbeScore = Literal["pass_share", "agreement", "unanimous_agreement"]
 
 #: the ``models`` entry that matches any requested model
@@ -146,6 +149,9 @@ class RouteConfig:
     on_exhausted: OnExhausted = "unverified"
     without_checks: WithoutChecks = "passthrough"
     checks: RouteChecks | None = None
+    #: the modes a request may ask for besides the configured one (``client_modes``); never
+    #: ``enforce`` without a certificate: see ``firstpass.server`` ``resolve_mode``
+    client_modes: tuple[str, ...] = ("cascade", "shadow", "passthrough")
 
     def matches(self, model: str) -> bool:
         """True when ``model`` is listed, or the route lists ``*``."""
@@ -174,6 +180,19 @@ class ElasticConfig:
     #: the cited calibration certified no λ and none was set: λ = 1 stands in, and the policy
     #: may only run in shadow mode (enforcing it would skip the gate without a guarantee)
     uncertified: bool = False
+    #: the cited certificate was computed for another context (k, score, escalate_at): it
+    #: licenses nothing here (shadow mode only); says which setting and both values
+    certificate_mismatch: str | None = None
+
+    @property
+    def certified(self) -> bool:
+        """λ comes from a calibration file that certified it for this very block (a
+        certificate, not a hand-set λ)."""
+        return (
+            self.calibration_id is not None
+            and not self.uncertified
+            and self.certificate_mismatch is None
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

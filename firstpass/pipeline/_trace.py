@@ -32,6 +32,12 @@ class Served:
     sample: int = 0  # which sample of the rung's call (the elastic probe draws several)
 
 
+def usd(value: Any) -> Any:
+    """Dollars to 12 decimals (a picodollar): sums of per-token prices carry binary float
+    noise (0.30000000000000004) that a receipt or a summary should not show."""
+    return round(value, 12) if isinstance(value, float) else value
+
+
 def _round(x: float, digits: int = 3) -> float:
     return round(x, digits)
 
@@ -122,7 +128,7 @@ class Trace:
                 status=completion.status,
                 input_tokens=completion.input_tokens,
                 output_tokens=completion.output_tokens,
-                cost_usd=cost,
+                cost_usd=usd(cost),
                 error=None,
             )
         else:
@@ -238,10 +244,13 @@ class Trace:
                 "verification": served.verification,
             },
             "cost": {
-                "total_usd": self.cost_usd,
-                "top_rung_usd": self.top_rung_cost(served),
-                "probe_usd": self.probe_cost_usd,
-                **(extra_cost or {}),
+                key: usd(value)
+                for key, value in {
+                    "total_usd": self.cost_usd,
+                    "top_rung_usd": self.top_rung_cost(served),
+                    "probe_usd": self.probe_cost_usd,
+                    **(extra_cost or {}),
+                }.items()
             },
             "timings_ms": {
                 "total": _round(total),

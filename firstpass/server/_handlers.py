@@ -59,20 +59,65 @@ PARSE_SPEC = web.AppKey("parse_spec", object)
 
 
 def resolve_mode(
-    requested: str | None, *, route: RouteConfig, config: Config, has_checks: bool
+    requested: str | None,
+    *,
+    route: RouteConfig,
+    config: Config,
+    has_checks: bool,
+    param: str = "firstpass.mode",
 ) -> str:
-    """The mode a request runs in: its own, else the elastic default, else the plain cascade."""
+    """The mode a request runs in: its own if the operator allows it, else the configured one.
+
+    A client can never license a skip itself: asking for anything but the configured mode
+    needs the route's ``client_modes`` to list it, and ``enforce`` also needs a certificate (a
+    calibration file that certified the λ in force). Refusals are 4xx errors naming why.
+    """
+    configured = config.elastic.mode if config.elastic is not None else "cascade"
     if requested in ("shadow", "enforce") and config.elastic is None:
         raise RequestError(
             f"mode {requested!r} needs the elastic policy: add [escalation.elastic] to the config",
-            param="firstpass.mode",
+            param=param,
             code="elastic_not_configured",
         )
+    if requested is not None and requested != configured:
+        if requested not in route.client_modes:
+            allowed = ", ".join(route.client_modes) or "none"
+            raise RequestError(
+                f"route {route.name!r} does not let a request choose mode {requested!r} "
+                f"(it runs {configured!r}; a request may choose: {allowed}; the operator sets "
+                "this with client_modes in the route's [[route]] table)",
+                status=403,
+                param=param,
+                code="mode_not_allowed",
+                type="permission_error",
+            )
+        if requested == "enforce":
+            elastic = config.elastic
+            assert elastic is not None  # checked above
+            if not elastic.certified:
+                if elastic.uncertified:
+                    why = f"its calibration {elastic.calibration} certified no λ"
+                elif elastic.certificate_mismatch is not None:
+                    why = (
+                        "its calibration was made for another setup "
+                        f"({elastic.certificate_mismatch})"
+                    )
+                else:
+                    why = "no calibration file certifies the λ in [escalation.elastic]"
+                raise RequestError(
+                    f"mode 'enforce' would skip the gate on route {route.name!r} without a "
+                    f"certificate: {why}. Run shadow mode and `firstpass calibrate`, then cite "
+                    "the calibration it writes",
+                    status=403,
+                    param=param,
+                    code="enforce_not_certified",
+                    type="permission_error",
+                )
     if requested == "passthrough" or not has_checks:
         return "passthrough"
     if requested is not None:
         return requested
-    return config.elastic.mode if config.elastic is not None else "cascade"
+    return configured
 
 
 def _authorized(request: web.Request, keys: frozenset[str]) -> bool:
@@ -93,6 +138,10 @@ async def _read_json(request: web.Request) -> Any:
         raise RequestError(
             f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from exc
+    except RecursionError:  # ~1,000 nested arrays in 2 KB: a 400 like any other bad body
+        raise RequestError(
+            "the request body nests too deeply to be a chat request", code="invalid_json"
+        ) from None
 
 
 def _headers(outcome: Outcome) -> dict[str, str]:
@@ -102,9 +151,12 @@ def _headers(outcome: Outcome) -> dict[str, str]:
         "X-Firstpass-Mode": outcome.mode,
         "X-Firstpass-Overhead-Ms": f"{outcome.overhead_ms:.3f}",
     }
-    regime = outcome.summary.get("regime")
-    if regime:
-        headers["X-Firstpass-Regime"] = str(regime)
+    # the elastic probe's regime; without a probe, the mode says what happened: "cascade"
+    # (every served answer went through the gate) or "passthrough" (nothing was checked)
+    regime = outcome.summary.get("regime") or (
+        "passthrough" if outcome.action == "passthrough" else outcome.mode
+    )
+    headers["X-Firstpass-Regime"] = str(regime)
     return headers
 
 
@@ -194,7 +246,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     param="firstpass.tests",
                     code="tests_required",
                 )
-            mode = resolve_mode(chat.mode, route=route, config=config, has_checks=checks.any)
+            mode = resolve_mode(
+                chat.mode,
+                route=route,
+                config=config,
+                has_checks=checks.any,
+                param=chat.mode_param,
+            )
             if mode == "passthrough":
                 checks = Checks()
             info["n_visible"] = checks.n_visible

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from firstpass.config._model import REQUEST_MODES
 from firstpass.errors import RequestError, SpecError
 from firstpass.pipeline import Checks
 from firstpass.providers import message_text, prompt_sha256
@@ -18,7 +19,7 @@ from firstpass.providers import message_text, prompt_sha256
 __all__ = ["MAX_PROBE_INPUTS", "MODES", "ChatRequest", "parse_chat_body"]
 
 #: request modes: the plain cascade, the elastic policy in shadow or enforce, or no checks at all
-MODES = ("cascade", "shadow", "enforce", "passthrough")
+MODES = REQUEST_MODES
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _FIRSTPASS_KEYS = frozenset({"tests", "setup", "entry_point", "mode", "task_id", "probe_inputs"})
@@ -37,6 +38,7 @@ class ChatRequest:
     include_usage: bool
     n: int
     mode: str | None  # None: the route's default
+    mode_param: str = "firstpass.mode"  # where the mode came from, for error messages
     checks: Checks
     task_id: str | None
     prompt_sha256: str
@@ -199,9 +201,9 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
             f"unknown key (known: {', '.join(sorted(_FIRSTPASS_KEYS))})",
         )
     mode = header_mode if header_mode is not None else fp.get("mode")
+    mode_param = "X-Firstpass-Mode" if header_mode is not None else "firstpass.mode"
     if mode is not None and mode not in MODES:
-        param = "X-Firstpass-Mode" if header_mode is not None else "firstpass.mode"
-        raise _bad(param, f"unknown mode {mode!r} (use one of {', '.join(MODES)})")
+        raise _bad(mode_param, f"unknown mode {mode!r} (use one of {', '.join(MODES)})")
     task_id = fp.get("task_id")
     if task_id is not None and not isinstance(task_id, str):
         raise _bad("firstpass.task_id", "expected a string")
@@ -227,6 +229,7 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
         include_usage=include_usage,
         n=n,
         mode=mode,
+        mode_param=mode_param,
         checks=checks,
         task_id=task_id,
         prompt_sha256=str(digest),
