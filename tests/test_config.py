@@ -829,3 +829,19 @@ def test_enforcing_a_calibration_that_certified_nothing_is_refused(tmp_path: Pat
     with pytest.raises(Err) as info:
         build(data, base_dir=tmp_path, env={"FIRSTPASS_ELASTIC_MODE": "enforce"})
     assert str(info.value).startswith("FIRSTPASS_ELASTIC_MODE:")
+
+
+def test_sandbox_limits_fail_at_load_naming_the_config_key_and_default_to_the_sandboxs() -> None:
+    """[sandbox] memory_mb = 48 fails at load as sandbox.memory_mb; defaults are Limits'."""
+    from firstpass.config._build import _sandbox
+    from firstpass.sandbox import Limits
+
+    with pytest.raises(ConfigError) as info:
+        _sandbox({"memory_mb": 48})
+    assert info.value.key_path == "sandbox.memory_mb"
+    defaults = _sandbox({}).limits()
+    assert (defaults.cpu_s, defaults.wall_s, defaults.memory_mb) == (
+        Limits().cpu_s,
+        Limits().wall_s,
+        Limits().memory_mb,
+    )

@@ -98,8 +98,12 @@ def test_unreadable_inputs_are_one_line_errors(
     assert "Traceback" not in proc.stderr
 
 
-def test_a_timeout_beyond_a_day_is_refused(tmp_path: Path, tests_file: Path) -> None:
-    """--timeout inf exits 2 naming the limit, not with the sandbox's own crash."""
-    proc = check("--code", "-", "--tests", str(tests_file), "--timeout", "inf", stdin=GOOD)
+@pytest.mark.parametrize("value", ["inf", "-1", "0"])
+def test_a_timeout_outside_a_day_is_refused_naming_the_flag(
+    tmp_path: Path, tests_file: Path, value: str
+) -> None:
+    """--timeout inf, -1 or 0 exits 2 naming --timeout (what the user typed), no traceback."""
+    proc = check("--code", "-", "--tests", str(tests_file), "--timeout", value, stdin=GOOD)
     assert proc.returncode == 2
-    assert "must be a number in (0, 86400]" in proc.stderr and "Traceback" not in proc.stderr
+    assert "--timeout: must be a number of seconds in (0, 86400]" in proc.stderr
+    assert "Traceback" not in proc.stderr and "limits." not in proc.stderr

@@ -60,6 +60,7 @@ def _read(path: str, what: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from firstpass.sandbox import Limits, Sandbox, parse_spec
+    from firstpass.sandbox._limits import MAX_SECONDS
 
     answer = _read(args.code, "--code")
     try:
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     except RecursionError:
         raise SpecError("--tests", f"{args.tests} is nested too deeply to be a test spec") from None
     spec = parse_spec(raw, entry_point=args.entry_point)
+    if args.timeout is not None and not 0 < args.timeout <= MAX_SECONDS:
+        raise SpecError("--timeout", f"must be a number of seconds in (0, {MAX_SECONDS:g}]")
     limits = Limits() if args.timeout is None else Limits(wall_s=args.timeout, cpu_s=args.timeout)
 
     async def check() -> Any:

@@ -35,13 +35,14 @@ from firstpass.config._model import (
     ServerConfig,
 )
 from firstpass.errors import ConfigError
+from firstpass.sandbox._limits import MAX_SECONDS
 
 _TOP_KEYS = ("server", "sandbox", "receipts", "provider", "route", "price", "escalation")
 _SERVER_KEYS = (
     "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s",
     "workers",
 )  # fmt: skip
-_SANDBOX_KEYS = ("concurrency", "wall_s", "cpu_s", "memory_mb", "site_packages")
+_SANDBOX_KEYS = ("concurrency", "wall_s", "cpu_s", "memory_mb", "scratch_mb", "site_packages")
 _RECEIPTS_KEYS = ("path", "fsync", "store_content", "queue_size")
 _PROVIDER_COMMON = (
     "id", "kind", "timeout_s", "connect_timeout_s", "retries", "backoff_base_s", "backoff_max_s",
@@ -127,13 +128,22 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
 def _sandbox(table: Mapping[str, Any]) -> SandboxSettings:
     p = "sandbox"
     f.check_keys(table, p, _SANDBOX_KEYS)
-    return SandboxSettings(
+    d = SandboxSettings()
+    settings = SandboxSettings(
         concurrency=f.get_int(table, "concurrency", p, 0, lo=0, hi=1024),
-        wall_s=f.get_float(table, "wall_s", p, 10.0, lo=0.0, lo_open=True, hi=86_400.0),
-        cpu_s=f.get_float(table, "cpu_s", p, 10.0, lo=0.0, lo_open=True, hi=86_400.0),
-        memory_mb=f.get_int(table, "memory_mb", p, 512, lo=32),
-        site_packages=f.get_bool(table, "site_packages", p, False),
+        wall_s=f.get_float(table, "wall_s", p, d.wall_s, lo=0.0, lo_open=True, hi=MAX_SECONDS),
+        cpu_s=f.get_float(table, "cpu_s", p, d.cpu_s, lo=0.0, lo_open=True, hi=MAX_SECONDS),
+        memory_mb=f.get_int(table, "memory_mb", p, d.memory_mb, lo=1),
+        scratch_mb=f.get_int(table, "scratch_mb", p, d.scratch_mb, lo=1),
+        site_packages=f.get_bool(table, "site_packages", p, d.site_packages),
     )
+    try:  # the sandbox's own rules, checked here so a bad value fails at load, named as typed
+        settings.limits()
+    except ConfigError as exc:
+        raise ConfigError(
+            exc.key_path.replace("limits.", f"{p}.", 1), str(exc).split(": ", 1)[-1]
+        ) from None
+    return settings
 
 
 def _receipts(table: Mapping[str, Any], base_dir: Path) -> ReceiptsConfig:

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from firstpass.errors import ConfigError
+from firstpass.sandbox._limits import Limits
 
 FsyncPolicy = Literal["always", "batch", "never"]
 ProviderKind = Literal["openai", "replay"]
@@ -49,13 +50,28 @@ class ServerConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class SandboxSettings:
-    """How the sandbox runs samples; ``concurrency = 0`` means one worker per CPU core."""
+    """How the sandbox runs samples; ``concurrency = 0`` means one worker per CPU core.
+
+    The limits' defaults are ``firstpass.sandbox.Limits``'s, written once there: ``serve`` and
+    ``check`` run samples under the same limits unless the config says otherwise.
+    """
 
     concurrency: int = 0
-    wall_s: float = 10.0
-    cpu_s: float = 10.0
-    memory_mb: int = 512
-    site_packages: bool = False
+    wall_s: float = Limits.wall_s
+    cpu_s: float = Limits.cpu_s
+    memory_mb: int = Limits.memory_mb
+    scratch_mb: int = Limits.scratch_mb
+    site_packages: bool = Limits.site_packages
+
+    def limits(self) -> Limits:
+        """The sandbox's limits for these settings (validated when the config was built)."""
+        return Limits(
+            wall_s=self.wall_s,
+            cpu_s=self.cpu_s,
+            memory_mb=self.memory_mb,
+            scratch_mb=self.scratch_mb,
+            site_packages=self.site_packages,
+        )
 
     @property
     def resolved_concurrency(self) -> int:

@@ -51,13 +51,10 @@ SandboxFactory = Callable[[Config], Any]
 
 
 def _default_sandbox(config: Config) -> Any:
-    from firstpass.sandbox import Limits, Sandbox
+    from firstpass.sandbox import Sandbox
 
     s = config.sandbox
-    limits = Limits(
-        wall_s=s.wall_s, cpu_s=s.cpu_s, memory_mb=s.memory_mb, site_packages=s.site_packages
-    )
-    return Sandbox(concurrency=s.resolved_concurrency, limits=limits)
+    return Sandbox(concurrency=s.resolved_concurrency, limits=s.limits())
 
 
 def _route_checks(config: Config, parse_spec: Any) -> dict[str, Checks]:
