@@ -310,3 +310,146 @@ async def test_a_huge_result_does_not_stall_a_small_sample_beside_it(sb: Sandbox
     assert fast.passed
     assert not slow.done() or (await slow).passed
     assert (await slow).passed
+
+
+# -- found by the red-team review of the judge-side design ------------------------------------
+
+
+async def test_a_spec_cannot_corrupt_the_resident_judge_for_later_requests(sb: Sandbox) -> None:
+    """A test reaching builtins through statistics.sys is not pure; later wrong answers fail."""
+    from firstpass.sandbox._judge import pure_spec
+
+    evil = (
+        "assert statistics.sys.modules.get('builtins').setattr("
+        "statistics.sys.modules.get('_compare'), 'values_equal', lambda a, b, c: True) is None"
+    )
+    assert not pure_spec([evil], None)
+    for probe in ("(lambda m: m.sys)(statistics)", "operator.attrgetter('x')(f)",
+                  "(x for x in ()).gi_frame.f_globals"):  # fmt: skip
+        assert not pure_spec([f"assert {probe}"], None)
+    await sb.run("def f(x):\n    return x\n", parse_spec([evil]))
+    cases = parse_spec({"entry_point": "f", "cases": [{"args": [1], "expected": 2}]})
+    for _ in range(4):  # every slot's resident judge
+        assert not (await sb.run("def f(x):\n    return -1\n", cases)).passed
+
+
+PROTOCOLS = [
+    ("callable_object", "def make():\n    return object()\n", "assert callable(make())"),
+    ("has_call", "def make():\n    return object()\n", "assert hasattr(make(), '__call__')"),
+    (
+        "iterable_abc",
+        "def make():\n    return object()\n",
+        "assert isinstance(make(), collections.abc.Iterable)",
+    ),
+    ("docstring", "def add(a, b):\n    return a + b\n", "assert add.__doc__"),
+    ("module_name", "def add(a, b):\n    return a + b\n", "assert add.__module__ != '__sample__'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "test"), [p[1:] for p in PROTOCOLS], ids=[p[0] for p in PROTOCOLS]
+)
+async def test_a_sample_object_cannot_borrow_the_stubs_own_protocols(
+    sb: Sandbox, code: str, test: str
+) -> None:
+    """callable(), hasattr, abc checks and __doc__ answer for the sample's object, as in CPython."""
+    result = await sb.run(code, parse_spec({"setup": "import collections.abc", "asserts": [test]}))
+    assert not result.passed, result
+
+
+PLAIN_PYTHON = [
+    (
+        "repr_of_object",
+        "class P:\n    def __repr__(self):\n        return 'P!'\ndef mk():\n    return P()\n",
+        "assert repr(mk()) == 'P!' and f'{mk()!r}' == 'P!'",
+    ),
+    ("next_of_generator", "def gen(n):\n    yield from range(n)\n", "assert next(gen(3)) == 0"),
+    (
+        "object_arithmetic",
+        "class V:\n    def __init__(self, x):\n        self.x = x\n"
+        "    def __add__(self, o):\n        return V(self.x + o.x)\ndef mk(x):\n    return V(x)\n",
+        "assert (mk(1) + mk(2)).x == 3",
+    ),
+    (
+        "int_of_object",
+        "class V:\n    def __int__(self):\n        return 7\ndef mk():\n    return V()\n",
+        "assert int(mk()) == 7",
+    ),
+    (
+        "hasattr_missing",
+        "class P:\n    pass\ndef mk():\n    return P()\n",
+        "assert not hasattr(mk(), 'y') and getattr(mk(), 'y', 5) == 5",
+    ),
+    ("function_name", "def add(a, b):\n    return a + b\n", "assert add.__name__ == 'add'"),
+    (
+        "sample_named_like_a_module",
+        "def calendar(y):\n    return y + 1\n",
+        "assert calendar(2020) == 2021",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("code", "test"), [p[1:] for p in PLAIN_PYTHON], ids=[p[0] for p in PLAIN_PYTHON]
+)
+async def test_more_plain_python_passes(sb: Sandbox, code: str, test: str) -> None:
+    """What the review found failing in the sandbox but not in CPython now passes."""
+    result = await sb.run(code, parse_spec([test]))
+    assert result.passed, result
+
+
+async def test_a_setup_helper_catches_the_samples_exception_by_its_type(sb: Sandbox) -> None:
+    """A helper's `except ValueError` catches the sample's ValueError, as in plain Python."""
+    spec = parse_spec(
+        {
+            "setup": "def raises(fn, x):\n    try:\n        fn(x)\n    except ValueError:\n"
+            "        return True\n    return False\n",
+            "asserts": ["assert raises(f, -1)"],
+        }
+    )
+    assert (await sb.run("def f(x):\n    if x < 0:\n        raise ValueError(x)\n", spec)).passed
+    assert not (await sb.run("def f(x):\n    return x\n", spec)).passed
+
+
+async def test_concurrent_samples_share_no_port_and_no_file_lock(sb: Sandbox) -> None:
+    """Two samples at once: each binds the same TCP port, neither can flock a host file."""
+    code = (
+        "import socket, fcntl, time\n"
+        "def probe(x):\n"
+        "    s = socket.socket()\n"
+        "    s.bind(('0.0.0.0', 45679))\n"
+        "    s.listen()\n"
+        "    time.sleep(0.3)\n"
+        "    try:\n"
+        "        with open('/etc/hostname') as f:\n"
+        "            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "        return 'locked'\n"
+        "    except OSError:\n"
+        "        return 'refused'\n"
+    )
+    spec = parse_spec(["assert probe(0) == 'refused'"])
+    results = await asyncio.gather(sb.run(code, spec), sb.run(code, spec))
+    assert all(r.passed for r in results), results
+
+
+async def test_a_sample_that_lingers_after_its_answer_does_not_hold_its_slot(sb: Sandbox) -> None:
+    """Garbage on the channel then a sleep: answered at once, and the slot is free soon after."""
+    import time
+
+    hostile = "import os, time\nos.write(3, b'\\x00\\x00\\x00\\x02hi')\ntime.sleep(30)\n"
+    spec = parse_spec(["assert f(1) == 2"])
+    assert (await sb.run(hostile, spec)).category == "sandbox_violation"
+    t0 = time.monotonic()
+    good = await asyncio.gather(*[sb.run("def f(x):\n    return x + 1\n", spec) for _ in range(4)])
+    assert all(r.passed for r in good)
+    assert time.monotonic() - t0 < 1.5  # the lingering sample's slot was swept, not waited on
+
+
+async def test_a_reference_may_print_more_than_a_sample(sb: Sandbox) -> None:
+    """A reference printing 2 MB (over a sample's 1 MB) still gives its expected values."""
+    ref = "def f(x):\n    print('x' * (2 << 20))\n    return x * 2\n"
+    spec = parse_spec(
+        {"entry_point": "f", "cases": [{"args": [1]}, {"args": [2]}], "reference": ref}
+    )
+    resolved = await sb.resolve(spec)
+    assert [c.expected for c in resolved.cases] == [2, 4]

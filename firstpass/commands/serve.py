@@ -22,14 +22,25 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from firstpass.config import ENV_HOST, ENV_PORT, load_config
+    from firstpass.errors import ConfigError
     from firstpass.server import run_server
 
     # flags go through the same overrides as the environment, so they are validated alike and
     # the config digest on every receipt reflects them
     env = dict(os.environ)
+    flags = {}
     if args.host is not None:
         env[ENV_HOST] = args.host
+        flags[ENV_HOST] = "--host"
     if args.port is not None:
         env[ENV_PORT] = str(args.port)
-    run_server(load_config(args.config, env=env))
+        flags[ENV_PORT] = "--port"
+    try:
+        config = load_config(args.config, env=env)
+    except ConfigError as exc:  # name the flag the user typed, not the variable it went through
+        for var, flag in flags.items():
+            if var in exc.key_path or var in str(exc):
+                raise ConfigError(flag, str(exc).split(": ", 1)[-1]) from None
+        raise
+    run_server(config)
     return 0

@@ -452,7 +452,12 @@ X32_SYSCALL_BIT = 0x40000000
 
 #: syscalls refused with EPERM, checked against asm/unistd_64.h (x86_64) and
 #: asm-generic/unistd.h (aarch64); tests/test_sandbox_contain.py re-checks both when present
+#: fcntl's record-lock commands: F_GETLK, F_SETLK, F_SETLKW and their open-file variants
+FCNTL_LOCK_COMMANDS = (5, 6, 7, 36, 37, 38)
 _DENY_NAMES = (
+    # file locks reach across namespaces: two samples locking one world-readable host file
+    # (/etc/hostname) could signal each other; fcntl's lock commands are refused below
+    "flock",
     # kernel keyrings persist per uid across runs: a channel from one run to the next
     "add_key",
     "request_key",
@@ -501,6 +506,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
         "reboot": 169, "swapon": 167, "swapoff": 168,
         "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "seccomp": 317,
+        "flock": 73, "fcntl": 72,
     },
     "aarch64": {
         "add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117,
@@ -512,6 +518,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106,
         "reboot": 142, "swapon": 224, "swapoff": 225,
         "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435, "seccomp": 277,
+        "flock": 32, "fcntl": 25,
     },
 }  # fmt: skip
 _AUDIT_ARCH = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
@@ -571,6 +578,7 @@ def seccomp_program(arch: str) -> list[tuple[int, int, int, int]]:
     prog += [
         ("jeq", nr["socket"], "socket"),
         ("jeq", nr["clone"], "clone"),
+        ("jeq", nr["fcntl"], "fcntl"),
         ("jeq", nr["clone3"], "enosys"),  # flags in memory BPF cannot read; libc falls back
         ("ret", SECCOMP_RET_ALLOW, ""),
         ("label", 0, "socket"),
@@ -580,6 +588,10 @@ def seccomp_program(arch: str) -> list[tuple[int, int, int, int]]:
         ("label", 0, "clone"),
         ("ld", 16, ""),  # args[0] is the flags on both ABIs
         ("jset", _CLONE_NS_FLAGS, "deny"),
+        ("ret", SECCOMP_RET_ALLOW, ""),
+        ("label", 0, "fcntl"),
+        ("ld", 24, ""),  # args[1], low 32 bits: the command
+        *[("jeq", cmd, "deny") for cmd in FCNTL_LOCK_COMMANDS],
         ("label", 0, "allow"),
         ("ret", SECCOMP_RET_ALLOW, ""),
         ("label", 0, "deny"),

@@ -68,10 +68,6 @@ class SampleError(Exception):
         super().__init__(msg)
 
 
-class SampleTypeError(SampleError, TypeError):
-    """The sample raised TypeError, which Python's own machinery (a length hint) may catch."""
-
-
 class Unsupported(Exception):
     """The test needs something that cannot cross the sandbox boundary."""
 
@@ -136,10 +132,10 @@ class Link:
             except (_codec.WireError, RecursionError, MemoryError) as exc:
                 raise Violation(f"malformed value: {exc}") from None
         if "r" in ans:
-            ref, ty = ans["r"], ans.get("ty")
-            if type(ref) is not int or type(ty) is not str:
+            ref, ty, flags = ans["r"], ans.get("ty"), ans.get("f", "")
+            if type(ref) is not int or type(ty) is not str or type(flags) is not str:
                 raise Violation("malformed reference")
-            return Remote(self, ref, ty[:100])
+            return remote_class(flags)(self, ref, ty[:100])
         cat, msg = ans.get("e"), ans.get("m")
         if cat == "nondata":
             raise Unsupported(H.short(str(msg)))
@@ -149,9 +145,7 @@ class Link:
             self.dead = True
         if cat in ("timeout", "memory_limit"):
             raise SampleFailure(cat, H.short(msg), cpu=bool(ans.get("cpu")))
-        if ans.get("x") == "TypeError":
-            raise SampleTypeError(cat, H.short(msg))
-        raise SampleError(cat, H.short(msg))
+        raise sample_exception(ans.get("x"))(cat, H.short(msg))
 
     def request(self, req: dict[str, Any]) -> Any:
         req["b"] = self.budget()
@@ -217,6 +211,8 @@ def encode_arg(value: Any) -> Any:
 
 
 def brief_repr(value: Any) -> str:
+    if isinstance(value, Remote):  # never a round trip (or the sample's words) in a message
+        return f"<{value._fp_ty} object of the sample>"
     try:
         return H.short(repr(value), 120)
     except Exception:  # a repr of plain data cannot fail, but a message must never crash
@@ -233,8 +229,19 @@ def _refuse(what: str) -> Any:
     return method
 
 
+#: dunder attributes of a sample's object the judge reads from the worker (``f.__name__``)
+_READABLE_DUNDERS = frozenset({"__name__", "__qualname__", "__annotations__", "__wrapped__"})
+
+
 class Remote:
-    """A value that lives in the worker: a function, class, or an object that is not data."""
+    """A value that lives in the worker: a function, class, or an object that is not data.
+
+    What Python asks of a type itself (``callable``, ``iter``, ``next``, ``len``,
+    ``collections.abc`` checks) follows the worker's object: each reference arrives with
+    flags saying which of those its type has, and gets a class of exactly those methods
+    (:func:`remote_class`). Names, docstrings, ``repr``, ``str``, ``format``, arithmetic and
+    attributes are round trips. Comparing, hashing and truth-testing are refused.
+    """
 
     __slots__ = ("_fp_link", "_fp_name", "_fp_ref", "_fp_ty")
 
@@ -244,13 +251,13 @@ class Remote:
         object.__setattr__(self, "_fp_ty", ty)
         object.__setattr__(self, "_fp_name", name or f"<{ty}>")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._fp_link.call(self, args, kwargs)
+    def _fp_ask(self, op: str, **extra: Any) -> Any:
+        return self._fp_link.request({"op": op, "r": self._fp_ref, **extra})
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
+        if name.startswith("__") and name.endswith("__") and name not in _READABLE_DUNDERS:
             raise AttributeError(name)
-        value = self._fp_link.request({"op": "attr", "r": self._fp_ref, "n": name})
+        value = self._fp_ask("attr", n=name)
         if isinstance(value, Remote):
             object.__setattr__(value, "_fp_name", f"{self._fp_name}.{name}")
         return value
@@ -258,33 +265,32 @@ class Remote:
     def __setattr__(self, name: str, value: Any) -> None:
         raise Unsupported("the test sets an attribute of an object of the sample")
 
-    def __iter__(self) -> Any:
-        return self._fp_link.iterate(self)
-
-    def __len__(self) -> int:
-        n = self._fp_link.request({"op": "len", "r": self._fp_ref})
-        if type(n) is not int or n < 0:
-            raise Unsupported("len() of the sample's object is not a non-negative int")
-        return n
-
-    def __contains__(self, item: Any) -> bool:
-        got = self._fp_link.request({"op": "contains", "r": self._fp_ref, "a": encode_arg(item)})
-        return got is True
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._fp_link.request({"op": "getitem", "r": self._fp_ref, "a": encode_arg(key)})
-
     def __instancecheck__(self, obj: Any) -> bool:
-        got = self._fp_link.request({"op": "inst", "r": self._fp_ref, "a": encode_arg(obj)})
-        return got is True
+        return self._fp_ask("inst", a=encode_arg(obj)) is True
 
     def __str__(self) -> str:
-        got = self._fp_link.request({"op": "str", "r": self._fp_ref})
+        got = self._fp_ask("str")
         return got if type(got) is str else ""
 
     def __repr__(self) -> str:
-        return f"<{self._fp_ty} object of the sample>"
+        got = self._fp_ask("repr")
+        return got if type(got) is str else ""
 
+    def __format__(self, spec: str) -> str:
+        got = self._fp_ask("format", a=spec)
+        return got if type(got) is str else ""
+
+    def __int__(self) -> int:
+        return _exact(self._fp_ask("unop", o="int"), int, "int()")
+
+    def __float__(self) -> float:
+        return _exact(self._fp_ask("unop", o="float"), float, "float()")
+
+    def __index__(self) -> int:
+        return _exact(self._fp_ask("unop", o="index"), int, "an index")
+
+    __doc__ = property(lambda self: self._fp_ask("attr", n="__doc__"))  # type: ignore[assignment]
+    __module__ = property(lambda self: self._fp_ask("attr", n="__module__"))  # type: ignore[assignment]
     __eq__ = _refuse("compares (==)")
     __ne__ = _refuse("compares (!=)")
     __lt__ = _refuse("orders (<)")
@@ -295,19 +301,146 @@ class Remote:
     __bool__ = _refuse("takes the truth value of")
 
 
+def _exact(value: Any, t: type, what: str) -> Any:
+    if type(value) is not t:
+        raise Unsupported(f"the sample's object did not give an exact {t.__name__} for {what}")
+    return value
+
+
+def _binop(name: str, reflected: bool) -> Any:
+    def method(self: Remote, other: Any) -> Any:
+        return self._fp_ask("binop", o=name, a=encode_arg(other), rev=reflected)
+
+    return method
+
+
+def _unop(name: str) -> Any:
+    def method(self: Remote) -> Any:
+        return self._fp_ask("unop", o=name)
+
+    return method
+
+
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+            "xor", "lshift", "rshift"):  # fmt: skip
+    setattr(Remote, f"__{_op}__", _binop(_op, False))
+    setattr(Remote, f"__r{_op}__", _binop(_op, True))
+for _op in ("neg", "pos", "abs", "invert"):
+    setattr(Remote, f"__{_op}__", _unop(_op))
+
+
+def _r_call(self: Remote, *args: Any, **kwargs: Any) -> Any:
+    return self._fp_link.call(self, args, kwargs)
+
+
+def _r_iter(self: Remote) -> Any:
+    return self._fp_link.iterate(self)
+
+
+def _r_next(self: Remote) -> Any:
+    ans = self._fp_link.ask({"op": "next", "r": self._fp_ref, "m": 1, "b": self._fp_link.budget()})
+    items = ans.get("items")
+    if type(items) is not list or type(ans.get("end")) is not bool:
+        self._fp_link.value(ans)  # a failure record: raises
+        raise Violation("malformed iteration record")
+    if not items:
+        raise StopIteration
+    if type(items[0]) is not dict:
+        raise Violation("malformed iteration record")
+    return self._fp_link.value(items[0])
+
+
+def _r_len(self: Remote) -> int:
+    n = self._fp_ask("len")
+    if type(n) is not int or n < 0:
+        raise Unsupported("len() of the sample's object is not a non-negative int")
+    return n
+
+
+def _r_contains(self: Remote, item: Any) -> bool:
+    return self._fp_ask("contains", a=encode_arg(item)) is True
+
+
+def _r_getitem(self: Remote, key: Any) -> Any:
+    return self._fp_ask("getitem", a=encode_arg(key))
+
+
+#: the worker's flag for each protocol method, and the method it gives a Remote's class
+_PROTOCOL = {
+    "c": ("__call__", _r_call),
+    "i": ("__iter__", _r_iter),
+    "n": ("__next__", _r_next),
+    "l": ("__len__", _r_len),
+    "k": ("__contains__", _r_contains),
+    "g": ("__getitem__", _r_getitem),
+}
+_REMOTE_CLASSES: dict[str, type[Remote]] = {}
+
+
+def remote_class(flags: str) -> type[Remote]:
+    """The Remote class with exactly the protocol methods ``flags`` names (cached)."""
+    key = "".join(sorted(set(flags) & set(_PROTOCOL)))
+    cls = _REMOTE_CLASSES.get(key)
+    if cls is None:
+        methods = dict(_PROTOCOL[f] for f in key)
+        # type() would put __doc__ and __module__ in the new class: keep the round trips
+        inherited = {k: Remote.__dict__[k] for k in ("__doc__", "__module__")}
+        cls = type("Remote", (Remote,), {"__slots__": (), **inherited, **methods})
+        _REMOTE_CLASSES[key] = cls
+    return cls
+
+
+_SAMPLE_EXCEPTIONS: dict[str, type[SampleError]] = {}
+
+
+def sample_exception(name: Any) -> type[SampleError]:
+    """SampleError that is also the builtin exception the sample raised (``ValueError``...),
+    so ``hasattr``, a length hint or a setup helper's ``except ValueError`` sees it as such."""
+    if type(name) is not str:
+        return SampleError
+    cls = _SAMPLE_EXCEPTIONS.get(name)
+    if cls is None:
+        base = getattr(builtins, name, None)
+        if not (isinstance(base, type) and issubclass(base, Exception)) or issubclass(
+            base, SampleError
+        ):
+            return SampleError
+        try:
+            cls = type(f"Sample{name}", (SampleError, base), {})
+        except TypeError:  # a layout conflict (an exception with its own C struct)
+            return SampleError
+        _SAMPLE_EXCEPTIONS[name] = cls
+    return cls
+
+
 # --------------------------------------------------------------------------- asserts
 
 
 def assert_names(src: str) -> tuple[Any, frozenset[str]]:
     """The compiled test expression of one assert and the free names it loads."""
+    code, names, _ = assert_uses(src)
+    return code, names
+
+
+def assert_uses(src: str) -> tuple[Any, frozenset[str], frozenset[str]]:
+    """The compiled test expression, the names it loads, and those it uses as the base of
+    ``name.attribute`` somewhere (``math.isclose``: the module; ``calendar(2020)`` alone is a
+    call of the sample's ``calendar``)."""
     tree = ast.parse(src)
     stmt = tree.body[0]
     assert isinstance(stmt, ast.Assert)  # parse_spec guarantees one assert statement
-    names = frozenset(
-        n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    )
+    loads = [
+        n for n in ast.walk(stmt.test) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    ]
+    bases = {
+        id(n.value)
+        for n in ast.walk(stmt.test)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+    }
+    names = frozenset(n.id for n in loads)
+    based = frozenset(n.id for n in loads if id(n) in bases)
     code = compile(ast.Expression(body=stmt.test), "<test>", "eval", dont_inherit=True)
-    return code, names
+    return code, names, based
 
 
 #: modules whose functions cannot change the judge's state for a later job (no seeds,
@@ -375,26 +508,41 @@ _PURE_NODES = (
 )
 
 
+#: attributes that lead from a value to frames, and from frames to globals and modules
+FRAME_ATTRS = frozenset(
+    {
+        "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "tb_frame",
+        "tb_next", "f_globals", "f_builtins", "f_locals", "f_back", "f_code", "mro",
+    }
+)  # fmt: skip
+#: module functions that reach attributes by name at run time (a string is not checked here)
+NAME_REACHERS = frozenset({("operator", "attrgetter"), ("operator", "methodcaller")})
+
+
 def pure_spec(asserts: tuple[str, ...] | list[str] | None, setup: str | None) -> bool:
     """True when judging the spec cannot change the judge process for a later job.
 
     Such a spec may be judged by a judge that lives across jobs (no fork and no cold pages per
     sample). Pure: setup only imports modules of ``PURE_MODULES``; each assert uses only
-    expressions, builtins of ``PURE_BUILTINS``, names of its own or the sample's, and no
-    attribute starting with ``_``. Anything else gets a fresh judge of its own.
+    expressions, builtins of ``PURE_BUILTINS``, names of its own or the sample's, no
+    attribute starting with ``_`` or leading to frames, and a module only as ``module.name``
+    where ``name`` is a function, class or constant of it (never a module: ``statistics.sys``
+    would reach everything). The resident judge also checks after each job that no module it
+    relies on changed (see ``Integrity``): this is the first line, that the second.
     """
     modules: set[str] = set()
     if setup:
         for stmt in ast.parse(setup).body:
             if isinstance(stmt, ast.Import):
-                names = [(a.name, a.asname) for a in stmt.names]
-                if any(n.split(".")[0] not in PURE_MODULES for n, _ in names):
+                if any(
+                    a.name not in PURE_MODULES or (a.asname or a.name) != a.name for a in stmt.names
+                ):
                     return False
-                modules.update((asname or n).split(".")[0] for n, asname in names)
+                modules.update(a.name for a in stmt.names)
             elif isinstance(stmt, ast.ImportFrom):
-                if stmt.level or (stmt.module or "").split(".")[0] not in PURE_MODULES:
+                if stmt.level or stmt.module not in PURE_MODULES:
                     return False
-                if any(a.name == "*" for a in stmt.names):
+                if any(not _pure_member(stmt.module, a.name) for a in stmt.names):
                     return False
             else:
                 return False
@@ -402,20 +550,62 @@ def pure_spec(asserts: tuple[str, ...] | list[str] | None, setup: str | None) ->
         stmt = ast.parse(src).body[0]
         if not isinstance(stmt, ast.Assert):
             return False
+        bases: set[int] = set()  # Name nodes that are the base of an attribute
+        for node in ast.walk(stmt.test):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                bases.add(id(node.value))
         for node in ast.walk(stmt.test):
             if not isinstance(node, _PURE_NODES):
                 return False
-            if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-                return False
+            if isinstance(node, ast.Attribute):
+                if node.attr.startswith("_") or node.attr in FRAME_ATTRS:
+                    return False
+                base = node.value
+                if (
+                    isinstance(base, ast.Name)
+                    and base.id in STDLIB
+                    and (base.id not in PURE_MODULES or not _pure_member(base.id, node.attr))
+                ):
+                    return False
             if isinstance(node, ast.Name):
                 name = node.id
                 if name.startswith("__"):
                     return False
                 if name in BUILTIN_NAMES and name not in PURE_BUILTINS:
                     return False
-                if name in STDLIB and name not in PURE_MODULES and name not in modules:
-                    return False
+                if name in STDLIB and id(node) not in bases:
+                    return False  # a module as a value: `(lambda m: m.sys)(statistics)`
     return True
+
+
+def _pure_member(module: str, name: str) -> bool:
+    """``module.name`` computes and cannot reach other modules or run-time attribute names."""
+    if (module, name) in NAME_REACHERS or name.startswith("_"):
+        return False
+    try:
+        value = getattr(__import__(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return not isinstance(value, type(ast))  # a module reaches everything
+
+
+class Integrity:
+    """What a resident judge relies on, by identity: the modules it runs and the pure stdlib
+    modules tests may call. After each job it checks nothing was rebound; if anything was,
+    the judge exits (T forks a fresh one) before it judges another job."""
+
+    def __init__(self) -> None:
+        names = ("builtins", "_judge", "_compare", "_codec", "_harness", *sorted(PURE_MODULES))
+        self.watched = [(n, sys.modules[n]) for n in names if n in sys.modules]
+        self.snapshot = [dict(vars(m)) for _, m in self.watched]
+        self.modules = dict(sys.modules)
+
+    def intact(self) -> bool:
+        for (_, module), before in zip(self.watched, self.snapshot, strict=True):
+            now = vars(module)
+            if now.keys() != before.keys() or any(now[k] is not v for k, v in before.items()):
+                return False
+        return all(sys.modules.get(k) is v for k, v in self.modules.items())
 
 
 def setup_imports(setup: str | None) -> str | None:
@@ -453,19 +643,26 @@ def judge_asserts(link: Link, job: dict[str, Any]) -> list[dict[str, Any] | None
     if setup_error:
         return [H.verdict(False, "runtime_error", setup_error)] * n
     entry = job.get("entry_point")
-    compiled = [assert_names(src) for src in job["tests"]]
+    uses = [assert_uses(src) for src in job["tests"]]
+    compiled: list[tuple[Any, frozenset[str]]] = []
+    modules: list[dict[str, Any]] = []  # per test: names that are the real stdlib module there
     wanted: set[str] = set()
-    for _, names in compiled:
+    for code, names, bases in uses:
+        mine: dict[str, Any] = {}
         for name in names:
             if name in ns and name != "__builtins__":
                 continue  # setup's names are the test's own
             if name in BUILTIN_NAMES and name != entry:
                 continue  # a sample's `set` or `sorted` never stands in for the real one
-            module = _stdlib_module(name)
+            # `math.isclose` is the real math, whatever the sample bound; a name used only
+            # as a value or a call (`calendar(2020)`, the entry point) is the sample's
+            module = None if name == entry or name not in bases else _stdlib_module(name)
             if module is not None:
-                ns[name] = module  # `math.isclose` is the real math, whatever the sample bound
+                mine[name] = module
                 continue
             wanted.add(name)
+        compiled.append((code, names))
+        modules.append(mine)
     order = sorted(wanted)
     fetched: dict[str, Any] = {}
     out: list[dict[str, Any] | None] = []
@@ -488,6 +685,7 @@ def judge_asserts(link: Link, job: dict[str, Any]) -> list[dict[str, Any] | None
         for name in names:
             if name in fetched and not isinstance(fetched[name], _Missing):
                 scope[name] = fetched[name]
+        scope.update(modules[i])
         out.append(_one_assert(link, code, scope))
         if out[-1] is None:  # the worker is gone: the zygote says why
             out.extend([None] * (n - len(out)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -49,8 +50,11 @@ MAX_CONCURRENCY = UID_BLOCK // (2 * N_LANES)
 #: how many resolved reference specs to keep
 RESOLVED_CACHE = 4096
 _LOCK_DIR = "/run/firstpass-sandbox"
-#: how many bytes of return values (as JSON) a reference solution may produce over all its cases
-REFERENCE_ALLOWANCE = 64 << 20
+#: how many bytes of return values (as JSON) a reference solution may produce over all its
+#: cases; each later run of the spec carries them, so they cost every run of it
+REFERENCE_ALLOWANCE = 16 << 20
+#: the stdout+stderr a reference may print (a sample's default is 1 MB)
+REFERENCE_OUTPUT_BYTES = 16 << 20
 _log = logging.getLogger("firstpass.sandbox")
 
 
@@ -573,6 +577,9 @@ class Sandbox:
                 if key in self._resolved:
                     return self._resolved[key]
                 limits = limits or self.limits
+                limits = dataclasses.replace(
+                    limits, output_bytes=max(limits.output_bytes, REFERENCE_OUTPUT_BYTES)
+                )
                 req = {
                     "op": "run",
                     "mode": "outputs",

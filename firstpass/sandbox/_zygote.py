@@ -79,7 +79,7 @@ RESIDENT_JOBS = 1000
 #: "no limit" for a resident judge's CPU rlimit
 MAX_CPU_S = 86_400.0
 #: how long an answered sample's worker may take to exit before its uid is swept
-EXIT_GRACE_S = 2.0
+EXIT_GRACE_S = 0.1
 #: how long the judge may take past the sample's deadline to report
 JUDGE_GRACE_S = 3.0
 #: the largest verdict frame a judge may send (reference outputs travel in a second frame)
@@ -134,7 +134,7 @@ def fork_standby(
                 scratch_mb=scratch_mb,
                 keep=list(cfg.get("keep") or []),
                 uid=slot_uid(cfg, slot, judge=False),
-                net=not _contain.seccomp_supported(),
+                net=True,  # a TCP port bound by one sample must not be seen by another
             )
         except OSError:
             pid, workdir = None, None
@@ -449,6 +449,7 @@ def judge_resident(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
         os.chdir("/")
         os.environ.clear()
         _contain.install_seccomp()
+        integrity = _judge.Integrity()
         for _ in range(RESIDENT_JOBS):
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
             if not msg or len(fds) != 2:
@@ -459,6 +460,9 @@ def judge_resident(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
             finally:
                 os.close(wchan)
                 os.close(zchan)
+            if not integrity.intact():  # a test changed what this process relies on
+                print("zygote: a resident judge's modules changed; replaced", file=sys.stderr)
+                break
     except BaseException:
         pass
     finally:

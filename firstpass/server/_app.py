@@ -19,6 +19,7 @@ import structlog
 from aiohttp import web
 
 from firstpass.config import Config
+from firstpass.errors import ConfigError
 from firstpass.pipeline import Checks, Pipeline
 from firstpass.providers import Provider, build_provider
 from firstpass.receipts import ReceiptWriter
@@ -245,15 +246,29 @@ def run_server(config: Config) -> None:
         return
     uv = _install_uvloop()
     log.info("starting", host=config.server.host, port=config.server.port, uvloop=uv)
+    sock = listen_socket(config)  # before anything starts: a busy port is a one-line error
     app = create_app(config)
     app.on_startup.append(_freeze_startup_objects)  # runs after every cleanup_ctx has opened
     web.run_app(
         app,
-        host=config.server.host,
-        port=config.server.port,
+        sock=sock,
         access_log=None,
         print=lambda msg: log.info("listening", detail=msg.strip()),
     )
+
+
+def listen_socket(config: Config) -> socket.socket:
+    """The server's listening socket, bound now; ConfigError naming server.port if it cannot."""
+    host, port = config.server.host, config.server.port
+    try:
+        return socket.create_server((host, port), backlog=1024)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            "server.port",
+            f"cannot listen on {host}:{port}: {why} (is another server running there? "
+            "stop it, or choose another port with --port or FIRSTPASS_PORT)",
+        ) from None
 
 
 def _serve_socket(config: Config, sock: socket.socket, index: int) -> None:
