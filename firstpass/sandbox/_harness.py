@@ -337,7 +337,7 @@ _BINOPS = {
     for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and",
                  "or", "xor", "lshift", "rshift")
 }  # fmt: skip
-_UNOPS = {
+_UNOPS: dict[str, Any] = {
     "neg": operator.neg,
     "pos": operator.pos,
     "abs": abs,

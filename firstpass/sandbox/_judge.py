@@ -281,16 +281,16 @@ class Remote:
         return got if type(got) is str else ""
 
     def __int__(self) -> int:
-        return _exact(self._fp_ask("unop", o="int"), int, "int()")
+        return int(_exact(self._fp_ask("unop", o="int"), int, "int()"))
 
     def __float__(self) -> float:
-        return _exact(self._fp_ask("unop", o="float"), float, "float()")
+        return float(_exact(self._fp_ask("unop", o="float"), float, "float()"))
 
     def __index__(self) -> int:
-        return _exact(self._fp_ask("unop", o="index"), int, "an index")
+        return int(_exact(self._fp_ask("unop", o="index"), int, "an index"))
 
-    __doc__ = property(lambda self: self._fp_ask("attr", n="__doc__"))  # type: ignore[assignment]
-    __module__ = property(lambda self: self._fp_ask("attr", n="__module__"))  # type: ignore[assignment]
+    __doc__ = property(lambda self: self._fp_ask("attr", n="__doc__"))
+    __module__ = property(lambda self: self._fp_ask("attr", n="__module__"))
     __eq__ = _refuse("compares (==)")
     __ne__ = _refuse("compares (!=)")
     __lt__ = _refuse("orders (<)")
