@@ -45,6 +45,7 @@ def stack_config(
     debug: bool = False,
     strong_k: int | None = None,
     client_modes: list[str] | None = None,
+    request_timeout_s: float = 120.0,
 ) -> Config:
     """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts."""
     data: dict[str, Any] = {
@@ -56,6 +57,7 @@ def stack_config(
             "client_keys_env": list(client_keys_env),
             "keepalive_s": keepalive_s,
             "debug": debug,
+            "request_timeout_s": request_timeout_s,
         },
         "sandbox": {"wall_s": 5.0, "cpu_s": 5.0},
         "receipts": {"path": str(receipts), "fsync": "never", "store_content": store_content},

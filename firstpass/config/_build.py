@@ -40,7 +40,7 @@ from firstpass.sandbox._limits import MAX_SECONDS
 _TOP_KEYS = ("server", "sandbox", "receipts", "provider", "route", "price", "escalation")
 _SERVER_KEYS = (
     "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s",
-    "workers",
+    "workers", "request_timeout_s",
 )  # fmt: skip
 _SANDBOX_KEYS = ("concurrency", "wall_s", "cpu_s", "memory_mb", "scratch_mb", "site_packages")
 _RECEIPTS_KEYS = ("path", "fsync", "store_content", "queue_size")
@@ -122,6 +122,15 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
         debug=f.get_bool(table, "debug", p, False),
         keepalive_s=f.get_float(table, "keepalive_s", p, 5.0, lo=0.0, lo_open=True),
         workers=f.get_int(table, "workers", p, 1, lo=1, hi=64),
+        request_timeout_s=f.get_float(
+            table,
+            "request_timeout_s",
+            p,
+            ServerConfig.request_timeout_s,
+            lo=0.0,
+            lo_open=True,
+            hi=MAX_SECONDS,
+        ),
     )
 
 

@@ -46,6 +46,9 @@ class ServerConfig:
     debug: bool = False
     keepalive_s: float = 5.0
     workers: int = 1
+    #: one deadline for the whole request (every rung, retry, sandbox run and the gate);
+    #: past it the client gets a 504 and the receipt says so
+    request_timeout_s: float = 120.0
 
 
 @dataclass(frozen=True, kw_only=True)

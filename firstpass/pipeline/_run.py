@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from firstpass.config import Config, RouteConfig, Rung
-from firstpass.errors import FirstpassError, RequestError, UpstreamError
+from firstpass.errors import FirstpassError, RequestError, UpstreamError, UpstreamTimeout
 from firstpass.pipeline._elastic import ElasticMixin
 from firstpass.pipeline._state import (
     Answer,
@@ -99,15 +99,29 @@ class Pipeline(ElasticMixin):
         )
         outcome: Outcome | None = None
         record: dict[str, Any] | None = None
+        deadline = self.config.server.request_timeout_s
         try:
-            if mode == "passthrough":
-                outcome, record = await self._passthrough(req)
-            elif mode == "shadow":
-                outcome, record = await self._shadow(req)
-            elif mode == "enforce":
-                outcome, record = await self._enforce(req)
-            else:
-                outcome, record = await self._cascade(req)
+            async with asyncio.timeout(deadline):
+                if mode == "passthrough":
+                    outcome, record = await self._passthrough(req)
+                elif mode == "shadow":
+                    outcome, record = await self._shadow(req)
+                elif mode == "enforce":
+                    outcome, record = await self._enforce(req)
+                else:
+                    outcome, record = await self._cascade(req)
+        except TimeoutError:
+            # one deadline for the whole request, however many rungs and retries it took
+            late: FirstpassError = UpstreamTimeout(
+                f"no verified answer within the request deadline of {deadline:g} s "
+                "(server.request_timeout_s)"
+            )
+            record = trace.record(
+                action="timeout",
+                served=None,
+                error={"status": 504, "type": "request_timeout", "message": str(late)},
+            )
+            outcome = Outcome(receipt_id=receipt_id, action="timeout", mode=mode, error=late)
         except asyncio.CancelledError:
             # the client went away: still one receipt, then let the cancellation through
             record = trace.record(
