@@ -15,6 +15,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from firstpass.cli import quiet_broken_pipe
 from firstpass.errors import CalibrationError, FirstpassError
 
 __all__ = ["DESCRIPTION", "add_arguments", "build_parser", "main", "run"]
@@ -198,9 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: one-line messages and exit code 2 for bad input, never a traceback."""
     args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        code = run(args)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below, not at exit
+        return code
     except FirstpassError as exc:
         print(f"calibration: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `python -m calibration ... | head`: the reader is gone
+        return quiet_broken_pipe()

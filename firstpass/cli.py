@@ -31,6 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_broken_pipe() -> int:
+    """For a CLI whose reader went away (``firstpass receipts show | head``): point stdout at
+    /dev/null so the interpreter's final flush cannot raise again; return the exit code."""
+    import os
+    import sys
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from firstpass.logs import configure_logging
 
@@ -46,12 +60,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below, not at exit
+        return code
     except FirstpassError as exc:
         print(f"firstpass {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output is gone: not an error of ours
+        return quiet_broken_pipe()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -116,3 +116,4 @@ class ChainError(ReceiptError):
 
 class CalibrationError(FirstpassError):
     """Calibration cannot run on this input or with these parameters."""
+

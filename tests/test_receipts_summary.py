@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -173,3 +175,25 @@ def test_percentile_matches_numpy_linear(values: list[float], q: float):
     assert percentile(sorted(values), q) == pytest.approx(
         float(np.percentile(values, q * 100)), rel=1e-9, abs=1e-6
     )
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
+    """`firstpass receipts summary LOG | head` ends without a BrokenPipe traceback."""
+    import subprocess
+    import sys
+
+    from firstpass.demo.runner import run_demo
+
+
+    log = tmp_path / "receipts.jsonl"
+    run_demo(receipts=log, out=io.StringIO())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "firstpass", "receipts", "summary", str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before a byte is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
