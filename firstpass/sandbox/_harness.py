@@ -397,8 +397,11 @@ def run_worker(fd: int, job: dict[str, Any]) -> None:
             }
         )
         return
-    send({"t": "load"})
     server = _Server(ns)
+    if job.get("prefetch"):  # the judge's first question, answered with the load record
+        send({"t": "load", "vals": server.handle({"op": "get", "n": job["prefetch"]})["vals"]})
+    else:
+        send({"t": "load"})
     while True:
         try:
             req = recv()

@@ -445,6 +445,7 @@ class Sandbox:
                 "setup": spec.setup,
                 "setup_imports": _setup_imports(spec.setup),
                 "pure": _pure(spec.asserts, spec.setup),
+                "prefetch": _prefetch(spec.asserts, entry_point or spec.entry_point),
                 "entry_point": entry_point or spec.entry_point,
                 "tests": list(spec.asserts),
             }
@@ -455,6 +456,7 @@ class Sandbox:
             "setup": spec.setup,
             "setup_imports": _setup_imports(spec.setup),
             "pure": True,  # cases run no test code in the judge: only a comparison
+            "prefetch": [entry_point or spec.entry_point],
             "entry_point": entry_point or spec.entry_point,
             "atol": spec.atol,
             "tests": [list(c.args) for c in spec.cases],
@@ -623,6 +625,12 @@ class Sandbox:
 def _setup_imports(setup: str | None) -> str | None:
     """The setup's import lines, which the sample may use (its helpers stay the judge's)."""
     return _judge.setup_imports(setup)
+
+
+@functools.lru_cache(maxsize=1024)
+def _prefetch(asserts: tuple[str, ...], entry: str | None) -> list[str]:
+    """What the worker reports with its load record (see ``_judge.prefetch_names``)."""
+    return _judge.prefetch_names(asserts, entry)
 
 
 @functools.lru_cache(maxsize=1024)

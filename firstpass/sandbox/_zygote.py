@@ -760,7 +760,12 @@ class Zygote:
         per_test = (
             budget if n <= 1 else max(0.1, min(budget, float(lim.get("test_s") or budget / 4)))
         )
-        wjob = {"code": req["code"], "setup_imports": req.get("setup_imports"), "load_s": budget}
+        wjob = {
+            "code": req["code"],
+            "setup_imports": req.get("setup_imports"),
+            "load_s": budget,
+            "prefetch": req.get("prefetch") or [],
+        }
         jjob = {
             "mode": job.mode,
             "setup_imports": req.get("setup_imports"),
@@ -772,6 +777,7 @@ class Zygote:
             "per_test_s": per_test,
             "load_s": budget,
             "allowance": req.get("allowance"),
+            "prefetch": req.get("prefetch") or [],
         }
         if isinstance(req.get("probe"), list):  # behaviour: outputs on the probe inputs
             jjob["probe"] = req["probe"]
