@@ -8,7 +8,10 @@ Rows (p50 / p90 over tasks x rounds, measured interleaved so that machine load h
 - ``1 sample, visible assert``: ``Sandbox.run`` on one real model sample (SpecFix samples);
 - ``5 samples, visible assert``: ``Sandbox.run_many`` on five samples of the same task;
 - ``1 sample, all hidden inputs``: the canonical solution on MBPP+ base+plus inputs (expected
-  values computed once by ``Sandbox.resolve`` before timing).
+  values computed once by ``Sandbox.resolve`` before timing);
+- ``1 sample, the visible assert 21 times``: what each further judged call costs (printed as
+  the per-call difference to the one-assert row: one judge-to-worker round trip and its
+  evaluation).
 
 The issue's targets on a 2-core machine: 5 samples ≤ 25 ms p50; per-sample overhead within 3 ms
 of the bare start. Data: ``$FIRSTPASS_DATA`` or ``<repo>/../shared/data``.
@@ -27,6 +30,9 @@ from typing import Any
 
 from benchmarks.datasets import DataMissing, load_mbppplus, load_specfix_samples, shown_asserts
 from firstpass.sandbox import Limits, Sandbox, parse_spec
+
+#: further copies of the visible assert in the per-call row
+EXTRA_CALLS = 20
 
 
 def pct(values: list[float], q: float) -> float:
@@ -60,16 +66,16 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
         if tid in tasks and len(row["samples"]) >= 5 and shown_asserts(row["requirement"])
     ]
     chosen = chosen[:: max(1, len(chosen) // n_tasks)][:n_tasks]
-    rows: dict[str, list[float]] = {k: [] for k in ("bare", "one", "five", "hidden")}
+    rows: dict[str, list[float]] = {k: [] for k in ("bare", "one", "five", "hidden", "many")}
     passes = {"five": 0, "five_n": 0, "hidden": 0, "hidden_n": 0}
     limits = Limits(cpu_s=10, wall_s=20)
     async with Sandbox(concurrency=concurrency, limits=limits) as sb:
         specs = {}
         for tid in chosen:
             task = tasks[tid]
-            visible = parse_spec(
-                shown_asserts(samples[tid]["requirement"])[:1], setup="import math"
-            )
+            shown = shown_asserts(samples[tid]["requirement"])[:1]
+            visible = parse_spec(shown, setup="import math")
+            repeated = parse_spec(shown * (1 + EXTRA_CALLS), setup="import math")
             inputs = [list(a) for a in (*task.base_inputs, *task.plus_inputs)]
             hidden = await sb.resolve(
                 parse_spec(
@@ -81,12 +87,13 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
                     }
                 )
             )
-            specs[tid] = (visible, hidden)
+            specs[tid] = (visible, hidden, repeated)
         for _ in range(2):  # warm-up
             await sb.run(samples[chosen[0]]["samples"][0], specs[chosen[0]][0])
+            await sb.run(samples[chosen[0]]["samples"][0], specs[chosen[0]][2])
         for _ in range(rounds):
             for tid in chosen:
-                visible, hidden = specs[tid]
+                visible, hidden, repeated = specs[tid]
                 five = samples[tid]["samples"][:5]
                 rows["bare"].append(await bare_start())
                 rows["one"].append((await timed(sb.run(five[0], visible)))[0])
@@ -98,12 +105,14 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
                 rows["hidden"].append(ms)
                 passes["hidden"] += result.passed
                 passes["hidden_n"] += 1
+                rows["many"].append((await timed(sb.run(five[0], repeated)))[0])
         isolation, cores = sb.isolation, os.cpu_count()
     labels = {
         "bare": "bare `python -I -S -c pass`",
         "one": "1 sample, visible assert",
         "five": "5 samples, visible assert (run_many)",
         "hidden": "1 sample, all hidden inputs",
+        "many": f"1 sample, the visible assert {1 + EXTRA_CALLS} times",
     }
     print(
         f"sandbox_bench: {len(chosen)} MBPP+ tasks x {rounds} rounds, isolation {isolation}, "
@@ -113,6 +122,8 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
     print(f"|{'-' * 42}|{'-' * 10}|{'-' * 10}|")
     for key, values in rows.items():
         print(f"| {labels[key]:40} | {statistics.median(values):8.2f} | {pct(values, 0.9):8.2f} |")
+    per_call = (statistics.median(rows["many"]) - statistics.median(rows["one"])) / EXTRA_CALLS
+    print(f"each further judged assert (one round trip to the worker): {per_call * 1000:.0f} µs")
     overhead = statistics.median(rows["one"]) - statistics.median(rows["bare"])
     print(
         f"per-sample overhead vs bare start (p50 difference): {overhead:+.2f} ms "

@@ -213,7 +213,14 @@ async def serve_forever(
     """
     if app is None:
         app = create_app(config, **app_kwargs)
-    runner = web.AppRunner(app, access_log=None, handle_signals=stop is None)
+    # a stopping server waits as long as a request may take before cancelling what is left
+    # (each cancelled request still writes its `cancelled` receipt)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=stop is None,
+        shutdown_timeout=config.server.request_timeout_s,
+    )
     await runner.setup()
     if sock is not None:
         site: web.BaseSite = web.SockSite(runner, sock)
@@ -247,14 +254,51 @@ def run_server(config: Config) -> None:
     uv = _install_uvloop()
     log.info("starting", host=config.server.host, port=config.server.port, uvloop=uv)
     sock = listen_socket(config)  # before anything starts: a busy port is a one-line error
-    app = create_app(config)
-    app.on_startup.append(_freeze_startup_objects)  # runs after every cleanup_ctx has opened
-    web.run_app(
-        app,
-        sock=sock,
-        access_log=None,
-        print=lambda msg: log.info("listening", detail=msg.strip()),
-    )
+
+    async def main() -> None:
+        app = create_app(config)
+        app.on_startup.append(_freeze_startup_objects)  # runs after every cleanup_ctx opened
+        stop = asyncio.Event()
+        drain_signals(stop, app)
+        await serve_forever(
+            config,
+            sock=sock,
+            stop=stop,
+            app=app,
+            started=lambda url: log.info("listening", url=url),
+        )
+
+    asyncio.run(main())
+
+
+def drain_signals(stop: asyncio.Event, app: web.Application) -> None:
+    """SIGINT/SIGTERM stop the server gracefully; every later one only says what it waits for.
+
+    Why: a second Ctrl-C used to exit at once, so a request in flight got an empty reply and
+    no receipt. Now every accepted request ends with exactly one receipt whatever the signals:
+    the drain waits for in-flight requests (their handlers cancelled past the shutdown timeout
+    write a ``cancelled`` receipt), then the receipt writer closes last.
+    """
+    loop = asyncio.get_running_loop()
+    count = 0
+
+    def on_signal(signame: str) -> None:
+        nonlocal count
+        count += 1
+        waiting = app[STATE].in_flight
+        if count == 1:
+            log.info("stopping", signal=signame, in_flight=waiting)
+            stop.set()
+        else:
+            log.warning(
+                "still_draining",
+                signal=signame,
+                in_flight=waiting,
+                detail="waiting for in-flight requests to finish and write their receipts",
+            )
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig.name)
 
 
 def listen_socket(config: Config) -> socket.socket:
