@@ -39,8 +39,17 @@ def leftover_files(sb: Sandbox) -> list[str]:
     if pid is None:
         return []
     tmp = Path(f"/proc/{pid}/root/tmp")
+    # an install under /tmp (a venv, a CI clone) is bound back read-only over the zygote's
+    # tmpfs: the directories leading to it are the sandbox's own, not a sample's leftovers
+    kept = {
+        Path(k).relative_to("/tmp").parts[0]
+        for k in sb._mounts.get(False, {}).get("keep", [])
+        if k.startswith("/tmp/")
+    }
     left = []
     for entry in tmp.iterdir():
+        if entry.name in kept:
+            continue
         if entry.name == f"firstpass-sandbox-{pid}":
             left.extend(str(p) for p in entry.iterdir())
         else:
