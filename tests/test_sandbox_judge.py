@@ -412,13 +412,17 @@ async def test_a_setup_helper_catches_the_samples_exception_by_its_type(sb: Sand
 
 
 async def test_concurrent_samples_share_no_port_and_no_file_lock(sb: Sandbox) -> None:
-    """Two samples at once: each binds the same TCP port, neither can flock a host file."""
+    """Two samples at once: neither can bind or listen on a port, nor flock a host file."""
     code = (
         "import socket, fcntl, time\n"
         "def probe(x):\n"
         "    s = socket.socket()\n"
-        "    s.bind(('0.0.0.0', 45679))\n"
-        "    s.listen()\n"
+        "    for step in (lambda: s.bind(('0.0.0.0', 45679)), s.listen):\n"
+        "        try:\n"
+        "            step()\n"
+        "            return 'bound'\n"
+        "        except OSError:\n"
+        "            pass\n"
         "    time.sleep(0.3)\n"
         "    try:\n"
         "        with open('/etc/hostname') as f:\n"

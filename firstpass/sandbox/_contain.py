@@ -455,6 +455,11 @@ X32_SYSCALL_BIT = 0x40000000
 #: fcntl's record-lock commands: F_GETLK, F_SETLK, F_SETLKW and their open-file variants
 FCNTL_LOCK_COMMANDS = (5, 6, 7, 36, 37, 38)
 _DENY_NAMES = (
+    # no server sockets: samples share the zygote's (empty) network namespace, where a bound
+    # port would be a channel from one sample to another; with no interface up, nothing
+    # could connect to it anyway
+    "bind",
+    "listen",
     # file locks reach across namespaces: two samples locking one world-readable host file
     # (/etc/hostname) could signal each other; fcntl's lock commands are refused below
     "flock",
@@ -506,7 +511,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "kexec_file_load": 320, "init_module": 175, "finit_module": 313, "delete_module": 176,
         "reboot": 169, "swapon": 167, "swapoff": 168,
         "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "seccomp": 317,
-        "flock": 73, "fcntl": 72,
+        "flock": 73, "fcntl": 72, "bind": 49, "listen": 50,
     },
     "aarch64": {
         "add_key": 217, "request_key": 218, "keyctl": 219, "ptrace": 117,
@@ -518,7 +523,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "kexec_file_load": 294, "init_module": 105, "finit_module": 273, "delete_module": 106,
         "reboot": 142, "swapon": 224, "swapoff": 225,
         "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435, "seccomp": 277,
-        "flock": 32, "fcntl": 25,
+        "flock": 32, "fcntl": 25, "bind": 200, "listen": 201,
     },
 }  # fmt: skip
 _AUDIT_ARCH = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}

@@ -134,7 +134,9 @@ def fork_standby(
                 scratch_mb=scratch_mb,
                 keep=list(cfg.get("keep") or []),
                 uid=slot_uid(cfg, slot, judge=False),
-                net=True,  # a TCP port bound by one sample must not be seen by another
+                # one network namespace per sample only where seccomp cannot refuse bind(),
+                # listen() and unix sockets (the channels a shared namespace would give)
+                net=not _contain.seccomp_supported(),
             )
         except OSError:
             pid, workdir = None, None
