@@ -80,6 +80,8 @@ RESIDENT_JOBS = 1000
 MAX_CPU_S = 86_400.0
 #: how long an answered sample's worker may take to exit before its uid is swept
 EXIT_GRACE_S = 0.1
+#: how long a killed worker's exit status may take before its slot is freed regardless
+EXIT_WAIT_S = 5.0
 #: how long the judge may take past the sample's deadline to report
 JUDGE_GRACE_S = 3.0
 #: the largest verdict frame a judge may send (reference outputs travel in a second frame)
@@ -237,19 +239,21 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                 for role, mine in (("w", fds[:3]), ("j", fds[3:5])):
                     if role in started:
                         continue
-                    ready = take(role, slot, scratch)
-                    if ready is None:
-                        continue
-                    try:
-                        socket.send_fds(ready.sock, [msg], mine)
-                    except OSError:
-                        with contextlib.suppress(OSError):
-                            os.kill(ready.pid, signal.SIGKILL)
+                    for _attempt in range(2):  # a standby that died meanwhile: a fresh one
+                        ready = take(role, slot, scratch)
+                        if ready is None:
+                            break
+                        try:
+                            socket.send_fds(ready.sock, [msg], mine)
+                        except OSError:
+                            with contextlib.suppress(OSError):
+                                os.kill(ready.pid, signal.SIGKILL)
+                            ready.sock.close()
+                            continue
                         ready.sock.close()
-                        continue
-                    ready.sock.close()
-                    children[ready.pid] = (role, hdr["job"])
-                    started[role] = ready.pid
+                        children[ready.pid] = (role, hdr["job"])
+                        started[role] = ready.pid
+                        break
                 for fd in fds:
                     os.close(fd)
                 if len(started) < 2:
@@ -381,8 +385,6 @@ def worker_standby(
         os.setsid()
         _only_fd(sock.fileno())
         uid = slot_uid(cfg, slot, judge=False)
-        if cgroups is not None:
-            cgroups.enter(slot)
         if cfg.get("sample_ns") and workdir is None:  # no setns here: three processes
             workdir = _contain.enter_sample_namespaces(
                 scratch_mb=scratch_mb, keep=list(cfg.get("keep") or []), uid=uid
@@ -392,9 +394,11 @@ def worker_standby(
         os.dup2(chan, 3)
         os.closerange(4, MAXFD)  # every inherited fd but the channel to the judge
         lim = hdr["limits"]
-        if cgroups is not None and hdr.get("memory_limit"):
-            with contextlib.suppress(OSError):
-                cgroups.set_limit(slot, int(hdr["memory_limit"]))
+        if cgroups is not None:  # joined only now: a standby must not share the last sample's
+            if hdr.get("memory_limit"):
+                with contextlib.suppress(OSError):
+                    cgroups.set_limit(slot, int(hdr["memory_limit"]))
+            cgroups.enter(slot)
         drop_privileges(uid)
         set_limits(lim)
         os.chdir(workdir or hdr["workdir"])
@@ -576,6 +580,7 @@ class Job:
         self.oom_before = 0
         self.killed = False
         self.exit_deadline = 0.0
+        self.sweeps_pending = 0  # sweeps of this job's uid that T has not finished
         self.marks: dict[str, float] = {}
 
     def mark(self, name: str) -> None:
@@ -917,7 +922,7 @@ class Zygote:
             return
         job.killed = True
         if job.uid is not None:
-            self.sweep_later([job.uid], None)
+            self.sweep_later([job.uid], job)
         elif "w" in job.pids:
             for target in (-job.pids["w"], job.pids["w"]):
                 with contextlib.suppress(OSError):
@@ -955,10 +960,12 @@ class Zygote:
         # answer needs its uid swept
         uids = [job.uid] if job.result is not None else [job.uid, job.judge_uid]
         if job.uid is not None and job.judge_uid is not None and not self.closing:
-            if self.cfg.get("sample_ns") and job.result is not None and not job.killed:
-                # the sample had a PID namespace of its own: once its outer process has
-                # exited, nothing of it is left (the kernel kills a namespace with its init),
-                # so the slot is free without a sweep; one that does not exit soon is swept
+            if self.cfg.get("sample_ns"):
+                # the sample had a PID namespace of its own: once its worker has exited,
+                # nothing of it is left (the kernel empties a namespace with its init), so
+                # the slot is free then, and not before (its memory cgroup is empty too)
+                if job.result is None:
+                    self.sweep_later(uids, job)  # type: ignore[arg-type]
                 self.await_exit(job)
             else:
                 self.sweep_later(uids, job)  # type: ignore[arg-type]
@@ -1023,22 +1030,37 @@ class Zygote:
         return "runtime_error", f"the sample's process exited (status {code}) before reporting"
 
     def await_exit(self, job: Job) -> None:
+        """Hold the job's slot until its worker has exited and every sweep of its uid is done.
+
+        Both matter: a sweep still queued would kill the slot's next sample (same uid), and a
+        worker still exiting would share the slot's memory cgroup with it.
+        """
         self.busy_slots.add(job.slot)
-        if job.w_status is not None:
-            self.release(job.slot)
-            return
-        job.exit_deadline = time.monotonic() + EXIT_GRACE_S
+        job.exit_deadline = time.monotonic() + (EXIT_WAIT_S if job.killed else EXIT_GRACE_S)
         self.exiting[job.id] = job
+        self.try_release(job)
+
+    def try_release(self, job: Job) -> None:
+        if job.sweeps_pending:
+            return
+        if job.id in self.exiting:
+            if job.w_status is None:
+                return
+            del self.exiting[job.id]
+        self.release(job.slot)
 
     def check_exits(self, now: float) -> None:
         for job in list(self.exiting.values()):
             if job.w_status is not None:
-                del self.exiting[job.id]
-                self.release(job.slot)
-            elif now >= job.exit_deadline:
-                del self.exiting[job.id]
-                self.busy_slots.discard(job.slot)
+                self.try_release(job)
+            elif now >= job.exit_deadline and not job.killed:
+                job.killed = True  # it did not exit after its answer: kill it, keep waiting
+                job.exit_deadline = now + EXIT_WAIT_S
                 self.sweep_later([job.uid], job)  # type: ignore[list-item]
+            elif now >= job.exit_deadline and not job.sweeps_pending:
+                del self.exiting[job.id]  # its status never came: free the slot all the same
+                print(f"zygote: the worker of job {job.id} did not exit", file=sys.stderr)
+                self.release(job.slot)
 
     def release(self, slot: int) -> None:
         self.busy_slots.discard(slot)
@@ -1046,14 +1068,15 @@ class Zygote:
             self.start_job(req)
 
     def sweep_later(self, uids: list[int], job: Job | None) -> None:
-        """Have T kill the uids (and remove the job's files); a job's slot waits for it."""
+        """Have T kill the uids (and remove the job's files); the job's slot waits for it."""
         self.sweeps += 1
         token = f"{self.sweeps}"
         self.sweeping[token] = job
         remove = []
         if job is not None:
+            job.sweeps_pending += 1
             self.busy_slots.add(job.slot)
-            if job.workdir:
+            if job.workdir and job.finished:
                 remove.append(job.workdir)
         self.tsock.send(json.dumps({"sweep": uids, "token": token, "remove": remove}).encode())
 
@@ -1061,7 +1084,9 @@ class Zygote:
         job = self.sweeping.pop(token, None)
         if job is None:
             return
-        self.release(job.slot)
+        job.sweeps_pending -= 1
+        if job.finished:  # a sweep while the job runs (its deadline) frees nothing yet
+            self.try_release(job)
 
     def respond(self, job: Job, verdicts: list[dict[str, Any]]) -> None:
         self.jobs.pop(job.id, None)
