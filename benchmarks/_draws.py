@@ -83,7 +83,9 @@ async def evaluate(
     sample's behaviour; without, behaviours stay unrecorded and the cache keys are those of a
     plain run.
     """
+    from firstpass.errors import SpecError
     from firstpass.probe import build_probe_inputs
+    from firstpass.sandbox import CasesSpec
 
     usable = [t for t in tasks if len(rows.get(t.task_id, {}).get("samples", ())) >= min_samples]
     skipped = {
@@ -91,7 +93,20 @@ async def evaluate(
         "fewer_than_k_samples": sum(
             1 for t in tasks if t.task_id in rows and len(rows[t.task_id]["samples"]) < min_samples
         ),
+        "reference_failed": 0,
     }
+    resolvable = []
+    for t in usable:  # a task whose reference fails everywhere is that task's problem only
+        try:
+            for spec in (t.visible, t.hidden):
+                if isinstance(spec, CasesSpec) and not spec.resolved:
+                    await sb.sandbox.resolve(spec)
+        except SpecError as exc:
+            skipped["reference_failed"] += 1
+            print(f"  {t.task_id}: dropped ({exc})", file=sys.stderr, flush=True)
+            continue
+        resolvable.append(t)
+    usable = resolvable
     inputs = {t.task_id: build_probe_inputs(t.visible) if probe else None for t in usable}
     jobs: list[tuple[str, Any, Any]] = []
     for t in usable:

@@ -457,3 +457,51 @@ async def test_a_reference_may_print_more_than_a_sample(sb: Sandbox) -> None:
     )
     resolved = await sb.resolve(spec)
     assert [c.expected for c in resolved.cases] == [2, 4]
+
+
+# -- found by the stress run ------------------------------------------------------------------
+
+
+async def test_a_resident_judge_killed_for_hanging_is_replaced_for_the_next_job() -> None:
+    """A pure assert the judge cannot finish: its judge is killed; the next sample is judged."""
+    async with Sandbox(concurrency=1, limits=Limits(cpu_s=2, wall_s=2)) as one:
+        hang = parse_spec(["assert f(1) == sum(range(10 ** 12))"])
+        result = await one.run("def f(x):\n    return x\n", hang)
+        assert result.category == "timeout", result
+        good = parse_spec(["assert f(1) == 2"])
+        for _ in range(3):
+            assert (await one.run("def f(x):\n    return x + 1\n", good)).passed
+
+
+async def test_closing_the_sandbox_under_running_samples_gives_no_verdict() -> None:
+    """aclose() while a sample runs: the run raises SandboxError, never a failed verdict."""
+    from firstpass.errors import SandboxError
+
+    sandbox = Sandbox(concurrency=1, limits=Limits(cpu_s=5, wall_s=10))
+    await sandbox.start()
+    run = asyncio.ensure_future(
+        sandbox.run(
+            "import time\ndef f(x):\n    time.sleep(3)\n    return x\n",
+            parse_spec(["assert f(1) == 1"]),
+        )
+    )
+    await asyncio.sleep(0.5)
+    await sandbox.aclose()
+    with pytest.raises(SandboxError, match="closed"):
+        await run
+
+
+async def test_a_failing_reference_is_remembered_not_rerun_per_sample(sb: Sandbox) -> None:
+    """A reference that fails every case raises SpecError, and again at once from the cache."""
+    import time
+
+    from firstpass.errors import SpecError
+
+    ref = "import time\ndef f(x):\n    time.sleep(0.3)\n    raise ValueError(x)\n"
+    spec = parse_spec({"entry_point": "f", "cases": [{"args": [1]}], "reference": ref})
+    with pytest.raises(SpecError):
+        await sb.resolve(spec)
+    t0 = time.monotonic()
+    with pytest.raises(SpecError):
+        await sb.resolve(spec)
+    assert time.monotonic() - t0 < 0.2

@@ -239,7 +239,10 @@ class Sandbox:
         self._resolved: OrderedDict[str, CasesSpec] = OrderedDict()  # LRU, RESOLVED_CACHE long
         self._resolving: dict[str, asyncio.Lock] = {}
         self._started = False
+        self._closing = False
         self._mounts: dict[bool, dict[str, list[str]]] = {}
+        #: spec digest -> why its reference failed (a failure is not re-run per sample)
+        self._resolve_failed: OrderedDict[str, SpecError] = OrderedDict()
 
     # ---- lifecycle
 
@@ -254,6 +257,7 @@ class Sandbox:
         """Probe isolation, claim uids and start the zygote (``async with`` does this)."""
         if self._started:
             return
+        self._closing = False
         self._iso = await detect_isolation(self._requested)
         hide = tuple(dict.fromkeys((*DEFAULT_HIDE, *self.hide)))
         missing = [p for p in self.hide if not await asyncio.to_thread(os.path.lexists, p)]
@@ -275,7 +279,11 @@ class Sandbox:
         await self._zygote(self.limits.site_packages)
 
     async def aclose(self) -> None:
-        """Stop the zygotes (they kill whatever still runs) and release the uid block."""
+        """Stop the zygotes (they kill whatever still runs) and release the uid block.
+
+        Runs still in flight then raise ``SandboxError`` (no verdict), never a failure of
+        their sample."""
+        self._closing = True
         for zyg in list(self._zygotes.values()):
             await zyg.close()
         self._zygotes.clear()
@@ -517,8 +525,14 @@ class Sandbox:
             try:
                 resp = await asyncio.wait_for(zyg.request(req), 2 * limits.wall_s + 15)
                 self._dirty.discard(slot)
+                if resp.get("aborted"):
+                    raise SandboxError("the sandbox was closed while this sample ran: no verdict")
                 return {**resp, "sandbox_restarts": restarts} if restarts else resp
             except _ZygoteDied:
+                if self._closing:
+                    raise SandboxError(
+                        "the sandbox was closed while this sample ran: no verdict"
+                    ) from None
                 # the shared machinery died: never this sample's verdict. It is restarted, and
                 # every sample it had in flight runs once more on the new one.
                 self._dirty.add(slot)
@@ -573,11 +587,15 @@ class Sandbox:
         if key in self._resolved:
             self._resolved.move_to_end(key)
             return self._resolved[key]
+        if key in self._resolve_failed:
+            raise self._resolve_failed[key]
         lock = self._resolving.setdefault(key, asyncio.Lock())
         try:
             async with lock:
                 if key in self._resolved:
                     return self._resolved[key]
+                if key in self._resolve_failed:
+                    raise self._resolve_failed[key]
                 limits = limits or self.limits
                 limits = dataclasses.replace(
                     limits, output_bytes=max(limits.output_bytes, REFERENCE_OUTPUT_BYTES)
@@ -604,7 +622,11 @@ class Sandbox:
                     else:
                         cases.append(Case(args=case.args, expected=a[0]))
                 if not cases:
-                    raise SpecError("reference", "the reference solution failed on every case")
+                    failed = SpecError("reference", "the reference solution failed on every case")
+                    self._resolve_failed[key] = failed
+                    while len(self._resolve_failed) > RESOLVED_CACHE:
+                        self._resolve_failed.popitem(last=False)
+                    raise failed
                 done = CasesSpec(
                     entry_point=spec.entry_point,
                     cases=tuple(cases),

@@ -210,6 +210,11 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                     os._exit(0)  # Z is gone
                 hdr = json.loads(msg)
                 if "sweep" in hdr:
+                    for slot in [
+                        k for k in resident if slot_uid(cfg, k, judge=True) in hdr["sweep"]
+                    ]:
+                        gone = resident.pop(slot)  # being killed: the next pure job needs a new one
+                        gone.sock.close()
                     pid = _fork_or_none()
                     if pid == 0:
                         sweeper_main(hdr["sweep"], hdr.get("remove", []))
@@ -581,6 +586,7 @@ class Job:
         self.killed = False
         self.exit_deadline = 0.0
         self.sweeps_pending = 0  # sweeps of this job's uid that T has not finished
+        self.aborted = False  # ended by the sandbox closing: no verdict, not the sample's
         self.marks: dict[str, float] = {}
 
     def mark(self, name: str) -> None:
@@ -711,6 +717,7 @@ class Zygote:
             for job in list(self.jobs.values()):
                 if job.end is None:
                     job.end, job.end_msg = "start", "the sandbox is shutting down"
+                    job.aborted = True
                     self.kill_worker(job)
             return
         for req in self.inbuf.feed(data):
@@ -1102,6 +1109,8 @@ class Zygote:
         if self.cfg.get("trace"):
             msg["trace"] = {**job.marks, "round_trips": result.get("round_trips")}
         raw = None
+        if job.aborted:
+            msg["aborted"] = True
         if job.mode == "outputs":
             msg["has_outputs"] = job.outputs_raw is not None
             raw = job.outputs_raw
