@@ -213,8 +213,7 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                     for slot in [
                         k for k in resident if slot_uid(cfg, k, judge=True) in hdr["sweep"]
                     ]:
-                        gone = resident.pop(slot)  # being killed: the next pure job needs a new one
-                        gone.sock.close()
+                        resident.pop(slot).sock.close()  # being killed: the next job forks anew
                     pid = _fork_or_none()
                     if pid == 0:
                         sweeper_main(hdr["sweep"], hdr.get("remove", []))
