@@ -116,4 +116,3 @@ class ChainError(ReceiptError):
 
 class CalibrationError(FirstpassError):
     """Calibration cannot run on this input or with these parameters."""
-
