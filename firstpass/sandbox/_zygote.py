@@ -364,6 +364,17 @@ def _only_fd(keep: int) -> None:
     os.closerange(keep + 1, MAXFD)
 
 
+def _die_with_t() -> None:
+    """PR_SET_PDEATHSIG: if T dies, this process dies too (a judge busy computing would not
+    notice its socket closing, and must not outlive the sandbox)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:  # T died before the call above took effect
+        os._exit(0)
+
+
 def _go(sock: socket.socket, nfds: int) -> tuple[dict[str, Any], list[int]]:
     """Block until T hands over this process's job header and descriptors."""
     msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, nfds)
@@ -424,6 +435,7 @@ def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
+        _die_with_t()
         _only_fd(sock.fileno())
         hdr, (wchan, zchan) = _go(sock, 2)
         os.dup2(wchan, 3)
@@ -453,6 +465,7 @@ def judge_resident(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
+        _die_with_t()
         _only_fd(sock.fileno())
         drop_privileges(slot_uid(cfg, slot, judge=True))
         set_limits(resident_limits(cfg))
