@@ -505,3 +505,12 @@ async def test_a_failing_reference_is_remembered_not_rerun_per_sample(sb: Sandbo
     with pytest.raises(SpecError):
         await sb.resolve(spec)
     assert time.monotonic() - t0 < 0.2
+
+
+async def test_a_worker_that_cannot_start_is_a_sandbox_error_not_the_samples_verdict() -> None:
+    """RLIMIT_NOFILE over the hard limit kills the worker before the sample: SandboxError."""
+    from firstpass.errors import SandboxError
+
+    async with Sandbox(concurrency=1, limits=Limits(nofile=1 << 30)) as broken:
+        with pytest.raises(SandboxError, match="not of the sample"):
+            await broken.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))

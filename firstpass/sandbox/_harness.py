@@ -389,6 +389,9 @@ def run_worker(fd: int, job: dict[str, Any]) -> None:
 
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGXCPU, _on_alarm)
+    send(
+        {"t": "ready"}
+    )  # before any sample code: a worker that dies earlier is the sandbox's fault
     # the sample gets the interpreter's usual recursion depth above the frames of this harness
     sys.setrecursionlimit(sys.getrecursionlimit() + _frame_depth() + 8)
     module = types.ModuleType("__sample__")

@@ -987,6 +987,16 @@ def run_judge(zfd: int, wfd: int, job: dict[str, Any]) -> dict[str, Any]:
         if not job.get("w_job_sent"):  # else the zygote put it in W's socket already
             H.write_all(wfd, H.encode_frame(wjob))
         try:
+            ready = H.read_frame(wfd, 1 << 10)
+        except (EOFError, OSError):
+            result["ready"] = False  # the worker died before the sample ran: not the sample's
+            raise Gone() from None
+        except (ValueError, RecursionError):
+            raise Violation("the result channel carried bytes that are not a record") from None
+        if ready != {"t": "ready"}:
+            raise Violation("the worker's first record was not its ready record")
+        result["ready"] = True
+        try:
             load = H.read_frame(wfd, H.MAX_VALUE_FRAME)
         except (EOFError, OSError):
             raise Gone() from None

@@ -527,6 +527,11 @@ class Sandbox:
                 self._dirty.discard(slot)
                 if resp.get("aborted"):
                     raise SandboxError("the sandbox was closed while this sample ran: no verdict")
+                if resp.get("fault"):  # never the sample's verdict: the sample never ran
+                    raise SandboxError(
+                        f"{resp['fault']} (a fault of the sandbox, not of the sample; the "
+                        "zygote's stderr says more)"
+                    )
                 return {**resp, "sandbox_restarts": restarts} if restarts else resp
             except _ZygoteDied:
                 if self._closing:

@@ -1123,6 +1123,8 @@ class Zygote:
         raw = None
         if job.aborted:
             msg["aborted"] = True
+        if result.get("ready") is False:  # the worker died before the sample's first line
+            msg["fault"] = "the sandbox could not start this sample's worker"
         if job.mode == "outputs":
             msg["has_outputs"] = job.outputs_raw is not None
             raw = job.outputs_raw
