@@ -400,6 +400,11 @@ def worker_standby(
         os.setsid()
         _only_fd(sock.fileno())
         uid = slot_uid(cfg, slot, judge=False)
+        if cgroups is not None:
+            # joined now, ahead of the job: a cgroup v1 attach can wait milliseconds for RCU.
+            # A standby is small, so an OOM kill in the running sample's cgroup picks the
+            # sample, and T replaces a standby that died before its job.
+            cgroups.enter(slot)
         if cfg.get("sample_ns") and workdir is None:  # no setns here: three processes
             workdir = _contain.enter_sample_namespaces(
                 scratch_mb=scratch_mb, keep=list(cfg.get("keep") or []), uid=uid
@@ -409,11 +414,9 @@ def worker_standby(
         os.dup2(chan, 3)
         os.closerange(4, MAXFD)  # every inherited fd but the channel to the judge
         lim = hdr["limits"]
-        if cgroups is not None:  # joined only now: a standby must not share the last sample's
-            if hdr.get("memory_limit"):
-                with contextlib.suppress(OSError):
-                    cgroups.set_limit(slot, int(hdr["memory_limit"]))
-            cgroups.enter(slot)
+        if cgroups is not None and hdr.get("memory_limit"):
+            with contextlib.suppress(OSError):
+                cgroups.set_limit(slot, int(hdr["memory_limit"]))
         drop_privileges(uid)
         set_limits(lim)
         os.chdir(workdir or hdr["workdir"])
