@@ -432,23 +432,33 @@ def worker_standby(
         os._exit(0)
 
 
+def _judge_boot(sock: socket.socket) -> None:
+    """A judge's first steps after T forked it: its own session, tied to T, only ``sock``."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    _die_with_t()
+    _only_fd(sock.fileno())
+
+
+def _judge_confine(cfg: dict[str, Any], slot: int, limits: dict[str, Any]) -> None:
+    """The slot's judge uid, ``limits``, no environment, the seccomp filter."""
+    drop_privileges(slot_uid(cfg, slot, judge=True))
+    set_limits(limits)
+    os.chdir("/")
+    os.environ.clear()
+    _contain.install_seccomp()
+
+
 def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
     """J: a second uid, no sample code; judge the job Z sends and answer Z. Never returns."""
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        _die_with_t()
-        _only_fd(sock.fileno())
+        _judge_boot(sock)
         hdr, (wchan, zchan) = _go(sock, 2)
         os.dup2(wchan, 3)
         os.dup2(zchan, 4)
         os.closerange(5, MAXFD)
-        drop_privileges(slot_uid(cfg, slot, judge=True))
-        set_limits(judge_limits(hdr["limits"]))
-        os.chdir("/")
-        os.environ.clear()
-        _contain.install_seccomp()
+        _judge_confine(cfg, slot, judge_limits(hdr["limits"]))
         _judge_one(4, 3)
     except BaseException:
         pass
@@ -465,16 +475,8 @@ def judge_resident(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
     sample cannot change it either. Never returns; exits after ``RESIDENT_JOBS`` jobs.
     """
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.setsid()
-        _die_with_t()
-        _only_fd(sock.fileno())
-        drop_privileges(slot_uid(cfg, slot, judge=True))
-        set_limits(resident_limits(cfg))
-        os.chdir("/")
-        os.environ.clear()
-        _contain.install_seccomp()
+        _judge_boot(sock)
+        _judge_confine(cfg, slot, resident_limits(cfg))
         integrity = _judge.Integrity()
         for _ in range(RESIDENT_JOBS):
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
@@ -908,12 +910,13 @@ class Zygote:
             ):
                 job.judged = True
                 job.mark("judged")
-                self.stop_judge(job, kill=False)
+                self.stop_judge(job)
             if job.judged:
                 self.maybe_finish(job)
                 return
 
-    def stop_judge(self, job: Job, kill: bool = True) -> None:
+    def stop_judge(self, job: Job) -> None:
+        """Stop reading the judge (its process ends by itself, or by a sweep of its uid)."""
         if job.zsock is not None:
             self.sel.unregister(job.zsock)
             job.zsock.close()
