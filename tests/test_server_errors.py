@@ -66,8 +66,12 @@ def test_malformed_json_is_a_400_in_openai_shape(live_stack: Any) -> None:
         + b"[" * 900
         + b"]" * 900
         + b"}}",
+        b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": '
+        + b"9" * 5000
+        + b"}",
+        b'{"model": "m", "messages": [{"role": "user", "content": "\\udc00"}]}',
     ],
-    ids=["deep_body", "deep_tests"],
+    ids=["deep_body", "deep_tests", "int_of_5000_digits", "lone_surrogate"],
 )
 def test_a_deeply_nested_body_is_a_400_with_its_receipt(live_stack: Any, data: bytes) -> None:
     """About 1,000 nested arrays in 2 KB: a 400 in OpenAI's shape and one receipt, no 500."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,7 +134,7 @@ async def _read_json(request: web.Request) -> Any:
     if not raw:
         raise RequestError("the request body is empty; send a JSON object", code="invalid_body")
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(
             f"the request body is not valid JSON: {exc}", code="invalid_json"
@@ -142,6 +143,23 @@ async def _read_json(request: web.Request) -> Any:
         raise RequestError(
             "the request body nests too deeply to be a chat request", code="invalid_json"
         ) from None
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise RequestError(
+            f"the request body is not usable JSON: {exc}", code="invalid_json"
+        ) from None
+    if _SURROGATE.search(raw):  # "\udc00" decodes to a lone surrogate, which is not text
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError(
+                "the request body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff): "
+                "not valid text",
+                code="invalid_json",
+            ) from None
+    return body
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _headers(outcome: Outcome) -> dict[str, str]:
@@ -221,11 +239,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         try:
             body = await _read_json(request)
-            chat = parse_chat_body(
-                body,
-                header_mode=request.headers.get("X-Firstpass-Mode"),
-                parse_spec=app[PARSE_SPEC],
-            )
+            try:
+                chat = parse_chat_body(
+                    body,
+                    header_mode=request.headers.get("X-Firstpass-Mode"),
+                    parse_spec=app[PARSE_SPEC],
+                )
+            except RecursionError:  # tests or messages nested too deeply to parse
+                raise RequestError(
+                    "the request nests too deeply to be a chat request", code="invalid_json"
+                ) from None
             info = _request_info(chat)
             route = config.route_for(chat.model)
             if route is None:
