@@ -678,6 +678,7 @@ def test_elastic_block_reads_lambda_and_its_calibration(
         calibration_id="cal-42",
         alpha=0.05,
         delta=0.1,
+        lambda_certified=True,
     )
     del base["escalation"]["elastic"]["lambda"]
     assert build(base, tmp_path).elastic.lambda_ == 0.8  # type: ignore[union-attr]

@@ -356,3 +356,18 @@ def test_a_certificate_for_another_context_is_refused_for_enforce_naming_the_key
         "http://127.0.0.1:9", tmp_path / "r.jsonl", elastic={**body, "mode": "shadow"}
     )
     assert shadow.elastic is not None and not shadow.elastic.certified
+
+
+def test_a_calibration_file_without_a_lambda_certifies_no_hand_set_lambda(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """A calibration JSON with an id but no lambda key licenses no request-chosen enforce."""
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"id": "cal_idonly"}))
+    stack = live_stack(
+        elastic=elastic("shadow", calibration=str(path), **{"lambda": 0.0}),
+        client_modes=["shadow", "enforce"],
+    )
+    err = _refusal(stack)
+    assert err.code == "enforce_not_certified"
+    assert stack.stub.completions == []

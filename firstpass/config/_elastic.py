@@ -82,6 +82,7 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
         max_gate_candidates=f.get_int(table, "max_gate_candidates", p, 1, lo=1, hi=k),
         score=score,
         uncertified=uncertified,
+        lambda_certified=cal.get("lambda") is not None and cal["lambda"] == lam,
         certificate_mismatch=(
             None
             if mismatch is None

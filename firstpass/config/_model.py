@@ -202,6 +202,8 @@ class ElasticConfig:
     #: the cited certificate was computed for another context (k, score, escalate_at): it
     #: licenses nothing here (shadow mode only); says which setting and both values
     certificate_mismatch: str | None = None
+    #: the cited file certified exactly this λ (a file without a λ certifies nothing)
+    lambda_certified: bool = False
 
     @property
     def certified(self) -> bool:
@@ -209,6 +211,7 @@ class ElasticConfig:
         certificate, not a hand-set λ)."""
         return (
             self.calibration_id is not None
+            and self.lambda_certified
             and not self.uncertified
             and self.certificate_mismatch is None
         )
