@@ -9,25 +9,30 @@ read back for calls, gate runs, cost and wall time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from benchmarks.datasets import Task
-from firstpass.config import Config, config_from_dict
+from firstpass.config import Config, config_digest, config_from_dict
+from firstpass.config._certificate import Certificate, Given, Licence, candidate_rule
 from firstpass.pipeline import Checks, Pipeline
 from firstpass.providers import build_provider
 from firstpass.receipts import ReceiptWriter
 
 __all__ = [
     "ROUTES",
+    "UNCERTIFIED_STUDY",
     "Ladder",
     "Policy",
     "RequestResult",
     "build_config",
     "run_policy",
+    "uncertified_counterfactual",
 ]
 
 #: route name -> the model name a request asks for (each route claims one)
@@ -57,6 +62,9 @@ class Policy:
     elastic: dict[str, Any] | None = None
     visible: bool = True
     hidden: bool = True
+    #: run enforce at this λ on every probed rung with no certificate behind it (a research
+    #: counterfactual, see ``uncertified_counterfactual``); ``elastic`` then cites nothing
+    uncertified_lambda: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +141,62 @@ def build_config(
     return config_from_dict(data, base_dir=receipts.parent, env={})
 
 
+#: the certificate id receipts carry under ``uncertified_counterfactual``: no calibration file
+#: has it, so a receipt of such a run can never be taken for one under a real certificate
+UNCERTIFIED_STUDY = "uncertified-study"
+
+
+def uncertified_counterfactual(config: Config, lam: float) -> Config:
+    """``config`` with every probed (route, rung) skipping the gate at ``lam``, certified by
+    nothing: what λ = ``lam`` without a certificate would cost. BENCHMARK-ONLY.
+
+    No config file, environment variable or request can express this: under enforce the proxy
+    skips the gate only where a calibration file's certificate licenses it, and refuses a
+    hand-set λ (``firstpass.config._elastic``). This helper swaps the bound ``licences`` of an
+    already validated config (an enforce block citing nothing, which on its own never skips)
+    for a stand-in certificate with id ``UNCERTIFIED_STUDY``, α = δ = 1 (no guarantee at all)
+    and the block's own k, score and escalate_at, so the pipeline runs the old fixed-λ policy
+    as a reference point. Its receipts name that id and the config digest is recomputed, so
+    they cannot pass for a certified run. Never use it outside a benchmark.
+    """
+    elastic = config.elastic
+    if elastic is None or elastic.mode != "enforce":
+        raise ValueError(
+            "the uncertified counterfactual needs an enforce [escalation.elastic] block"
+        )
+    if any(lic.certificate is not None for lic in elastic.licences.values()):
+        raise ValueError("the config already runs under a certificate: cite nothing to use this")
+    routes = {route.name: route for route in config.routes}
+    licences: dict[tuple[str, int], Licence] = {}
+    for route_name, rung in sorted(elastic.licences):
+        rung_k = routes[route_name].ladder[rung].k or elastic.k
+        given = tuple(
+            Given(rung=r, certificate=UNCERTIFIED_STUDY, lambda_=lam)
+            for (name, r) in sorted(elastic.licences)
+            if name == route_name and r < rung
+        )
+        cert = Certificate(
+            id=UNCERTIFIED_STUDY,
+            path=Path(UNCERTIFIED_STUDY),
+            route=route_name,
+            routes=(route_name,),
+            rung=rung,
+            lambda_=lam,
+            method="ltt",
+            alpha=1.0,
+            delta=1.0,
+            score=elastic.score,
+            k=rung_k,
+            escalate_at=elastic.escalate_at,
+            candidate_rule=candidate_rule(elastic.score),
+            given=given,
+        )
+        licences[(route_name, rung)] = Licence(certificate=cert)
+    bound = dataclasses.replace(elastic, licences=MappingProxyType(licences))
+    changed = dataclasses.replace(config, elastic=bound)
+    return dataclasses.replace(changed, digest=config_digest(changed))
+
+
 @dataclass
 class _CapturingWriter:
     """A real ``ReceiptWriter`` that also hands each record back to the benchmark."""
@@ -188,6 +252,8 @@ async def run_policy(
     config = await asyncio.to_thread(
         build_config, ladder, receipts, seed=seed, elastic=policy.elastic
     )
+    if policy.uncertified_lambda is not None:
+        config = uncertified_counterfactual(config, policy.uncertified_lambda)
     providers = {p.id: build_provider(p, session=None) for p in config.providers}
     await asyncio.gather(*(p.start() for p in providers.values()))
     writer = _CapturingWriter(ReceiptWriter(receipts, fsync="batch"))

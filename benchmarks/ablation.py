@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -64,7 +65,7 @@ def ablation_policies(args: argparse.Namespace, lambdas: dict[str, dict[str, Any
             out.append(elastic_policy(f"D + elastic probe α={alpha}", args.k, cal))
     if args.uncertified_lambda is not None:
         p = uncertified_policy(args.k, args.uncertified_lambda)
-        out.append(Policy(name=f"D' {p.name}", route=p.route, mode=p.mode, elastic=p.elastic))
+        out.append(dataclasses.replace(p, name=f"D' {p.name}"))
     return out
 
 

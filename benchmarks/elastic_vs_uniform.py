@@ -74,9 +74,16 @@ def elastic_policy(name: str, k: int, cal: dict[str, Any], score: str = "pass_sh
 
 
 def uncertified_policy(k: int, lam: float, score: str = "pass_share") -> Policy:
-    """Enforce mode at a fixed λ no calibration vouches for: a reference point, never advice."""
-    elastic = {"k": k, "lambda": lam, "escalate_at": 0, "mode": "enforce", "score": score}
-    return Policy(name=f"elastic λ={lam:g} uncertified", route="cascade", mode="enforce", elastic=elastic)
+    """Enforce mode at a fixed λ no calibration vouches for: a reference point, never advice.
+
+    No config can enforce a hand-set λ; the run applies it after the config is built
+    (``benchmarks._e2e.uncertified_counterfactual``, a benchmark-only counterfactual).
+    """
+    elastic = {"k": k, "escalate_at": 0, "mode": "enforce", "score": score}
+    return Policy(
+        name=f"elastic λ={lam:g} uncertified", route="cascade", mode="enforce", elastic=elastic,
+        uncertified_lambda=lam,
+    )
 
 
 def policies(args: argparse.Namespace, lambdas: dict[str, dict[str, Any]]) -> list[Policy]:

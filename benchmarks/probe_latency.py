@@ -31,11 +31,27 @@ from typing import Any
 
 import openai
 
+from benchmarks._e2e import uncertified_counterfactual
 from benchmarks.datasets import DataMissing, load_mbppplus
 from tests.server_harness import CHEAP, MODEL, LiveStack
 from tests.stub_upstream import Reply
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+#: the λ the enforce rows run at; no calibration certifies it (this measures time, not risk)
+LAMBDA = 0.9
+
+
+class _UncertifiedStack(LiveStack):
+    """The live stack with enforce at ``LAMBDA`` on every probed rung and no certificate behind
+    it (``benchmarks._e2e.uncertified_counterfactual``: a benchmark-only counterfactual no config
+    can express), so k/k passing samples are served without the gate and the probe's own wall
+    time is what is measured."""
+
+    async def _start_server(self) -> str:
+        self.config = uncertified_counterfactual(self.config, LAMBDA)
+        return await super()._start_server()
 
 
 def _fenced(code: str) -> str:
@@ -74,9 +90,9 @@ def run_setting(
     reps: int,
     score: str = "pass_share",
 ) -> dict[str, Any]:
-    elastic = {"k": k, "lambda": 0.9, "escalate_at": 0, "mode": "enforce", "score": score}
+    elastic = {"k": k, "escalate_at": 0, "mode": "enforce", "score": score}
     with tempfile.TemporaryDirectory() as tmp:
-        stack = LiveStack(
+        stack = _UncertifiedStack(
             Path(tmp) / "r.jsonl", honours_n=honours_n, elastic=elastic, timeout_s=30.0
         )
         try:

@@ -7,6 +7,7 @@ process applies, so where a row comes from never changes what it says.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,15 @@ from firstpass.errors import CalibrationError
 __all__ = [
     "LEVEL_TOLERANCE",
     "MAX_K",
+    "OTHER_SCORE",
     "PASS_SHARE",
     "RowValues",
     "bad",
     "is_number",
     "pass_share_levels",
     "receipt_values",
+    "recorded_score",
+    "rung_probe",
     "snap",
 ]
 
@@ -75,24 +79,59 @@ def _get(record: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def receipt_values(path: Path | str, lineno: int, record: Any, score: str) -> RowValues | str:
+#: the skip reason of a receipt recorded under another score (its label belongs to that
+#: score's candidate); ``read_receipts`` refuses a log that has any
+OTHER_SCORE = "recorded under score "
+
+
+def recorded_score(probe: dict[str, Any]) -> Any:
+    """The score a probe was recorded under (receipts from before the field: ``pass_share``)."""
+    named = probe.get("score")
+    return named.get("name") if isinstance(named, dict) else PASS_SHARE
+
+
+def rung_probe(probe: dict[str, Any], rung: int) -> dict[str, Any] | None:
+    """The probe record of ``rung``: the receipt's ``probe`` itself for rung 0, else the entry
+    of ``probe.later`` shadow wrote when elastic would have reached that rung."""
+    if rung == 0:
+        return probe
+    for entry in probe.get("later") or ():
+        if isinstance(entry, dict) and entry.get("rung") == rung:
+            return entry
+    return None
+
+
+def receipt_values(
+    path: Path | str, lineno: int, record: Any, score: str, rung: int = 0
+) -> RowValues | str:
     """One receipt as (score, failed, k, c, route name), or the reason it is skipped.
 
-    Reads ``mode``, ``probe`` (``k``, ``pass_count``, ``scores``), ``decision.gate_label`` and
-    ``route``, nothing else. Values of the wrong type raise ``CalibrationError`` naming the line.
+    Reads ``mode``, ``probe`` (``k``, ``pass_count``, ``scores``, ``score.name``; for a higher
+    rung its ``probe.later`` entry, whose ``gate_label`` and ``given`` come with it),
+    ``decision.gate_label`` and ``route``, nothing else. For ``rung`` > 0 the route name is
+    ``json.dumps([route, given])``: the lower rungs' policy is part of that rung's context, and
+    ``read_receipts`` splits it off. Values of the wrong type raise ``CalibrationError`` naming
+    the line.
     """
     if not isinstance(record, dict):
         raise bad(path, lineno, "each receipt must be a JSON object")
     if record.get("mode") != "shadow":
         return "not shadow mode"
-    probe = record.get("probe")
-    if not isinstance(probe, dict):
+    top = record.get("probe")
+    if not isinstance(top, dict):
         return "no probe"
-    label = _get(record, "decision.gate_label")
+    probe = rung_probe(top, rung)
+    if probe is None:
+        return f"no probe of rung {rung} (elastic would not have reached it)"
+    label = probe.get("gate_label") if rung else _get(record, "decision.gate_label")
     if label is None:
         return "no gate label"
+    where = f"probe.later[rung {rung}]" if rung else "decision"
     if type(label) is not bool:
-        raise bad(path, lineno, f'"decision.gate_label" must be true, false or null, got {label!r}')
+        raise bad(path, lineno, f'"{where}.gate_label" must be true, false or null, got {label!r}')
+    recorded = recorded_score(probe)
+    if recorded != score:
+        return f"{OTHER_SCORE}{recorded!r}"
     k, c = probe.get("k"), probe.get("pass_count")
     if type(k) is not int or not 1 <= k <= MAX_K:
         raise bad(path, lineno, f'"probe.k" must be an integer in [1, {MAX_K}], got {k!r}')
@@ -112,4 +151,6 @@ def receipt_values(path: Path | str, lineno: int, record: Any, score: str) -> Ro
         value, _ = snap(path, lineno, raw, list(pass_share_levels(k)))
     route = record.get("route")
     name = route if isinstance(route, str) else None
+    if rung:
+        name = json.dumps([name, probe.get("given") or []], sort_keys=True)
     return value, not label, k, c, name

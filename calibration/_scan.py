@@ -49,6 +49,8 @@ class _Probe(msgspec.Struct, gc=False):
     k: Any = None
     pass_count: Any = None
     scores: Any = None
+    score: Any = None
+    later: Any = None
 
 
 class _Decision(msgspec.Struct, gc=False):
@@ -65,20 +67,20 @@ class _Receipt(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(_Receipt)
 
 
-def fast_row(raw: bytes | memoryview, score: str) -> RowValues | str | None:
+def fast_row(raw: bytes | memoryview, score: str, rung: int = 0) -> RowValues | str | None:
     """One receipt line as ``receipt_values`` gives it after a full ``json`` parse, or ``None``
     when the line must be parsed fully (undecodable here, or a rule it breaks must be reported
     with its line number)."""
     try:
-        return _row(_DECODER.decode(raw), score)
+        return _row(_DECODER.decode(raw), score, rung)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
-def _row(r: _Receipt, score: str) -> RowValues | str | None:
+def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
     """``fast_row`` for a decoded line."""
     probe, decision = r.probe, r.decision
-    if r.mode == "shadow" and probe is not None and decision is not None:
+    if rung == 0 and r.mode == "shadow" and probe is not None and decision is not None:
         label, k, c, route = decision.gate_label, probe.k, probe.pass_count, r.route
         if (  # the common shape, checked inline; anything else takes the general rules below
             score == PASS_SHARE
@@ -88,21 +90,34 @@ def _row(r: _Receipt, score: str) -> RowValues | str | None:
             and 0 <= c <= k
             and 1 <= k <= MAX_K
             and (route is None or type(route) is str)
+            and _pass_share_recorded(probe.score)
         ):
             return c / k, not label, k, c, route
     record: dict[str, Any] = {"mode": r.mode, "route": r.route}
     if probe is not None:
-        record["probe"] = {"k": probe.k, "pass_count": probe.pass_count, "scores": probe.scores}
+        record["probe"] = {
+            "k": probe.k,
+            "pass_count": probe.pass_count,
+            "scores": probe.scores,
+            "score": probe.score,
+            "later": probe.later,
+        }
     if decision is not None:
         record["decision"] = {"gate_label": decision.gate_label}
     try:
-        return receipt_values("", 0, record, score)
+        return receipt_values("", 0, record, score, rung)
     except CalibrationError:
         return None
 
 
+def _pass_share_recorded(named: Any) -> bool:
+    """The probe was recorded under the pass-share score (or before receipts named it)."""
+    return named is None or (type(named) is dict and named.get("name") == PASS_SHARE)
+
+
 _mode, _probe, _decision, _route = (attrgetter(n) for n in ("mode", "probe", "decision", "route"))
 _k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_label")
+_pscore = attrgetter("score")
 
 
 def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
@@ -113,6 +128,8 @@ def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
         return None
     probes, decisions = list(map(_probe, rows)), list(map(_decision, rows))
     if None in probes or None in decisions:
+        return None
+    if not all(map(_pass_share_recorded, map(_pscore, probes))):
         return None
     ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
     routes = list(map(_route, rows))
@@ -158,7 +175,9 @@ class Span:
     slow: tuple[tuple[int, bytes], ...] = ()
 
 
-def scan_span(path: str, start: int, end: int, score: str, *, mapped: bool = False) -> Span:
+def scan_span(
+    path: str, start: int, end: int, score: str, rung: int = 0, *, mapped: bool = False
+) -> Span:
     """Verify and read the lines in bytes ``[start, end)`` of a log (both on line starts).
 
     ``mapped`` (the pool's workers): only the span is memory-mapped, pre-faulted where the OS
@@ -178,7 +197,7 @@ def scan_span(path: str, start: int, end: int, score: str, *, mapped: bool = Fal
                 block = fh.read(end - start)
                 if len(block) != end - start:
                     return Span(lines=0, chain_ok=False)
-                return _scan(block, memoryview(block), 0, len(block), score)
+                return _scan(block, memoryview(block), 0, len(block), score, rung)
             base = start - start % mmap.ALLOCATIONGRANULARITY
             if hasattr(mmap, "MAP_SHARED"):
                 flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
@@ -190,12 +209,12 @@ def scan_span(path: str, start: int, end: int, score: str, *, mapped: bool = Fal
     with buf:
         view = memoryview(buf)
         try:
-            return _scan(buf, view, start - base, end - base, score)
+            return _scan(buf, view, start - base, end - base, score, rung)
         finally:
             view.release()
 
 
-def _scan(buf: Any, view: memoryview, start: int, end: int, score: str) -> Span:
+def _scan(buf: Any, view: memoryview, start: int, end: int, score: str, rung: int) -> Span:
     if buf[end - 1] != 10:  # the span does not end with a newline: a truncated last line
         return Span(lines=0, chain_ok=False)
     if not _utf8(view, start, end):  # the sequential reader decodes strict UTF-8; so must this
@@ -208,7 +227,7 @@ def _scan(buf: Any, view: memoryview, start: int, end: int, score: str) -> Span:
             return Span(lines=0, chain_ok=False)
         if not chain.starts:
             return Span(lines=0, chain_ok=True)
-        return _rows(buf, view, chain, end, score)
+        return _rows(buf, view, chain, end, score, rung)
     finally:
         if collecting:
             gc.enable()
@@ -301,13 +320,13 @@ def _decode_all(view: memoryview, chain: _Chain, end: int) -> list[_Receipt] | N
         return None
 
 
-def _rows(buf: Any, view: memoryview, chain: _Chain, end: int, score: str) -> Span:
+def _rows(buf: Any, view: memoryview, chain: _Chain, end: int, score: str, rung: int) -> Span:
     """Decode the lines whose chain verified: all at once and checked by column when they are
     all labelled pass-share rows (the log a shadow deployment writes); line by line otherwise."""
     starts = chain.starts
     n = len(starts)
     decoded = None if chain.parsed else _decode_all(view, chain, end)
-    if decoded is not None and score == PASS_SHARE:
+    if decoded is not None and score == PASS_SHARE and rung == 0:
         cols = _columns(decoded)
         if cols is not None:
             names: dict[str | None, int] = {}
@@ -337,13 +356,13 @@ def _rows(buf: Any, view: memoryview, chain: _Chain, end: int, score: str) -> Sp
         out: RowValues | str | None
         if i in chain.parsed:
             try:
-                out = receipt_values("", 0, chain.parsed[i], score)
+                out = receipt_values("", 0, chain.parsed[i], score, rung)
             except CalibrationError:
                 out = None  # the caller parses it again and names the line
         elif decoded is not None:
-            out = _row(decoded[i], score)
+            out = _row(decoded[i], score, rung)
         else:
-            out = fast_row(line, score)
+            out = fast_row(line, score, rung)
         if out is None:
             slow.append((i, bytes(line)))
         elif isinstance(out, str):

@@ -42,18 +42,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--alpha",
         type=float,
         default=0.05,
-        help="tolerated served-failure rate among requests that skip the gate (default 0.05)",
+        help="ltt: tolerated served-failure rate among requests that skip the gate; crc: "
+        "tolerated rate of requests that skip the gate AND fail it, over all requests "
+        "(default 0.05)",
     )
     parser.add_argument(
         "--delta",
         type=float,
         default=0.05,
-        help="tolerated chance that the calibration data misleads (LTT; default 0.05)",
+        help="ltt only: tolerated chance that the calibration data misleads (default 0.05); "
+        "crc has no δ (its bound holds in expectation)",
     )
     parser.add_argument(
         "--method",
         default="ltt",
-        help="ltt (Learn then Test, default) or crc (conformal risk control)",
+        help="ltt (Learn then Test, default): among requests that skip the gate, failures ≤ α "
+        "with confidence 1 − δ; crc (conformal risk control): P(skip and fail) ≤ α in "
+        "expectation, which does NOT bound the rate among skips",
     )
     parser.add_argument(
         "--holdout",
@@ -82,7 +87,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="elastic escalates at once when the visible pass count is <= C (default 0; -1: never)",
     )
     parser.add_argument(
-        "--by-route", action="store_true", help="also calibrate each route separately"
+        "--by-route",
+        action="store_true",
+        help="one certificate per route (else one for the pooled traffic of all routes)",
+    )
+    parser.add_argument(
+        "--rung",
+        type=int,
+        default=0,
+        metavar="R",
+        help="receipts: calibrate the probes of rung R (default 0, the cheapest). A higher rung "
+        "needs its own k in the ladder; shadow probes it on the requests elastic would send "
+        "there, under the lower rungs' policy at the time, which its certificate records",
     )
     parser.add_argument(
         "--score",
@@ -157,12 +173,17 @@ def run(args: argparse.Namespace) -> int:
     if args.study is not None:
         if args.score != data_mod.PASS_SHARE:
             raise CalibrationError("--score applies to receipts; study rows carry their own score")
+        if args.rung:
+            raise CalibrationError("--rung applies to receipts; a study file has one rung")
         labelled = data_mod.read_study(args.study, progress=_progress)
     else:
+        if args.rung < 0:
+            raise CalibrationError(f"--rung must be >= 0, got {args.rung}")
         labelled = data_mod.read_receipts(
             args.receipts,
             allow_unverified=args.allow_unverified,
             score=args.score,
+            rung=args.rung,
             progress=_progress_and_prefetch,
         )
     from calibration import report

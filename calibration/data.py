@@ -31,6 +31,7 @@ import numpy.typing as npt
 from calibration._rows import (
     LEVEL_TOLERANCE,
     MAX_K,
+    OTHER_SCORE,
     PASS_SHARE,
     RowValues,
     bad,
@@ -99,6 +100,10 @@ class Labelled:
     level_sets: tuple[tuple[float, ...], ...]
     score_name: str
     source: Source
+    #: which rung of the ladder these rows are probes of (0: the cheapest)
+    rung: int = 0
+    #: the lower probed rungs' policy while these rows were collected (rung > 0 only)
+    given: tuple[dict[str, Any], ...] = ()
 
     @property
     def n(self) -> int:
@@ -145,6 +150,8 @@ class Labelled:
         for arr in (self.score, self.failed, self.k, self.pass_count, self.route):
             h.update(np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")).tobytes())
         h.update(json.dumps(list(self.route_names)).encode())
+        if self.rung:  # rung-0 digests stay what they were before rungs were calibrated
+            h.update(json.dumps([self.rung, list(self.given)], sort_keys=True).encode())
         return "sha256:" + h.hexdigest()
 
 
@@ -446,9 +453,16 @@ def read_receipts(
     *,
     allow_unverified: bool = False,
     score: str = PASS_SHARE,
+    rung: int = 0,
     progress: Progress | None = None,
 ) -> Labelled:
     """Read shadow receipts into labelled rows, after verifying each file's hash chain.
+
+    ``rung`` 0 reads each receipt's probe of the cheapest rung; a higher rung reads the probe
+    shadow drew there when elastic would have reached it (``probe.later``), labelled the same
+    way. A log holding receipts recorded under another score than ``score`` is refused: their
+    labels belong to that score's candidate, which may be another sample. So is a higher rung
+    whose receipts were collected under different lower-rung policies (``given``).
 
     A broken chain raises ``CalibrationError`` unless ``allow_unverified``; then every line that
     parses is used and ``source.chain_problems`` says what was wrong. Receipts that are not
@@ -476,8 +490,8 @@ def read_receipts(
     with _Pool() as pool:
         for path in files:
             _check_receipt_file(path)
-            log = _LogRows(path, score)
-            head = _scan_log(path, score, pool, log, progress)
+            log = _LogRows(path, score, rung)
+            head = _scan_log(path, score, rung, pool, log, progress)
             if head is not None:
                 n_lines += log.commit(sets, routes, skipped, columns)
                 heads.append(head)
@@ -493,9 +507,20 @@ def read_receipts(
                         "(pass --allow-unverified to use its lines anyway)"
                     )
                 problems.append(f"{problem}; {chain.n_lines} lines verified before it")
-            n_lines += _read_parsed(path, chain.ok, score, sets, routes, skipped, columns, progress)
+            n_lines += _read_parsed(
+                path, chain.ok, score, rung, sets, routes, skipped, columns, progress
+            )
             heads.append(chain.head)
             digests.append(None if chain.ok else _file_sha256(path))
+    other = {r: n for r, n in skipped.items() if r.startswith(OTHER_SCORE)}
+    if other:
+        named = ", ".join(f"{n} {r}" for r, n in sorted(other.items()))
+        raise CalibrationError(
+            f"{named} in {', '.join(map(str, files))}, calibrating score {score!r}: a receipt's "
+            "gate label belongs to the candidate of the score it was recorded under, which can "
+            "be another sample. Calibrate with --score set to the score the shadow run used, "
+            "or collect shadow receipts under the score you want to certify (one score per log)"
+        )
     cols = [np.concatenate(parts) for parts in zip(*columns, strict=True)] if columns else []
     if not cols or not cols[0].size:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "no lines"
@@ -514,18 +539,50 @@ def read_receipts(
         verified=not problems,
         chain_problems=tuple(problems),
     )
+    route_names: tuple[str | None, ...] = tuple(routes.names)
+    given: tuple[dict[str, Any], ...] = ()
+    if rung:
+        route_names, given = _split_given(route_names, rung)
     return Labelled(
         score=cols[0],
         failed=cols[1],
         k=cols[2],
         pass_count=cols[3],
         route=cols[4],
-        route_names=tuple(routes.names),
+        route_names=route_names,
         level_set=cols[5],
         level_sets=tuple(sets.sets),
         score_name=score,
         source=source,
+        rung=rung,
+        given=given,
     )
+
+
+def _split_given(
+    names: tuple[str | None, ...], rung: int
+) -> tuple[tuple[str | None, ...], tuple[dict[str, Any], ...]]:
+    """A higher rung's row names are ``[route, given]``: the routes, and the one lower-rung
+    policy they were all collected under (a mix is refused: its rows reached the rung by
+    different rules, so no one population stands behind them)."""
+    routes: list[str | None] = []
+    givens: set[str] = set()
+    for name in names:
+        route, given = json.loads(name) if name is not None else (None, [])
+        routes.append(route)
+        givens.add(json.dumps(given, sort_keys=True))
+    if len(givens) > 1:
+        shown = "; ".join(sorted(givens))
+        raise CalibrationError(
+            f"the rung-{rung} receipts were collected under {len(givens)} different lower-rung "
+            f"policies ({shown}): who reaches rung {rung} depends on them. Calibrate receipts "
+            "collected under one (the config the lower rungs now run), e.g. only the log "
+            "written since their certificate was cited"
+        )
+    if len(set(routes)) != len(routes):  # cannot happen with one policy; keep codes 1:1
+        raise CalibrationError(f"rung {rung}: a route appears under two names")
+    given = json.loads(givens.pop()) if givens else []
+    return tuple(routes), tuple(given)
 
 
 def _check_receipt_file(path: Path) -> None:
@@ -551,6 +608,7 @@ def _read_parsed(
     path: Path,
     verified: bool,
     score: str,
+    rung: int,
     sets: _LevelSets,
     routes: _Routes,
     skipped: dict[str, int],
@@ -573,7 +631,7 @@ def _read_parsed(
                     raise _json_error(path, lineno, text)
                 skipped[unparseable] = skipped.get(unparseable, 0) + 1
                 continue
-            outcome = receipt_values(path, lineno, record, score)
+            outcome = receipt_values(path, lineno, record, score, rung)
             if isinstance(outcome, str):
                 skipped[outcome] = skipped.get(outcome, 0) + 1
             else:
@@ -607,8 +665,8 @@ class _LogRows:
     raised at ``commit`` (a broken chain is reported first, as the sequential path does).
     """
 
-    def __init__(self, path: Path, score: str) -> None:
-        self.path, self.score = path, score
+    def __init__(self, path: Path, score: str, rung: int = 0) -> None:
+        self.path, self.score, self.rung = path, score, rung
         self.routes, self.sets = _Routes(), _LevelSets()
         self.skipped: dict[str, int] = {}
         self.columns: list[_Columns] = []
@@ -674,7 +732,7 @@ class _LogRows:
                 raise bad(self.path, lineno, f"not UTF-8 text ({exc.reason})") from exc
             except (ValueError, RecursionError):
                 raise _json_error(self.path, lineno, raw.decode("utf-8")) from None
-            outcome = receipt_values(self.path, lineno, record, self.score)
+            outcome = receipt_values(self.path, lineno, record, self.score, self.rung)
             if isinstance(outcome, str):
                 self.skipped[outcome] = self.skipped.get(outcome, 0) + 1
             else:
@@ -767,7 +825,7 @@ class _Pool:
 
 
 def _scan_log(
-    path: Path, score: str, pool: _Pool, rows: _LogRows, progress: Progress | None
+    path: Path, score: str, rung: int, pool: _Pool, rows: _LogRows, progress: Progress | None
 ) -> str | None:
     """Read a log in one pass, span by span into ``rows``; the chain head when the whole chain
     verified that way, ``None`` otherwise (then the caller verifies it sequentially, which says
@@ -800,7 +858,7 @@ def _scan_log(
     executor = pool.get() if size >= PARALLEL_BYTES and len(ranges) > 1 else None
     if executor is not None:
         futures = [
-            executor.submit(scan_span, str(path), a, b, score, mapped=True) for a, b in ranges
+            executor.submit(scan_span, str(path), a, b, score, rung, mapped=True) for a, b in ranges
         ]
         try:
             for future in futures:
@@ -816,6 +874,6 @@ def _scan_log(
             if read:
                 return None  # rare: rows half taken; the sequential path starts afresh
     for a, b in ranges:
-        if not take(scan_span(str(path), a, b, score)):
+        if not take(scan_span(str(path), a, b, score, rung)):
             return None
     return head.decode()

@@ -122,6 +122,11 @@ class Calibration:
     score_name: str
     source: Source
     data_digest: str
+    #: the rung calibrated, and the lower rungs' policy its rows were collected under
+    rung: int = 0
+    given: tuple[dict[str, Any], ...] = ()
+    #: the routes in the data (a pooled certificate covers these)
+    route_names: tuple[str | None, ...] = ()
 
 
 def level_label(level: float, k: int | None) -> str:
@@ -156,6 +161,11 @@ def calibrate(data: Labelled, settings: Settings) -> Calibration:
         score_name=data.score_name,
         source=data.source,
         data_digest=data.digest(),
+        rung=data.rung,
+        given=data.given,
+        route_names=tuple(
+            name for code, name in enumerate(data.route_names) if (data.route == code).any()
+        ),
     )
 
 
@@ -307,7 +317,15 @@ def _holdout(data: Labelled, lam: float | None, escalate_at: int) -> HoldoutRepo
 def _explain(
     rows: tuple[LevelResult, ...], sel: int | None, loosest: int | None, s: Settings, n_total: int
 ) -> str:
-    """Why λ̂ is where it is, in words a user can act on."""
+    """Why λ̂ is where it is, in words a user can act on.
+
+    When nothing is certified it says what more data would take and what that number means:
+    the n needed if the failure rate stays as observed (and, when that rate is at or above α,
+    that no amount of data at that rate certifies the level), and the floor set by the failures
+    already seen (every further request passing). Under conformal risk control the rate is the
+    one its α bounds: the share of all requests that skip the gate and fail, P(skip and fail),
+    not the failure rate among skips; no δ enters.
+    """
     if not rows:
         return "no achievable levels in the data"
     keep = (
@@ -320,21 +338,10 @@ def _explain(
         if first.n == 0:
             return f"No request reached {where}, so no level can be certified. {keep}"
         if s.method == "ltt":
-            need0 = stats.min_n_for_certification(0, s.alpha, s.delta)
-            need = stats.min_n_for_certification(first.failures, s.alpha, s.delta)
-            with_m = f"; with {first.failures} failures, n ≥ {need}" if first.failures else ""
-            return (
-                f"{where.capitalize()} is not certified: {first.failures} failures among "
-                f"{first.n} requests that would skip the gate, p = {first.p_value:.3g} > "
-                f"δ = {s.delta:g}. With 0 failures, n ≥ {need0} requests at this level are needed "
-                f"for α = {s.alpha:g}, δ = {s.delta:g}{with_m}; you have {first.n}. {keep}"
-            )
-        need = stats.min_total_for_crc(first.failures, s.alpha)
+            return f"{where.capitalize()} is not certified: {_ltt_needs(first, s)} {keep}"
         return (
             f"{where.capitalize()} is not admissible under conformal risk control: "
-            f"(m + 1)/(N + 1) = ({first.failures} + 1)/({n_total} + 1) = {first.risk_bound:.3g} > "
-            f"α = {s.alpha:g}. With {first.failures} failures there, N ≥ {need} calibration "
-            f"requests are needed; you have {n_total}. {keep}"
+            f"{_crc_needs(first, s, n_total)} {keep}"
         )
     chosen = rows[sel]
     head = (
@@ -351,11 +358,103 @@ def _explain(
         return head + ("." if end > sel else "; every level is certified.")
     nxt = rows[end + 1]
     if s.method == "ltt":
-        return (
+        text = (
             head + f"; the next level {nxt.label} is not certified ({nxt.failures} failures among "
             f"{nxt.n}, p = {nxt.p_value:.3g} > δ = {s.delta:g}), so testing stops there."
         )
-    return (
+        if stats.rate_at_or_above(nxt.failures, nxt.n, s.alpha):
+            text += (
+                f" Its failure rate, {_share(nxt.failures, nxt.n)}, is at or above α = "
+                f"{s.alpha:g}: more data at that rate will not certify it."
+            )
+        return text
+    text = (
         head + f"; the next level {nxt.label} is not admissible "
         f"((m + 1)/(N + 1) = {nxt.risk_bound:.3g} > α = {s.alpha:g})."
+    )
+    if stats.rate_at_or_above(nxt.failures, n_total, s.alpha):
+        text += (
+            f" The share of all requests that would skip the gate there and fail, "
+            f"{_share(nxt.failures, n_total)}, is at or above α = {s.alpha:g}: more data at that "
+            "rate will not make it admissible."
+        )
+    return text
+
+
+def _count(n: int) -> str:
+    """A request count as people read it: 128,940; past a billion, 2.8e+09."""
+    return f"{n:,}" if n < 10**9 else f"{n:.2g}"
+
+
+def _share(part: int, whole: int) -> str:
+    """``"24/165 = 0.145"``: the counts and the rate, in the units α is given in."""
+    return f"{part}/{whole} = {part / whole:.3g}"
+
+
+def _ltt_needs(level: LevelResult, s: Settings) -> str:
+    """Learn then Test at a level that is not certified: what it has, and what more data would
+    take, saying which number assumes what."""
+    m, n = level.failures, level.n
+    have = (
+        f"{m} failures among {n} requests that would skip the gate (a failure rate of "
+        f"{_share(m, n)}), p = {level.p_value:.3g} > δ = {s.delta:g}."
+    )
+    target = f"α = {s.alpha:g}, δ = {s.delta:g}"
+    floor = stats.min_n_for_certification(m, s.alpha, s.delta)
+    if m == 0:
+        return (
+            f"{have} With 0 failures, n ≥ {_count(floor)} requests at this level are needed for "
+            f"{target}; you have {n}."
+        )
+    floor_text = (
+        f"even if every further request at this level passed the gate, n ≥ {_count(floor)} "
+        f"requests (these {m} failures among them) would be needed for {target}"
+    )
+    at_rate = stats.min_n_at_failure_rate(m, n, s.alpha, s.delta)
+    if at_rate is None:
+        return (
+            f"{have} That rate is at or above α = {s.alpha:g}: at this rate no amount of data "
+            "certifies this level (more requests failing as often only add evidence against "
+            "it). More data helps only if the failure rate among requests that skip the gate "
+            f"at this level falls below α = {s.alpha:g} (it is {m / n:.3g} now); {floor_text}."
+        )
+    return (
+        f"{have} If the failure rate stays at {m / n:.3g}, n ≥ {_count(at_rate)} requests at "
+        f"this level are needed for {target} (from there on, n requests with at most "
+        f"⌊{m / n:.3g}·n⌋ failures certify it); you have {n}. E{floor_text[1:]}."
+    )
+
+
+def _crc_needs(level: LevelResult, s: Settings, n_total: int) -> str:
+    """Conformal risk control at a level that is not admissible: the same, for the rate CRC
+    bounds (requests that skip the gate and fail, as a share of all requests)."""
+    m = level.failures
+    have = (
+        f"(m + 1)/(N + 1) = ({m} + 1)/({n_total} + 1) = {level.risk_bound:.3g} > "
+        f"α = {s.alpha:g}. Under conformal risk control α bounds the share of all requests that "
+        f"skip the gate and fail ({_share(m, n_total)} here), not the failure rate among skips."
+    )
+    floor = stats.min_total_for_crc(m, s.alpha)
+    if m == 0:
+        return (
+            f"{have} With 0 failures there, N ≥ {_count(floor)} calibration requests are "
+            f"needed; you have {n_total}."
+        )
+    floor_text = (
+        f"even if no further request skipped the gate here and failed, N ≥ {_count(floor)} "
+        "calibration requests would be needed"
+    )
+    at_rate = stats.min_total_for_crc_at_rate(m, n_total, s.alpha)
+    if at_rate is None:
+        return (
+            f"{have} That share is at or above α = {s.alpha:g}: at this rate no amount of data "
+            "makes this level admissible. More data helps only if the share of requests that "
+            f"skip the gate here and fail falls below α = {s.alpha:g} (it is {m / n_total:.3g} "
+            f"now); {floor_text}."
+        )
+    return (
+        f"{have} If that share stays at {m / n_total:.3g}, N ≥ {_count(at_rate)} calibration "
+        f"requests are needed (from there on, N requests of which at most "
+        f"⌊{m / n_total:.3g}·N⌋ skip the gate here and fail make it admissible); you have "
+        f"{n_total}. E{floor_text[1:]}."
     )

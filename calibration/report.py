@@ -6,11 +6,13 @@ import hashlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from calibration.data import PASS_SHARE
 from calibration.fit import Calibration, Fit
 from calibration.stats import ProportionRow
+from firstpass.config._certificate import Certificate, Given, candidate_rule
 
 __all__ = ["guarantee_text", "text_report", "to_json_dict", "to_json_text", "toml_block"]
 
@@ -62,16 +64,76 @@ def _fit_dict(fit: Fit) -> dict[str, Any]:
     }
 
 
+def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, Any]]]:
+    """The certificates this calibration issues, one per (route, rung) it certified a λ for,
+    and the slices it examined without certifying (with why), for the calibration JSON.
+
+    With ``--by-route`` each route gets its own; otherwise one for the pooled traffic of the
+    routes in the data (its guarantee is over that mix), named after the route when there is
+    only one. A slice with mixed k certifies nothing a config could use.
+    """
+    s = cal.settings
+    fits = cal.routes if cal.routes else (cal.overall,)
+    names = tuple(n for n in cal.route_names)
+    issued: list[Certificate] = []
+    refused: list[dict[str, Any]] = []
+    for fit in fits:
+        route = fit.route if cal.routes else (names[0] if len(names) == 1 else None)
+        routes = (fit.route,) if cal.routes else names
+        if fit.lam is None or fit.k is None:
+            why = "no λ certified" if fit.lam is None else "the rows mix k values"
+            refused.append({"route": route, "rung": cal.rung, "reason": why})
+            continue
+        issued.append(
+            Certificate(
+                id="",
+                path=Path(),
+                route=route,
+                routes=routes,
+                rung=cal.rung,
+                lambda_=fit.lam,
+                method=s.method,
+                alpha=s.alpha,
+                delta=s.delta if s.method == "ltt" else None,
+                score=cal.score_name,
+                k=fit.k,
+                escalate_at=s.escalate_at,
+                candidate_rule=candidate_rule(cal.score_name),
+                given=tuple(
+                    Given(rung=g["rung"], certificate=g["certificate"], lambda_=g["lambda"])
+                    for g in cal.given
+                ),
+                n=fit.n,
+                skipped=fit.skipped,
+                failures=_failures_at(fit),
+            )
+        )
+    return issued, refused
+
+
+def _failures_at(fit: Fit) -> int:
+    """Calibration rows that skip the gate at λ̂ and fail it."""
+    for level in fit.levels:
+        if level.lam == fit.lam:
+            return level.failures
+    return 0
+
+
 def to_json_dict(cal: Calibration, *, created_at: datetime | None = None) -> dict[str, Any]:
     """The calibration JSON. ``id`` is derived from the content (same data and settings, same
-    id), so a receipt that names it points at exactly this calibration."""
+    id), so a receipt that names it points at exactly this calibration. Under conformal risk
+    control no δ is written: its α bounds P(skip and fail) in expectation, with no δ."""
     s = cal.settings
+    issued, refused = certificates(cal)
     body: dict[str, Any] = {
         "method": s.method,
         "alpha": s.alpha,
-        "delta": s.delta,
+        "delta": s.delta if s.method == "ltt" else None,
         "guarantee": guarantee_text(s.method, s.alpha, s.delta),
         "score": cal.score_name,
+        "candidate_rule": candidate_rule(cal.score_name),
+        "rung": cal.rung,
+        "given": list(cal.given),
         "escalate_at": s.escalate_at,
         "holdout_fraction": s.holdout,
         "seed": s.seed,
@@ -79,6 +141,8 @@ def to_json_dict(cal: Calibration, *, created_at: datetime | None = None) -> dic
         "routes": [_fit_dict(fit) for fit in cal.routes],
         "data_digest": cal.data_digest,
         "source": cal.source.to_dict(),
+        "certificates": [c.to_dict() for c in issued],
+        "uncertified": refused,
     }
     body.pop("route")
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -93,38 +157,51 @@ def to_json_text(obj: dict[str, Any]) -> str:
 
 
 def toml_block(cal: Calibration, *, out_path: str | None) -> str:
-    """The ``[escalation.elastic]`` block to paste, or a comment saying why there is none."""
-    parts = []
-    fits = cal.routes if cal.routes else (cal.overall,)
-    for fit in fits:
-        parts.append(_toml_for(fit, cal, out_path, per_route=bool(cal.routes)))
-    return "\n".join(parts)
+    """The one ``[escalation.elastic]`` block that uses this calibration's certificates (each
+    (route, rung) takes its own λ from the file), or a comment saying why there is none.
 
-
-def _toml_for(fit: Fit, cal: Calibration, out_path: str | None, *, per_route: bool) -> str:
+    The block pins the context the certificates were computed for (k, score, escalate_at):
+    the config refuses to enforce them under anything else. λ is not repeated here: it lives in
+    the file, per (route, rung), and the comments list it.
+    """
     s = cal.settings
-    head = f"# route {json.dumps(fit.route)}\n" if per_route else ""
-    if fit.lam is None:
-        return (
-            head + "# no [escalation.elastic] block: no λ is certified by this data "
-            '(keep the verified cascade, or keep mode = "shadow" to collect more labels)\n'
+    issued, refused = certificates(cal)
+    lines: list[str] = []
+    for c in issued:
+        where = "pooled routes " + json.dumps(list(c.routes)) if c.route is None else c.route
+        risk = f"α = {c.alpha:g}, " + ("δ = n/a (CRC)" if c.delta is None else f"δ = {c.delta:g}")
+        lines.append(
+            f"# certificate: route {where}, rung {c.rung}: λ = {c.lambda_:g} "
+            f"({s.method.upper()}, {risk}, n = {c.n})"
         )
-    lines = [head + "[escalation.elastic]"]
-    if fit.k is not None:
-        lines.append(f"k = {fit.k}")
+    for r in refused:
+        where = "pooled routes" if r["route"] is None else r["route"]
+        lines.append(f"# no certificate: route {where}, rung {r['rung']}: {r['reason']}")
+    if not issued:
+        lines.append(
+            "# no [escalation.elastic] block to enforce: nothing is certified by this data "
+            '(keep the verified cascade, or keep mode = "shadow" to collect more labels)'
+        )
+        return "\n".join(lines) + "\n"
+    ks = sorted({c.k for c in issued})
+    lines.append("[escalation.elastic]")
+    if cal.rung == 0:
+        lines.append(f"k = {ks[0]}")
+        if len(ks) > 1:
+            lines.append(f"# the certificates hold for k = {ks}: one block has one k")
     else:
-        lines.append("# the data mixes k values: set k to the one this route will use")
-    lines.append(
-        f"lambda = {fit.lam!r}   # λ̂ = {fit.lam_label} "
-        f"({s.method.upper()}, α = {s.alpha:g}, δ = {s.delta:g}, n = {fit.n})"
-    )
-    if s.escalate_at >= 0:
-        lines.append(f"escalate_at = {s.escalate_at}")
+        lines.append(
+            f"# rung {cal.rung} probes with its own k = {ks[0]}: "
+            f'ladder = [..., {{rung = "provider/model", k = {ks[0]}}}]'
+        )
+    lines.append(f"escalate_at = {s.escalate_at}")
     if cal.score_name != PASS_SHARE:
         lines.append(f'score = "{cal.score_name}"')
-    lines.append('mode = "enforce"   # from "shadow", once you accept this λ')
+    lines.append('mode = "enforce"   # from "shadow", once you accept these certificates')
     if out_path is not None:
         lines.append(f"calibration = {json.dumps(out_path, ensure_ascii=False)}")
+        if cal.rung:
+            lines.append("# (with the lower rungs' calibration files: calibration = [...])")
     else:
         lines.append('# calibration = "..."   (pass --out FILE to write the calibration JSON)')
     return "\n".join(lines) + "\n"

@@ -25,8 +25,12 @@ Two ways to turn these counts into a threshold:
       λ̂ = inf{ λ : N/(N+1) · R̂_N(λ) + B/(N+1) ≤ α } = inf{ λ : (m(λ) + 1)/(N + 1) ≤ α }
 
   gives E[L_{N+1}(λ̂)] ≤ α: in expectation, at most a share α of *all* requests are served
-  without the gate and wrong. An expectation over calibration draws, not a high-probability bound,
-  and a joint (not conditional-on-skip) rate.
+  without the gate and wrong. So with CRC, α bounds the joint rate P(skip and fail), **not** the
+  failure rate among skips P(fail | skip) that LTT bounds: when few requests skip, the rate among
+  them can be far above α (N = 1,000 with 30 skips of which 20 fail is admissible at α = 0.05,
+  (20 + 1)/1,001 ≈ 0.021, with two thirds of the skipped requests failing). It is an
+  expectation over the calibration draw and the new request, not a high-probability bound, so
+  no δ enters.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -52,9 +57,12 @@ __all__ = [
     "conformal_risk_control",
     "cumulative_from_strictest",
     "learn_then_test",
+    "min_n_at_failure_rate",
     "min_n_for_certification",
     "min_total_for_crc",
+    "min_total_for_crc_at_rate",
     "proportion_row",
+    "rate_at_or_above",
     "regime_table",
 ]
 
@@ -137,7 +145,15 @@ def binomial_lower_tail_p_value(
 
 
 def min_n_for_certification(failures: int, alpha: float, delta: float) -> int:
-    """Smallest n with P(Bin(n, α) ≤ failures) ≤ δ: how many skipping requests a level needs.
+    """Smallest n with P(Bin(n, α) ≤ failures) ≤ δ: the n a level needs **with these failures and
+    no more**, i.e. if every further request that skips the gate there passed it.
+
+    Always finite (for a fixed failure count the tail falls to 0 as n grows), whatever the
+    observed rate: 24 failures among 165 requests (14.5%) give n ≥ 333 at α = 0.10, δ = 0.05 —
+    333 requests with 24 failures, a rate of 7.2%, not 333 at 14.5%. Since the failure count of a
+    level only grows as data is added, it is also a floor: no data set containing these failures
+    certifies the level with fewer requests. For the n needed at the *observed rate* see
+    ``min_n_at_failure_rate`` (none, when that rate is at or above α).
 
     With 0 failures this is ⌈log δ / log(1 − α)⌉ (59 for α = δ = 0.05): the "rule of three"
     generalised. Found by doubling then bisection, since the tail decreases in n.
@@ -162,14 +178,118 @@ def min_n_for_certification(failures: int, alpha: float, delta: float) -> int:
     return hi
 
 
+#: a rate within this relative distance of α counts as α (5/100 against the float 0.05 is
+#: "at α", not 3·10⁻¹⁸ below it, which would ask for 10¹⁷ requests)
+_AT_ALPHA = 1e-9
+#: p-values evaluated at most while searching for the n at a rate (see ``min_n_at_failure_rate``)
+_RATE_MAX_CHECKS = 20_000
+
+
+def rate_at_or_above(failures: int, n: int, alpha: float) -> bool:
+    """Whether the rate failures/n is at or above α (within 10⁻⁹, relative): at such a rate no
+    amount of further data certifies a level (see ``min_n_at_failure_rate``)."""
+    return n > 0 and failures / n >= alpha * (1 - _AT_ALPHA)
+
+
+def min_n_at_failure_rate(failures: int, n: int, alpha: float, delta: float) -> int | None:
+    """The n from which on Learn then Test certifies a level whose failure rate stays at
+    r = failures/n: the smallest n* such that **every** n' ≥ n* passes with ⌊r·n'⌋ failures,
+    P(Bin(n', α) ≤ ⌊r·n'⌋) ≤ δ (so n' requests failing at a rate of at most r certify it).
+
+    ``None`` when r ≥ α (within 10⁻⁹, relative): more data at that rate never certifies the
+    level. The p-value does not fall as n grows (it tends to 1 for r > α, to ½ for r = α), and
+    for δ < ½ no n at all certifies with failures at a rate of α or more: P(Bin(n', α) ≤ m') ≥ ½
+    whenever m' ≥ n'·α, the median of Bin(n', α) being ⌊n'·α⌋ or ⌈n'·α⌉. With 0 failures this
+    is ``min_n_for_certification(0, α, δ)``.
+
+    "Every n' from n* on" rather than "the smallest n' that passes": with the failure count
+    rounded down, the p-value is a saw-tooth in n' (it falls while ⌊r·n'⌋ stays put and jumps
+    when it steps), so a lucky n' can pass while larger ones fail. Every n' at or above the
+    Chernoff–Hoeffding bound ⌈ln(1/δ) / KL(r ‖ α)⌉ passes, since
+    P(Bin(n', α) ≤ r·n') ≤ exp(−n'·KL(r ‖ α)). Below it, ranges [a, b] are cleared from the top
+    down by one p-value each, P(Bin(a, α) ≤ ⌊r·b⌋), which bounds every n' in the range (fewer
+    trials, more failures allowed); a range that is not cleared is halved. After 20,000
+    p-values (only for rates so close to α that a very large n is needed) the search stops and
+    returns the bottom of what it cleared: every n' from there on still certifies, but a
+    smaller n* may too.
+    """
+    _check_unit_open("alpha", alpha)
+    _check_unit_open("delta", delta)
+    if n < 1 or not 0 <= failures <= n:
+        raise ValueError("need n >= 1 and 0 <= failures <= n")
+    if failures == 0:
+        return min_n_for_certification(0, alpha, delta)
+    if rate_at_or_above(failures, n, alpha):
+        return None
+    r = failures / n
+    kl = r * math.log1p((r - alpha) / alpha) + (1 - r) * math.log1p((alpha - r) / (1 - alpha))
+    if kl <= 0.0:  # unreachable past the 10⁻⁹ rule (KL ≥ ~10⁻²¹ there); a guard, not a case
+        return None
+    bound = math.ceil(math.log(1 / delta) / kl * (1 + 1e-6)) + 1  # every n' >= bound certifies
+    if bound > 2**52:
+        return bound
+    ranges = [(1, bound - 1)]  # disjoint; the highest is on top of the stack
+    checks = 0
+    while ranges:
+        lo, hi = ranges.pop()
+        if checks >= _RATE_MAX_CHECKS:
+            return hi + 1  # every n' above hi is cleared
+        checks += 1
+        q = failures * hi // n
+        # P(Bin(lo, α) ≤ q), as _binom_cdf computes it, without numpy's per-call overhead
+        if q < lo and float(_spc.betaincc(q + 1.0, lo - q, alpha)) <= delta:
+            continue  # the whole range passes
+        if lo == hi:
+            return lo + 1  # the last n' that fails (everything above it passes)
+        mid = (lo + hi) // 2
+        ranges += [(lo, mid), (mid + 1, hi)]
+    return 1
+
+
 def min_total_for_crc(failures: int, alpha: float) -> int:
     """Smallest N with (failures + 1)/(N + 1) ≤ α: the CRC condition at a level with that many
-    served failures (N counts every calibration request, skipping or not)."""
+    requests that skip the gate and fail, **and no more** (every further request gated or
+    passing). N counts every calibration request, skipping or not. Always finite; for the N
+    needed at the observed joint rate see ``min_total_for_crc_at_rate``."""
     _check_unit_open("alpha", alpha)
     n = max(math.ceil((failures + 1) / alpha) - 2, 0)
     while (failures + 1) / (n + 1) > alpha:  # the exact float test the rule applies
         n += 1
     return n
+
+
+def min_total_for_crc_at_rate(failures: int, n_total: int, alpha: float) -> int | None:
+    """The N from which on conformal risk control admits a level whose joint rate stays at
+    ρ = failures/n_total (the share of **all** requests that skip the gate and fail): the
+    smallest N* such that every N ≥ N* passes (⌊ρ·N⌋ + 1)/(N + 1) ≤ α, by the float test
+    ``conformal_risk_control`` applies.
+
+    ``None`` when ρ ≥ α (within 10⁻⁹, relative): wherever ρ·N is a whole number the condition
+    reads (ρ − α)·N ≤ α − 1 < 0, so infinitely many N fail, and with ⌈ρ·N⌉ failures none passes.
+    For ρ < α every N ≥ (1 − α)/(α − ρ) passes; the N below that are checked from the top down
+    (at most 10,000,000 of them, else that bound is returned: valid, maybe not the smallest).
+    """
+    _check_unit_open("alpha", alpha)
+    if n_total < 1 or not 0 <= failures <= n_total:
+        raise ValueError("need n_total >= 1 and 0 <= failures <= n_total")
+    if failures == 0:
+        return min_total_for_crc(0, alpha)
+    if rate_at_or_above(failures, n_total, alpha):
+        return None
+    rho, a = Fraction(failures, n_total), Fraction(alpha)
+    bound = math.ceil((1 - a) / (a - rho))
+    if bound > 2**52 or failures * bound > 2**62:
+        return bound
+    hi, checked = bound - 1, 0
+    while hi >= 1 and checked < 10_000_000:
+        totals = np.arange(max(hi - (1 << 20) + 1, 1), hi + 1, dtype=np.int64)
+        q = totals * failures // n_total
+        bad = np.flatnonzero((q + 1.0) / (totals + 1.0) > alpha)
+        if bad.size:
+            return int(totals[bad[-1]]) + 1
+        checked += totals.size
+        hi = int(totals[0]) - 1
+    return 1 if hi < 1 else bound
 
 
 # --- the two threshold rules -----------------------------------------------------------------
@@ -188,8 +308,10 @@ def cumulative_from_strictest(per_level: npt.ArrayLike) -> IntArray:
 class LevelTests:
     """Per-level outcome of a threshold rule, strictest level first.
 
-    ``risk_bound`` is what is compared with α: the (1 − δ) Clopper–Pearson upper bound on the
-    served-failure rate among skips (LTT), or (m + 1)/(N + 1) (CRC). ``p_value`` is None for CRC.
+    ``risk_bound`` is what is compared with α: for LTT the (1 − δ) Clopper–Pearson upper bound
+    on the served-failure rate among skips, P(fail | skip); for CRC (m + 1)/(N + 1), the
+    conformal bound on the joint rate P(skip and fail) over all requests (no δ). ``p_value`` is
+    None for CRC.
     ``selected`` indexes the loosest certified level, or is None when none is.
     """
 
@@ -240,6 +362,8 @@ def conformal_risk_control(
     N/(N+1)·(m_j/N) + 1/(N+1) = (m_j + 1)/(N + 1) ≤ α; λ̂ is the loosest level such that it and
     every stricter level are admissible (m_j only grows as λ loosens, so this is the infimum).
     "Never skip" (λ above 1) has zero loss, which keeps E[L_{N+1}(λ̂)] ≤ α when nothing qualifies.
+    Guarantee: E[L_{N+1}(λ̂)] = P(skip and fail) ≤ α, the joint rate over all requests, in
+    expectation over the calibration draw; not the failure rate among skips, and no δ.
     n_skip is accepted for symmetry with ``learn_then_test`` and only checked.
     """
     _check_unit_open("alpha", alpha)

@@ -14,6 +14,8 @@ import pytest
 
 import calibration
 from calibration.cli import main
+from firstpass.config import ElasticConfig, config_from_dict
+from firstpass.errors import ConfigError
 
 
 def _study(
@@ -38,12 +40,48 @@ def _toml(stdout: str) -> dict[str, object]:
     return tomllib.loads(block)
 
 
+#: a one-rung config around the printed block: route "code" on a provider never called
+CONFIG = """
+[[provider]]
+id = "p"
+kind = "openai"
+base_url = "http://127.0.0.1:1/v1"
+
+[[route]]
+name = "code"
+models = ["*"]
+ladder = ["p/a"]
+
+[[price]]
+model = "p/a"
+input_per_mtok = 1
+output_per_mtok = 1
+
+"""
+
+
+def _elastic_with_block(stdout: str, directory: Path, mode: str | None = None) -> ElasticConfig:
+    """The printed [escalation.elastic] block in a config file in ``directory`` (where the
+    calibration command ran, so its relative ``calibration`` path resolves), loaded."""
+    block = stdout[stdout.index("[escalation.elastic]") :]
+    if mode is not None:
+        block = block.replace('mode = "enforce"', f'mode = "{mode}"')
+    path = directory / "firstpass.toml"
+    path.write_text(CONFIG + block, encoding="utf-8")
+    text = path.read_text(encoding="utf-8")
+    config = config_from_dict(tomllib.loads(text), base_dir=directory, env={}, source=path)
+    assert config.elastic is not None
+    return config.elastic
+
+
 def test_study_to_json_and_toml_end_to_end(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A study file yields a calibration JSON with the documented keys and a TOML block that
-    parses and points at it."""
-    study, out = _study(tmp_path / "s.jsonl", GOOD), tmp_path / "out" / "cal.json"
+    """A study file yields a calibration JSON with the documented keys and a certificate for
+    the study's route, and a TOML block that, in a config beside the file, enforces that
+    certificate's λ on that route."""
+    monkeypatch.chdir(tmp_path)
+    study, out = _study(tmp_path / "s.jsonl", GOOD, "code"), Path("cal.json")
     assert main(["--study", str(study), "--out", str(out)]) == 0
     doc = json.loads(out.read_text(encoding="utf-8"))
     for key in (
@@ -64,16 +102,50 @@ def test_study_to_json_and_toml_end_to_end(
     assert set(doc["levels"][0]) >= {"lambda", "n", "failures", "p_value", "certified"}
     assert [lv["lambda"] for lv in doc["levels"]] == [1.0, 0.8, 0.6, 0.4, 0.2, 0.0]
     assert doc["id"].startswith("cal_") and doc["data_digest"].startswith("sha256:")
+    assert doc["uncertified"] == []
+    (cert,) = doc["certificates"]
+    assert {
+        key: cert[key]
+        for key in (
+            "route", "routes", "rung", "lambda", "k", "score", "escalate_at", "candidate_rule",
+            "method", "alpha", "delta", "given",
+        )
+    } == {
+        "route": "code", "routes": ["code"], "rung": 0, "lambda": 0.6, "k": 5,
+        "score": "pass_share", "escalate_at": 0, "candidate_rule": "most_shared_code",
+        "method": "ltt", "alpha": 0.05, "delta": 0.05, "given": [],
+    }  # fmt: skip
     stdout = capsys.readouterr().out
     assert "λ̂ = 3/5" in stdout and "regimes over 633 rows" in stdout
     elastic = _toml(stdout)["escalation"]["elastic"]  # type: ignore[index]
-    assert elastic == {
-        "k": 5,
-        "lambda": 0.6,
-        "escalate_at": 0,
-        "mode": "enforce",
-        "calibration": str(out),
-    }
+    assert elastic == {"k": 5, "escalate_at": 0, "mode": "enforce", "calibration": "cal.json"}
+    enforced = _elastic_with_block(stdout, tmp_path)
+    assert enforced.mode == "enforce"
+    assert enforced.lambda_for("code", 0, "enforce") == 0.6
+    in_force = enforced.licence("code", 0).certificate
+    assert in_force is not None and in_force.id == doc["id"]
+    assert in_force.path == tmp_path / "cal.json"
+
+
+def test_a_study_without_routes_certifies_the_pooled_rows_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows naming no route give a certificate pooled over routes [null]: it covers no route a
+    config names, so its block loads in shadow (uncertified there) and enforce is refused,
+    naming the route, the rung and the file."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--study", str(_study(tmp_path / "s.jsonl", GOOD)), "--out", "cal.json"]) == 0
+    (cert,) = json.loads((tmp_path / "cal.json").read_text(encoding="utf-8"))["certificates"]
+    assert cert["route"] is None and cert["routes"] == [None] and cert["lambda"] == 0.6
+    stdout = capsys.readouterr().out
+    assert "# certificate: route pooled routes [null], rung 0: λ = 0.6" in stdout
+    shadow = _elastic_with_block(stdout, tmp_path, mode="shadow")
+    assert shadow.mode == "shadow" and shadow.licence("code", 0).certificate is None
+    with pytest.raises(ConfigError) as info:
+        _elastic_with_block(stdout, tmp_path)
+    message = str(info.value)
+    assert message.startswith("escalation.elastic.mode")
+    assert "route 'code' rung 0: no certificate for it in" in message and "cal.json" in message
 
 
 def test_the_same_data_and_flags_give_the_same_calibration_id(

@@ -136,18 +136,46 @@ def test_a_malformed_probe_is_named_by_line(tmp_path: Path) -> None:
         read_receipts([path])
 
 
+def agreement(value: float | None, label: bool | None = True) -> dict[str, Any]:
+    """A shadow receipt recorded under the agreement score (its label is that candidate's)."""
+    scores = {} if value is None else {"scores": {"agreement": value}}
+    return shadow(5, 5, label, score={"name": "agreement", "value": value}, **scores)
+
+
 def test_another_probe_score_can_be_calibrated(tmp_path: Path) -> None:
-    """--score NAME reads probe.scores[NAME] (a share with levels i/k) and skips receipts
-    without it."""
-    records = [shadow(5, 5, True, scores={"agreement": 1.0})] * 60
-    records += [shadow(5, 5, True, scores={"agreement": 0.8})] * 40
-    records += [shadow(5, 5, False, scores={"agreement": 0.4})] * 20
-    records += [shadow(5, 5, True)] * 5
+    """--score NAME reads probe.scores[NAME] (a share with levels i/k) of receipts recorded
+    under NAME, and skips those without it."""
+    records = [agreement(1.0)] * 60 + [agreement(0.8)] * 40 + [agreement(0.4, False)] * 20
+    records += [agreement(None)] * 5
     data = read_receipts([write_chain(tmp_path / "r.jsonl", records)], score="agreement")
     assert data.n == 120 and data.source.skipped == {"no probe.scores.agreement": 5}
     fit = calibrate(data, Settings()).overall
     assert fit.lam == 0.8
     assert data.score_name == "agreement"
+
+
+@pytest.mark.parametrize("score", ["agreement", "pass_share"])
+def test_a_log_mixing_scores_is_refused_naming_both_and_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], score: str
+) -> None:
+    """A gate label belongs to the candidate of the score its receipt was recorded under (another
+    sample under another score): a log holding receipts of another score than the one being
+    calibrated is refused, whichever score is asked for, never silently filtered."""
+    records = [agreement(1.0)] * 60 + [shadow(5, 5, True)] * 50  # no score named: pass_share
+    records += [shadow(5, 4, True, score={"name": "pass_share", "value": 0.8})] * 10
+    path = write_chain(tmp_path / "r.jsonl", records)
+    with pytest.raises(CalibrationError) as info:
+        read_receipts([path], score=score)
+    message = str(info.value)
+    other = "pass_share" if score == "agreement" else "agreement"
+    assert f"60 recorded under score {other!r} in {path}" in message
+    assert f"calibrating score {score!r}" in message
+    assert "belongs to the candidate of the score it was recorded under" in message
+    assert "Calibrate with --score set to the score the shadow run used" in message
+    assert "one score per log" in message
+    assert main(["--receipts", str(path), "--score", score]) == 2
+    err = capsys.readouterr().err
+    assert f"recorded under score {other!r}" in err and "Traceback" not in err
 
 
 def test_cli_refuses_a_broken_chain_with_exit_code_2(

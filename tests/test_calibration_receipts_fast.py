@@ -28,8 +28,11 @@ from firstpass.receipts._chain import link
 SCORES = (PASS_SHARE, "agreement")
 
 
-def shadow_receipt(i: int, c: int, label: bool | None, **over: Any) -> dict[str, Any]:
-    """A shadow receipt shaped like the pipeline's (checks, calls, probe with samples)."""
+def shadow_receipt(
+    i: int, c: int, label: bool | None, *, score: str = PASS_SHARE, **over: Any
+) -> dict[str, Any]:
+    """A shadow receipt shaped like the pipeline's (checks, calls, probe with samples), recorded
+    under ``score`` (its gate label is that score's candidate's)."""
     k = 5
     record: dict[str, Any] = {
         "id": f"rcpt_{i:026d}",
@@ -57,7 +60,7 @@ def shadow_receipt(i: int, c: int, label: bool | None, **over: Any) -> dict[str,
             "regime": "gate",
             "clusters": [c],
             "samples": [{"n_passed": 1, "n_total": 1, "category": None}] * k,
-            "score": {"name": "pass_share", "value": c / k},
+            "score": {"name": score, "value": c / k},
             "scores": {"pass_share": c / k, "agreement": c / k},
         },
         "served": {"rung": 0, "model": "demo-cheap"},
@@ -102,8 +105,9 @@ def write_log(path: Path, records: list[dict[str, Any]]) -> Path:
 def test_the_proxys_shadow_lines_are_read_without_a_full_parse(
     score: str, c: int, label: bool | None
 ) -> None:
-    """A pipeline-shaped shadow line takes the fast path and gives the full parse's row."""
-    raw, _ = line_of(shadow_receipt(1, c, label))
+    """A pipeline-shaped shadow line, recorded under the score calibrated, takes the fast path
+    and gives the full parse's row."""
+    raw, _ = line_of(shadow_receipt(1, c, label, score=score))
     fast = _scan.fast_row(raw, score)
     assert fast is not None
     assert fast == full_parse(raw, score)
@@ -177,9 +181,12 @@ def test_adversarial_lines_agree_with_the_full_parse(
     score: str, name: str, over: dict[str, Any]
 ) -> None:
     """Lookalike keys, nested namesakes, escapes and bad values never change the answer."""
-    record = shadow_receipt(1, 3, False, **over)
+    record = shadow_receipt(1, 3, False, score=score, **over)
     if over.get("route") == "drop":
         del record["route"]
+    probe = record.get("probe")
+    if isinstance(probe, dict) and "score" in probe:  # a replaced probe: recorded under `score`
+        record["probe"] = {**probe, "score": {"name": score, "value": 0.4}}
     raw, _ = line_of(record)
     assert agrees(raw, score)
 
@@ -248,6 +255,7 @@ json_value = st.recursive(
         json_value,
         max_size=2,
     ),
+    recorded=st.sampled_from(SCORES),
     score=st.sampled_from(SCORES),
 )
 def test_any_receipt_the_writer_can_write_reads_the_same_either_way(
@@ -259,10 +267,15 @@ def test_any_receipt_the_writer_can_write_reads_the_same_either_way(
     agreement: Any,
     noise: dict[str, Any],
     probe_extra: dict[str, Any],
+    recorded: str,
     score: str,
 ) -> None:
-    """Over generated receipts (nested namesakes, odd values), fast equals the full parse."""
-    probe = {"k": k, "pass_count": c, "scores": {"agreement": agreement}, **probe_extra}
+    """Over generated receipts (nested namesakes, odd values, recorded under the score read or
+    another), fast equals the full parse."""
+    probe = {
+        "k": k, "pass_count": c, "scores": {"agreement": agreement},
+        "score": {"name": recorded, "value": 0.0}, **probe_extra,
+    }  # fmt: skip
     record = shadow_receipt(
         1,
         0,
@@ -324,7 +337,7 @@ def test_a_log_read_in_parallel_spans_equals_the_full_parse(
             over["error"] = {"message": 'odd "quote" [x]'}
         if i % 13 == 0:
             over["decision"] = ["not", "an", "object"]  # msgspec refuses: full parse for this one
-        records.append(shadow_receipt(i, c, bool(rng.random() < 0.8), **over))
+        records.append(shadow_receipt(i, c, bool(rng.random() < 0.8), score=score, **over))
     path = write_log(tmp_path / "r.jsonl", records)
     monkeypatch.setattr(data, "_SPAN_BYTES", 50_000)
     monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
@@ -336,6 +349,34 @@ def test_a_log_read_in_parallel_spans_equals_the_full_parse(
     _same(fast, _reference(path, score, monkeypatch))
     assert fast.source.skipped == {"not shadow mode": 86, "no gate label": 40}
     assert fast.source.verified and fast.source.file_sha256 == (None,)
+
+
+@pytest.mark.parametrize("parallel", [True, False], ids=["pool", "in-process"])
+@pytest.mark.parametrize("score", SCORES)
+def test_a_log_mixing_scores_is_refused_the_same_either_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, score: str, parallel: bool
+) -> None:
+    """Receipts recorded under another score, deep in a later span: the one-pass read refuses
+    the log with the full parse's message, naming both scores and how many receipts."""
+    other = "agreement" if score == PASS_SHARE else PASS_SHARE
+    records = [
+        shadow_receipt(i, i % 6, True, score=other if i in (250, 251, 377) else score)
+        for i in range(400)
+    ]
+    path = write_log(tmp_path / "r.jsonl", records)
+    monkeypatch.setattr(data, "_SPAN_BYTES", 40_000)
+    monkeypatch.setattr(data, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+    with monkeypatch.context() as patch:
+        patch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+        pools = _record_pools(patch)
+        with pytest.raises(CalibrationError) as fast:
+            read_receipts([path], score=score)
+    assert bool(pools and pools[0] is not None) == parallel
+    with pytest.raises(CalibrationError) as full:
+        _reference(path, score, monkeypatch)
+    assert str(fast.value) == str(full.value)
+    assert f"3 recorded under score {other!r}" in str(fast.value)
+    assert f"calibrating score {score!r}" in str(fast.value)
 
 
 @pytest.mark.parametrize("parallel", [True, False], ids=["pool", "in-process"])

@@ -29,6 +29,7 @@ from firstpass.config import (
     public_dict,
 )
 from firstpass.errors import ConfigError
+from tests.certificates import certificate, write_calibration
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TOML = REPO / "firstpass.toml"
@@ -148,7 +149,11 @@ def test_each_example_block_is_valid_once_uncommented(name: str, tmp_path: Path)
     config = with_examples(tmp_path, [name], FAKE_KEYS)
     if name == "elastic verification":
         assert config.elastic == ElasticConfig(
-            k=5, lambda_=0.9, mode="shadow", calibration=tmp_path / "calibration.json"
+            k=5,
+            lambda_=0.9,
+            lambda_set=True,
+            mode="shadow",
+            calibration=(tmp_path / "calibration.json",),
         )
         assert len(config.routes) == 1
     else:
@@ -621,10 +626,12 @@ def test_environment_overrides_host_port_receipts_and_mode(
         "FIRSTPASS_RECEIPTS": "/tmp/r.jsonl",
         "FIRSTPASS_ELASTIC_MODE": "enforce",
     }
+    base["escalation"] = {"elastic": {"mode": "shadow", "calibration": "cal.json"}}
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8))
     config = build(base, tmp_path, env)
     assert (config.server.host, config.server.port) == ("0.0.0.0", 9000)
     assert config.receipts.path == Path("/tmp/r.jsonl")
-    assert config.elastic == ElasticConfig(mode="enforce")
+    assert config.elastic is not None and config.elastic.mode == "enforce"
     assert config.digest != build(base, tmp_path).digest
 
 
@@ -632,9 +639,13 @@ def test_elastic_mode_override_keeps_the_block_and_off_removes_it(
     base: dict[str, Any], tmp_path: Path
 ) -> None:
     """FIRSTPASS_ELASTIC_MODE changes only the mode of a configured block; "off" removes it."""
-    base["escalation"] = {"elastic": {"k": 7, "lambda": 0.8, "mode": "shadow"}}
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8, k=7))
+    base["escalation"] = {"elastic": {"k": 7, "mode": "shadow", "calibration": "cal.json"}}
     config = build(base, tmp_path, {**FAKE_KEYS, "FIRSTPASS_ELASTIC_MODE": "enforce"})
-    assert config.elastic == ElasticConfig(k=7, lambda_=0.8, mode="enforce")
+    assert config.elastic == ElasticConfig(
+        k=7, mode="enforce", calibration=(tmp_path / "cal.json",)
+    )
+    assert config.elastic.lambda_for("code", 0, "enforce") == 0.8
     assert build(base, tmp_path, {**FAKE_KEYS, "FIRSTPASS_ELASTIC_MODE": "off"}).elastic is None
 
 
@@ -662,44 +673,56 @@ def test_a_bad_override_names_the_variable(
 # --- elastic and calibration -------------------------------------------------------------------
 
 
-def test_elastic_block_reads_lambda_and_its_calibration(
+def test_elastic_block_takes_lambda_per_route_and_rung_from_its_certificates(
     base: dict[str, Any], tmp_path: Path
 ) -> None:
-    """TOML "lambda" becomes lambda_; id, α and δ come from the calibration JSON when it exists."""
-    (tmp_path / "cal.json").write_text(
-        json.dumps({"id": "cal-42", "lambda": 0.8, "alpha": 0.05, "delta": 0.1, "n": 500}), "utf-8"
-    )
-    base["escalation"] = {"elastic": {"lambda": 0.8, "calibration": "cal.json", "mode": "enforce"}}
-    assert build(base, tmp_path).elastic == ElasticConfig(
-        k=5,
-        lambda_=0.8,
-        mode="enforce",
-        calibration=tmp_path / "cal.json",
-        calibration_id="cal-42",
-        alpha=0.05,
-        delta=0.1,
-        lambda_certified=True,
-    )
-    del base["escalation"]["elastic"]["lambda"]
-    assert build(base, tmp_path).elastic.lambda_ == 0.8  # type: ignore[union-attr]
+    """λ comes from the certificate for (route, rung); the block's "lambda" is only shadow's
+    counterfactual where no certificate applies, and enforce gates there."""
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8), file_id="cal-42")
+    base["escalation"] = {"elastic": {"calibration": "cal.json", "mode": "enforce"}}
+    elastic = build(base, tmp_path).elastic
+    assert elastic is not None
+    cert = elastic.licence("code", 0).certificate
+    assert cert is not None and (cert.id, cert.alpha, cert.delta) == ("cal-42", 0.1, 0.05)
+    assert elastic.lambda_for("code", 0, "enforce") == 0.8
+    assert elastic.lambda_for("other", 0, "enforce") is None
+    base["escalation"]["elastic"]["lambda"] = 0.8  # the same λ by hand: allowed
+    assert build(base, tmp_path).elastic.lambda_for("code", 0, "enforce") == 0.8  # type: ignore[union-attr]
 
 
-def test_a_missing_calibration_file_leaves_its_id_empty(
+def test_a_missing_calibration_file_certifies_nothing_yet(
     base: dict[str, Any], tmp_path: Path
 ) -> None:
-    """calibration names a file not written yet: allowed, calibration_id stays None."""
+    """calibration names a file not written yet: allowed in shadow, which records at λ."""
     base["escalation"] = {"elastic": {"lambda": 0.9, "calibration": "later.json"}}
     elastic = build(base, tmp_path).elastic
-    assert elastic is not None and elastic.calibration_id is None and elastic.lambda_ == 0.9
+    assert elastic is not None and elastic.licence("code", 0).certificate is None
+    assert elastic.lambda_for("code", 0, "shadow") == 0.9
+    assert elastic.lambda_for("code", 0, "enforce") is None
+
+
+def test_an_old_calibration_file_without_certificates_fails_at_start(
+    base: dict[str, Any], tmp_path: Path
+) -> None:
+    """A calibration JSON from before certificates names no route, rung or context: refused,
+    saying to calibrate again."""
+    (tmp_path / "cal.json").write_text(json.dumps({"id": "c", "lambda": 0.8}), "utf-8")
+    base["escalation"] = {"elastic": {"calibration": "cal.json"}}
+    error = error_of(base, tmp_path)
+    assert error.startswith("escalation.elastic.calibration: ")
+    assert "certificates" in error and "calibrate" in error
 
 
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         ("{not json", "is not JSON"),
-        ("[1, 2]", "expected a JSON object, got an array"),
+        ("[1, 2]", "expected a JSON object"),
         ('{"id": 7}', '"id" must be a non-empty string'),
-        ('{"alpha": 2}', '"alpha" must be a number in [0, 1]'),
+        ('{"id": "c", "certificates": [{"method": "ltt", "delta": 0.05, "rung": 0, "lambda": 1, "alpha": 2}]}',
+         "certificates[0].alpha must be a number in [0, 1]"),
+        ('{"id": "c", "certificates": [{"method": "crc", "delta": 0.05}]}',
+         "certificates[0].delta must be null under conformal risk control"),
     ],
 )
 def test_an_unusable_calibration_file_fails_at_start(
@@ -722,14 +745,20 @@ def test_an_unreadable_calibration_file_fails_at_start(
 
 
 def test_lambda_must_match_the_calibration_it_cites(base: dict[str, Any], tmp_path: Path) -> None:
-    """A λ the cited calibration did not certify fails: receipts would misstate its origin."""
-    (tmp_path / "cal.json").write_text(json.dumps({"id": "c", "lambda": 0.8}), "utf-8")
-    base["escalation"] = {"elastic": {"lambda": 0.6, "calibration": "cal.json"}}
-    assert error_of(base, tmp_path).startswith(
-        "escalation.elastic.lambda: 0.6 differs from the calibration file, which certified λ = 0.8"
-    )
-    (tmp_path / "cal.json").write_text(json.dumps({"id": "c", "lambda": None}), "utf-8")
-    assert "certified no λ" in error_of(base, tmp_path)
+    """Under enforce, a hand-set λ the certificate did not certify fails naming both values."""
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8))
+    base["escalation"] = {"elastic": {"lambda": 0.6, "calibration": "cal.json", "mode": "enforce"}}
+    error = error_of(base, tmp_path)
+    assert error.startswith("escalation.elastic.lambda: ")
+    assert "lambda = 0.6 here" in error and "lambda = 0.8" in error
+
+
+def test_a_hand_set_lambda_alone_cannot_be_enforced(base: dict[str, Any], tmp_path: Path) -> None:
+    """enforce with λ by hand and no certificate: refused, saying how to get one."""
+    base["escalation"] = {"elastic": {"lambda": 0.6, "mode": "enforce"}}
+    error = error_of(base, tmp_path)
+    assert error.startswith("escalation.elastic.lambda: 0.6 is set by hand")
+    assert "firstpass calibrate" in error
 
 
 # --- route checks ------------------------------------------------------------------------------
@@ -814,7 +843,7 @@ def test_enforcing_a_calibration_that_certified_nothing_is_refused(tmp_path: Pat
     from firstpass.config import config_from_dict as build
     from firstpass.errors import ConfigError as Err
 
-    (tmp_path / "cal.json").write_text(_json.dumps({"id": "cal-x", "lambda": None, "alpha": 0.05, "delta": 0.05}))
+    (tmp_path / "cal.json").write_text(_json.dumps({"id": "cal-x", "certificates": [], "uncertified": [{"route": "r", "rung": 0, "reason": "no λ certified"}]}))
     data = {
         "provider": [{"id": "p", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"}],
         "route": [{"name": "r", "models": ["*"], "ladder": ["p/a"]}],
@@ -824,9 +853,11 @@ def test_enforcing_a_calibration_that_certified_nothing_is_refused(tmp_path: Pat
     with pytest.raises(Err) as info:
         build(data, base_dir=tmp_path, env={})
     assert str(info.value).startswith("escalation.elastic.mode:")
+    assert "certified no λ" in str(info.value) and "paste" not in str(info.value)
+    assert 'mode = "shadow"' in str(info.value)  # what to do instead
     data["escalation"]["elastic"]["mode"] = "shadow"
     shadow = build(data, base_dir=tmp_path, env={})
-    assert shadow.elastic is not None and shadow.elastic.uncertified
+    assert shadow.elastic is not None and shadow.elastic.licence("r", 0).certificate is None
     with pytest.raises(Err) as info:
         build(data, base_dir=tmp_path, env={"FIRSTPASS_ELASTIC_MODE": "enforce"})
     assert str(info.value).startswith("FIRSTPASS_ELASTIC_MODE:")

@@ -26,14 +26,17 @@ def test_demo_shows_serve_escalate_and_exhaustion_with_a_verified_chain(tmp_path
 
 @pytest.mark.parametrize("mode", ["shadow", "enforce"])
 def test_demo_with_the_elastic_policy_prints_each_regime(tmp_path: Path, mode: str) -> None:
-    """With --mode shadow|enforce every regime appears, and shadow receipts all carry a label."""
+    """Shadow shows every regime and labels every receipt; enforce, with no certificate in the
+    demo, never skips the gate (0/k escalates at once, the rest is gated)."""
     out = io.StringIO()
     receipts = tmp_path / f"{mode}.jsonl"
     assert run_demo(receipts=receipts, mode=mode, out=out) == 0
     rows = list(iter_receipts(receipts))
-    assert {r["probe"]["regime"] for r in rows} == {"escalate", "gate", "serve"}
     if mode == "shadow":
+        assert {r["probe"]["regime"] for r in rows} == {"escalate", "gate", "serve"}
         assert all(r["decision"]["gate_label"] in (True, False) for r in rows)
         assert "elastic would" in out.getvalue()
     else:
-        assert "served_without_gate" in out.getvalue()
+        assert {r["probe"]["regime"] for r in rows} == {"escalate", "gate"}
+        assert "served_without_gate" not in out.getvalue()
+        assert all((r["served"] or {}).get("verification") != "gate_skipped" for r in rows)

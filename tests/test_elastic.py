@@ -10,14 +10,14 @@ import openai
 import pytest
 
 from firstpass.config import config_from_dict
+from firstpass.config._certificate import Given
 from firstpass.errors import ConfigError
 from tests.add_task import GOOD, GOOD2, TESTS, VISIBLE_ONLY, WRONG
+from tests.certificates import certificate, elastic_block, write_calibration
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
 
-
-def elastic(mode: str, **kw: Any) -> dict[str, Any]:
-    return {"k": 5, "lambda": 0.9, "escalate_at": 0, "mode": mode, **kw}
+elastic = elastic_block
 
 
 def ask(stack: Any, mode: str | None = None) -> Any:
@@ -212,8 +212,9 @@ def test_invalid_elastic_config_fails_at_start_naming_the_key(
     assert str(info.value).startswith(key)
 
 
-def test_a_higher_rung_with_its_own_k_is_probed_too(live_stack: Any) -> None:
-    """A rung with its own k is probed like rung 0 (one n=k call) instead of checked singly."""
+def test_a_probed_higher_rung_without_its_own_certificate_gates(live_stack: Any) -> None:
+    """Rung 1 has its own k and is probed (one n=k call), but rung 0's certificate does not
+    license it: 3/3 passing still goes through the gate."""
     stack = live_stack(elastic=elastic("enforce"), strong_k=3)
     stack.stub.script(Reply.ok(*[WRONG] * 5), model=CHEAP)
     stack.stub.script(Reply.ok(GOOD, GOOD, GOOD), model=STRONG)
@@ -224,17 +225,78 @@ def test_a_higher_rung_with_its_own_k_is_probed_too(live_stack: Any) -> None:
     (receipt,) = stack.receipts_list()
     assert receipt["probe"]["regime"] == "escalate"
     (later,) = receipt["probe"]["later"]
-    assert (later["rung"], later["k"], later["regime"]) == (1, 3, "serve")
+    assert (later["rung"], later["k"], later["regime"]) == (1, 3, "gate")
+    assert later["certificate"] is None and later["lambda"] is None
+    assert "rung 1" in later["uncertified_because"]
+    assert receipt["served"]["verification"] == "verified"
+    assert len(gate_runs(receipt, 1)) == 1
+
+
+def test_a_higher_rung_with_its_own_certificate_serves_without_the_gate(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """A rung-1 certificate made under rung 0's certificate licenses rung 1's skip."""
+    rung0 = certificate(lam=0.9)
+    rung1 = certificate(
+        rung=1, k=3, lam=1.0, given=[Given(rung=0, certificate="cal_r0", lambda_=0.9)]
+    )
+    files = [
+        str(write_calibration(tmp_path / "r0.json", rung0, file_id="cal_r0")),
+        str(write_calibration(tmp_path / "r1.json", rung1, file_id="cal_r1")),
+    ]
+    block = {"k": 5, "escalate_at": 0, "mode": "enforce", "calibration": files}
+    stack = live_stack(elastic=block, strong_k=3)
+    stack.stub.script(Reply.ok(*[WRONG] * 5), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD, GOOD, GOOD), model=STRONG)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    (receipt,) = stack.receipts_list()
+    (later,) = receipt["probe"]["later"]
+    assert (later["regime"], later["certificate"], later["lambda"]) == ("serve", "cal_r1", 1.0)
     assert receipt["served"]["verification"] == "gate_skipped"
+    assert gate_runs(receipt, 1) == []
+
+
+def test_a_higher_rung_certificate_made_under_another_lower_policy_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Rung 1's certificate names rung 0 at λ = 0.8; rung 0 now runs at 0.9: refused, naming
+    the lower-rung policy, because other requests reach rung 1 now."""
+    from tests.server_harness import stack_config
+
+    rung0 = certificate(lam=0.9)
+    rung1 = certificate(
+        rung=1, k=3, lam=1.0, given=[Given(rung=0, certificate="cal_old", lambda_=0.8)]
+    )
+    files = [
+        str(write_calibration(tmp_path / "r0.json", rung0, file_id="cal_r0")),
+        str(write_calibration(tmp_path / "r1.json", rung1, file_id="cal_r1")),
+    ]
+    block = {"k": 5, "escalate_at": 0, "mode": "enforce", "calibration": files}
+    with pytest.raises(ConfigError) as info:
+        stack_config("http://127.0.0.1:9", tmp_path / "r.jsonl", elastic=block, strong_k=3)
+    assert info.value.key_path == "escalation.elastic.given"
+    assert "cal_old" in str(info.value) and "rung 1" in str(info.value)
 
 
 # -- who may choose the mode -----------------------------------------------------------------
 
 
 def _certificate(tmp_path: Path, lam: float | None) -> Path:
+    """A calibration file that certified ``lam`` for route "code" rung 0 (None: nothing)."""
     path = tmp_path / "calibration.json"
-    path.write_text(json.dumps({"id": "cal_test", "lambda": lam, "alpha": 0.1, "delta": 0.05}))
-    return path
+    if lam is None:
+        path.write_text(
+            json.dumps(
+                {
+                    "id": "cal_test",
+                    "certificates": [],
+                    "uncertified": [{"route": "code", "rung": 0, "reason": "no λ certified"}],
+                }
+            )
+        )
+        return path
+    return write_calibration(path, certificate(lam=lam))
 
 
 def _refusal(stack: Any, **headers: str) -> openai.APIStatusError:
@@ -258,7 +320,7 @@ def test_a_client_cannot_switch_enforce_on_where_the_route_does_not_allow_it(
 ) -> None:
     """Shadow config, certified λ, but enforce not in client_modes: 403, nothing goes upstream."""
     cal = _certificate(tmp_path, 0.6)
-    stack = live_stack(elastic=elastic("shadow", calibration=str(cal), **{"lambda": 0.6}))
+    stack = live_stack(elastic=elastic("shadow", calibration=str(cal)))
     err = _refusal(stack, **({"X-Firstpass-Mode": "enforce"} if via_header else {}))
     assert err.status_code == 403
     assert err.code == "mode_not_allowed"
@@ -332,38 +394,46 @@ def test_client_modes_in_the_config_are_validated_naming_the_key(tmp_path: Path)
 
 
 @pytest.mark.parametrize(
-    ("cert", "block", "key"),
+    ("cert", "block", "key", "theirs", "mine"),
     [
-        ({"k": 5}, {"k": 3}, "k"),
-        ({"score": "pass_share"}, {"score": "unanimous_agreement"}, "score"),
-        ({"escalate_at": 0}, {"escalate_at": 2}, "escalate_at"),
+        ({"k": 5}, {"k": 3}, "k", "5", "3"),
+        ({}, {"score": "unanimous_agreement"}, "score", '"pass_share"', '"unanimous_agreement"'),
+        ({"escalate_at": 0}, {"escalate_at": 2}, "escalate_at", "0", "2"),
+        ({"rule": "largest_behaviour_cluster"}, {}, "candidate_rule", '"largest_behaviour_cluster"',
+         '"most_shared_code"'),
+        ({"alpha": 0.2}, {"alpha": 0.1}, "alpha", "0.2", "0.1"),
+        ({"method": "crc"}, {"delta": 0.05}, "delta", "none (conformal", "0.05"),
     ],
 )
 def test_a_certificate_for_another_context_is_refused_for_enforce_naming_the_key(
-    tmp_path: Path, cert: dict[str, Any], block: dict[str, Any], key: str
+    tmp_path: Path, cert: dict[str, Any], block: dict[str, Any], key: str, theirs: str, mine: str
 ) -> None:
-    """A calibration made for k = 5, pass_share, escalate_at = 0 licenses nothing else."""
+    """A calibration made for k = 5, pass_share, escalate_at = 0 licenses nothing else, nor a
+    risk looser than the block requires."""
     from tests.server_harness import stack_config
 
-    path = tmp_path / "calibration.json"
-    path.write_text(json.dumps({"id": "cal_x", "lambda": 0.6, "alpha": 0.1, "delta": 0.05, **cert}))
-    body = {**elastic("enforce", calibration=str(path), **{"lambda": 0.6}), **block}
+    path = write_calibration(tmp_path / "calibration.json", certificate(lam=0.6, **cert))
+    body = {"k": 5, "escalate_at": 0, "mode": "enforce", "calibration": str(path), **block}
+    if body["escalate_at"] >= body["k"]:
+        body["k"] = 5
     with pytest.raises(ConfigError) as info:
         stack_config("http://127.0.0.1:9", tmp_path / "r.jsonl", elastic=body)
     assert info.value.key_path == f"escalation.elastic.{key}"
-    assert repr(cert[key]) in str(info.value) and repr(block[key]) in str(info.value)
+    assert theirs in str(info.value) and mine in str(info.value)
     shadow = stack_config(
         "http://127.0.0.1:9", tmp_path / "r.jsonl", elastic={**body, "mode": "shadow"}
     )
-    assert shadow.elastic is not None and not shadow.elastic.certified
+    assert shadow.elastic is not None
+    assert shadow.elastic.licence("code", 0).certificate is None
+    assert shadow.elastic.lambda_for("code", 0, "enforce") is None
 
 
-def test_a_calibration_file_without_a_lambda_certifies_no_hand_set_lambda(
+def test_a_calibration_file_without_certificates_licenses_no_hand_set_lambda(
     live_stack: Any, tmp_path: Path
 ) -> None:
-    """A calibration JSON with an id but no lambda key licenses no request-chosen enforce."""
+    """A calibration JSON with an empty certificates list licenses no request-chosen enforce."""
     path = tmp_path / "calibration.json"
-    path.write_text(json.dumps({"id": "cal_idonly"}))
+    path.write_text(json.dumps({"id": "cal_idonly", "certificates": []}))
     stack = live_stack(
         elastic=elastic("shadow", calibration=str(path), **{"lambda": 0.0}),
         client_modes=["shadow", "enforce"],
@@ -371,3 +441,67 @@ def test_a_calibration_file_without_a_lambda_certifies_no_hand_set_lambda(
     err = _refusal(stack)
     assert err.code == "enforce_not_certified"
     assert stack.stub.completions == []
+
+
+# -- shadow probes every rung elastic would reach ---------------------------------------------
+
+
+def test_shadow_probes_and_labels_a_higher_rung_the_cascade_reaches_too(live_stack: Any) -> None:
+    """0/5 at rung 0: both reach rung 1 (own k = 3); its probe's sample 0 is the cascade's
+    attempt, its candidate is labelled, and the receipt records the lower rung's policy."""
+    stack = live_stack(elastic=elastic("shadow"), strong_k=3)
+    stack.stub.script(Reply.ok(*[WRONG] * 5), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD, VISIBLE_ONLY, GOOD), model=STRONG)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    assert [(c.model, c.n) for c in stack.stub.completions] == [(CHEAP, 5), (STRONG, 3)]
+    (receipt,) = stack.receipts_list()
+    assert receipt["served"]["rung"] == 1 and receipt["served"]["verification"] == "verified"
+    (later,) = receipt["probe"]["later"]
+    assert (later["rung"], later["k"], later["pass_count"]) == (1, 3, 3)
+    assert later["cascade_reached"] is True and later["gate_label"] is True
+    assert later["given"] == [{"rung": 0, "certificate": None, "lambda": 0.9}]
+    assert later["counterfactual"] == "serve_without_gate"  # λ = 0.9 ≤ 3/3
+
+
+def test_shadow_probes_a_higher_rung_only_elastic_would_reach_for_its_label(
+    live_stack: Any,
+) -> None:
+    """The cascade serves rung 0's sample 0, but elastic's candidate fails the gate: elastic
+    would escalate, so rung 1 is probed for its label alone; the client still gets rung 0."""
+    stack = live_stack(elastic=elastic("shadow"), strong_k=3)
+    stack.stub.script(Reply.ok(GOOD, VISIBLE_ONLY, VISIBLE_ONLY, WRONG, WRONG), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD, GOOD, GOOD), model=STRONG)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    (receipt,) = stack.receipts_list()
+    assert receipt["served"]["rung"] == 0
+    assert receipt["decision"]["counterfactual"] == "escalate_after_gate"
+    assert receipt["decision"]["gate_label"] is False
+    (later,) = receipt["probe"]["later"]
+    assert later["cascade_reached"] is False and later["gate_label"] is True
+    assert raw.parse().model_extra["firstpass"]["served_model"].endswith(CHEAP)
+
+
+def test_shadow_does_not_probe_a_higher_rung_elastic_would_not_reach(live_stack: Any) -> None:
+    """5/5 and a passing label: elastic serves at rung 0, so rung 1 is neither probed nor paid."""
+    stack = live_stack(elastic=elastic("shadow"), strong_k=3)
+    stack.stub.script(Reply.ok(*[GOOD] * 5), model=CHEAP)
+    ask(stack)
+    (receipt,) = stack.receipts_list()
+    assert "later" not in receipt["probe"]
+    assert [c.model for c in stack.stub.completions] == [CHEAP]
+
+
+def test_shadow_tries_further_gate_candidates_before_calling_it_an_escalation(
+    live_stack: Any,
+) -> None:
+    """max_gate_candidates = 2: the first candidate fails the gate, the second passes, so the
+    counterfactual is serve_after_gate (what enforce would do), and the label stays the first's."""
+    stack = live_stack(elastic=elastic("shadow", max_gate_candidates=2), strong_k=3)
+    stack.stub.script(Reply.ok(WRONG, VISIBLE_ONLY, GOOD, WRONG, WRONG), model=CHEAP)
+    ask(stack)
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["gate_label"] is False
+    assert receipt["decision"]["counterfactual"] == "serve_after_gate"
+    assert "later" not in receipt["probe"]

@@ -8,24 +8,27 @@ import openai
 import pytest
 
 from calibration.data import read_receipts
+from firstpass.errors import CalibrationError
 from tests.add_task import GOOD, GOOD2, TESTS, VISIBLE_ONLY, WRONG
+from tests.certificates import elastic_block
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
 
 ODD = "```python\ndef add(a, b):\n    return a + b if a < 5 else 0\n```"
 
 
-# receipts of the default config, captured before `score` existed (same samples, same stack)
+# receipts of the default config, captured before `score` existed (same samples, same stack),
+# plus the fields certificates added (the rule picking the candidate, the gate budget); no
+# behavioural field (scores, g, clusters, probe inputs, a sample's behaviour) may appear
 PINNED_SAMPLES = [WRONG, GOOD2, GOOD, VISIBLE_ONLY, GOOD]
 PINNED_PROBE = {
-    "alpha": None,
-    "calibration_id": None,
     "calls": 1,
     "candidate": 2,
-    "delta": None,
+    "candidate_rule": "most_shared_code",
     "escalate_at": 0,
     "k": 5,
     "lambda": 0.9,
+    "max_gate_candidates": 1,
     "model": "cheap-model",
     "pass_count": 4,
     "provider": "stub",
@@ -40,6 +43,25 @@ PINNED_PROBE = {
     ],
     "score": {"name": "pass_share", "value": 0.8},
 }
+# what λ stood on: shadow records its counterfactual at the block's hand-set λ, uncertified;
+# enforce runs under the certificate `elastic()` wrote (tests/certificates.py defaults)
+PINNED_LICENCE = {
+    "shadow": {
+        "certificate": None,
+        "calibration_id": None,
+        "uncertified_because": "route 'code' rung 0: no certificate for it in no calibration file",
+        "alpha": None,
+        "delta": None,
+    },
+    "enforce": {
+        "certificate": "cal_test",
+        "calibration_id": "cal_test",
+        "uncertified_because": None,
+        "alpha": 0.1,
+        "delta": 0.05,
+    },
+}
+BEHAVIOURAL = {"scores", "g", "clusters", "probe_inputs", "probe_inputs_from_request"}
 PINNED_DECISION = {
     "shadow": {
         "action": "escalated",
@@ -64,8 +86,7 @@ PINNED_DECISION = {
 }
 
 
-def elastic(mode: str, **kw: Any) -> dict[str, Any]:
-    return {"k": 5, "lambda": 0.9, "escalate_at": 0, "mode": mode, **kw}
+elastic = elastic_block
 
 
 def ask(stack: Any, **firstpass: Any) -> Any:
@@ -92,7 +113,9 @@ def test_the_default_score_writes_the_receipts_it_always_wrote(
     (receipt,) = stack.receipts_list()
     probe = dict(receipt["probe"])
     assert probe.pop("cost_usd") == pytest.approx(2.42e-05)
-    assert probe == PINNED_PROBE
+    assert probe == {**PINNED_PROBE, **PINNED_LICENCE[mode]}
+    assert not BEHAVIOURAL & set(probe)
+    assert all("behaviour" not in sample for sample in probe["samples"])
     assert receipt["decision"] == PINNED_DECISION[mode]
 
 
@@ -149,8 +172,12 @@ def test_request_probe_inputs_split_samples_the_generated_ones_do_not(live_stack
     assert probe["clusters"] == [4, 1]
 
 
-def test_shadow_receipts_feed_calibration_with_every_score(live_stack: Any) -> None:
-    """One shadow run is enough to calibrate any score: read_receipts(score=NAME) reads each."""
+def test_shadow_receipts_calibrate_only_under_the_score_they_were_recorded_under(
+    live_stack: Any,
+) -> None:
+    """Shadow under `agreement` records every score's value, but each gate label belongs to
+    agreement's candidate: read_receipts(score="agreement") reads them, and calibrating another
+    score on them is refused, naming both scores and what to do."""
     stack = live_stack(elastic=elastic("shadow", score="agreement"))
     for samples in ([GOOD] * 5, [VISIBLE_ONLY, GOOD, GOOD2, ODD, WRONG]):
         stack.stub.script(Reply.ok(*samples), model=CHEAP)
@@ -158,10 +185,16 @@ def test_shadow_receipts_feed_calibration_with_every_score(live_stack: Any) -> N
         ask(stack)
     stack.flush()
     path = stack.receipts
-    got = {
-        name: sorted(read_receipts([path], score=name).score.tolist())
-        for name in ("pass_share", "agreement", "unanimous_agreement")
-    }
-    assert got["pass_share"] == pytest.approx([0.8, 1.0])
-    assert got["agreement"] == pytest.approx([0.4, 1.0])
-    assert got["unanimous_agreement"] == pytest.approx([0.0, 1.0])
+    receipts = stack.receipts_list()
+    assert sorted(r["probe"]["scores"]["pass_share"] for r in receipts) == pytest.approx([0.8, 1])
+    assert all(r["probe"]["score"]["name"] == "agreement" for r in receipts)
+    assert all(r["probe"]["candidate_rule"] == "largest_behaviour_cluster" for r in receipts)
+    got = sorted(read_receipts([path], score="agreement").score.tolist())
+    assert got == pytest.approx([0.4, 1.0])
+    for other in ("pass_share", "unanimous_agreement"):
+        with pytest.raises(CalibrationError) as info:
+            read_receipts([path], score=other)
+        message = str(info.value)
+        assert "2 recorded under score 'agreement'" in message
+        assert f"calibrating score {other!r}" in message
+        assert "Calibrate with --score set to the score the shadow run used" in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +185,6 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
 
     from firstpass.demo.runner import run_demo
 
-
     log = tmp_path / "receipts.jsonl"
     run_demo(receipts=log, out=io.StringIO())
     proc = subprocess.Popen(
@@ -197,3 +197,108 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+# --- the summary command checks the hash chain -------------------------------------------------
+
+
+def _write_log(path: Path, records: list[dict[str, Any]]) -> Path:
+    import asyncio
+
+    from firstpass.receipts import ReceiptWriter
+
+    async def run() -> None:
+        async with ReceiptWriter(path) as writer:
+            for record in records:
+                await writer.write(record)
+
+    asyncio.run(run())
+    return path
+
+
+def _summary_command(
+    path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str, str]:
+    from firstpass import cli
+
+    monkeypatch.setattr(cli, "COMMANDS", ("receipts",))
+    status = cli.main(["receipts", "summary", str(path), *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    """Three receipts written by the real writer: 0.001, 0.011 and 0.001 dollars."""
+    records = [
+        receipt("served", [check("visible", True)], 10.0, 0.001, 0.01),
+        receipt("escalated", [check("visible", False)], 20.0, 0.011, 0.01),
+        receipt("served", [check("visible", True)], 30.0, 0.001, 0.01),
+    ]
+    for i, record in enumerate(records):
+        record["id"] = f"rcpt_{i}"
+    return _write_log(tmp_path / "receipts.jsonl", records)
+
+
+def _edit_line(path: Path, line_no: int, old: bytes, new: bytes) -> None:
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert old in lines[line_no - 1]
+    lines[line_no - 1] = lines[line_no - 1].replace(old, new)
+    path.write_bytes(b"".join(lines))
+
+
+def test_summary_of_an_intact_log_says_the_chain_verified(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No warning on stderr; the text names the verified head, the JSON says verified."""
+    status, out, err = _summary_command(log, capsys, monkeypatch)
+    assert status == 0 and err == ""
+    assert "3 receipts" in out and "hash chain: verified (head sha256:" in out
+    status, out, err = _summary_command(log, capsys, monkeypatch, "--json")
+    data = json.loads(out)
+    assert data["chain"]["verified"] is True and data["chain"]["receipts_verified"] == 3
+    assert data["chain"]["first_bad_line"] is None and data["warning"] is None and err == ""
+
+
+def test_summary_of_an_edited_log_warns_naming_the_first_bad_line(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone lowers line 2's cost: the summary still prints (with the edited number, as the
+    log now stands), and stderr warns that the chain breaks at line 2."""
+    _edit_line(log, 2, b'"total_usd":0.011', b'"total_usd":0.001')
+    status, out, err = _summary_command(log, capsys, monkeypatch)
+    assert status == 0
+    assert "3 receipts" in out and "cost: $0.0030" in out
+    assert "hash chain: DOES NOT VERIFY from line 2" in out
+    assert err.startswith("warning: ")
+    assert "the hash chain does not verify: line 2: hash mismatch" in err
+    assert "only the receipt before it is vouched for" in err
+
+
+def test_summary_json_of_an_edited_log_carries_the_warning(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--json``: ``chain`` names the first bad line and why, ``warning`` says it in words, and
+    stdout stays pure JSON (the warning also goes to stderr)."""
+    _edit_line(log, 2, b'"escalated"', b'"served"')
+    status, out, err = _summary_command(log, capsys, monkeypatch, "--json")
+    assert status == 0
+    data = json.loads(out)
+    assert data["n"] == 3 and data["actions"] == {"served": 3}
+    assert data["chain"]["verified"] is False
+    assert data["chain"]["first_bad_line"] == 2 and data["chain"]["receipts_verified"] == 1
+    assert "hash mismatch" in data["chain"]["reason"]
+    assert "line 2" in data["warning"] and "line 2" in err
+
+
+def test_summary_of_a_log_with_a_torn_last_line_counts_the_rest_and_warns(
+    log: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash mid-write leaves half a line: the summary counts the two whole receipts, leaves
+    the torn one out, and says both things instead of failing."""
+    data = log.read_bytes()
+    log.write_bytes(data[: len(data) - 40])
+    status, out, err = _summary_command(log, capsys, monkeypatch)
+    assert status == 0 and "2 receipts" in out
+    assert "line 3: truncated" in err
+    assert "1 line was not a JSON object and left out" in err

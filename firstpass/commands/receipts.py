@@ -1,20 +1,25 @@
 """``firstpass receipts verify|show|summary``: audit a receipt log from the shell.
 
 ``verify`` exits 0 when every hash and link re-derives and 1 naming the first bad line; ``show``
-exits 1 when the id is not in the log. An unreadable file is a ``ReceiptError`` (exit 2 via
+exits 1 when the id is not in the log. ``summary`` verifies the chain too: when it does not hold,
+the summary still prints, with a warning naming the first bad line on stderr (and in ``--json``,
+``chain`` and ``warning``). An unreadable file is a ``ReceiptError`` (exit 2 via
 ``firstpass.cli``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from firstpass.errors import FirstpassError
-from firstpass.receipts import ReceiptSummary, find_receipt, iter_receipts, summarize, verify_chain
+from firstpass.errors import FirstpassError, ReceiptError
+from firstpass.receipts import ReceiptSummary, find_receipt, summarize, verify_chain
 
 #: where ``show`` looks when neither ``--path`` nor a loadable config says
 DEFAULT_PATH = Path("receipts.jsonl")
@@ -60,7 +65,9 @@ def register(subparsers: Any) -> None:
         "summary",
         help="counts by action, check pass rates, cost, latency percentiles",
         description="Summarise a receipt log: actions, check pass rates, cost against the "
-        "top-rung counterfactual, p50/p95 latency, probe regimes and labels.",
+        "top-rung counterfactual, p50/p95 latency, probe regimes and labels. The hash chain is "
+        "verified as well: when it does not hold, the summary still prints, with a warning on "
+        "stderr naming the first bad line.",
     )
     summary.add_argument("path", type=Path, help="the receipt log (JSONL)")
     summary.add_argument("--json", action="store_true", dest="as_json", help="print JSON")
@@ -93,12 +100,35 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    summary = summarize(iter_receipts(args.path))
+    chain = verify_chain(args.path)
+    unreadable = [0]
+    summary = summarize(_readable_records(args.path, unreadable))
+    summary = dataclasses.replace(summary, chain=chain, unreadable=unreadable[0])
+    if summary.warning is not None:
+        print(f"warning: {args.path}: {summary.warning}", file=sys.stderr, flush=True)
     if args.as_json:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(format_summary(summary, args.path))
     return 0
+
+
+def _readable_records(path: Path, unreadable: list[int]) -> Iterator[dict[str, Any]]:
+    """Every line of the log that is a JSON object, in order; the others are counted in
+    ``unreadable[0]`` and left out (a log that has them does not verify, and says so)."""
+    try:
+        with open(path, "rb", buffering=1 << 20) as fh:
+            for raw in fh:
+                try:
+                    record = json.loads(raw)
+                except ValueError:  # JSONDecodeError and UnicodeDecodeError
+                    record = None
+                if isinstance(record, dict):
+                    yield record
+                else:
+                    unreadable[0] += 1
+    except OSError as exc:
+        raise ReceiptError(f"{os.fspath(path)}: cannot read the receipt log: {exc}") from exc
 
 
 def _configured_path() -> Path:
@@ -114,6 +144,14 @@ def _configured_path() -> Path:
 def format_summary(summary: ReceiptSummary, path: Path) -> str:
     """The human-readable summary, one fact per line."""
     lines = [f"{path}: {summary.n} receipts ({_counts(summary.modes)})"]
+    chain = summary.chain
+    if chain is not None and chain.ok:
+        lines.append(f"hash chain: verified (head {chain.head})")
+    elif chain is not None:
+        lines.append(
+            f"hash chain: DOES NOT VERIFY from line {chain.first_bad_line} "
+            f"(see the warning; `firstpass receipts verify {path}`)"
+        )
     lines.append(f"actions: {_counts(summary.actions)}")
     for name, rate in (("visible", summary.visible), ("gate", summary.gate)):
         if rate.rate is None:

@@ -20,8 +20,17 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_run)
 
 
+def _no_config_found(path: str | None, env: dict[str, str]) -> bool:
+    """True when nothing names a config and ./firstpass.toml does not exist either."""
+    from firstpass.config import ENV_CONFIG, resolve_config_path
+
+    if path is not None or env.get(ENV_CONFIG, "").strip():
+        return False
+    return not resolve_config_path(None, env).exists()
+
+
 def _run(args: argparse.Namespace) -> int:
-    from firstpass.config import ENV_HOST, ENV_PORT, load_config
+    from firstpass.config import DEFAULT_CONFIG, ENV_CONFIG, ENV_HOST, ENV_PORT, load_config
     from firstpass.errors import ConfigError
     from firstpass.server import run_server
 
@@ -35,6 +44,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.port is not None:
         env[ENV_PORT] = str(args.port)
         flags[ENV_PORT] = "--port"
+    if _no_config_found(args.config, env):
+        raise ConfigError(
+            "",
+            f"no config: no --config, no {ENV_CONFIG}, and no ./{DEFAULT_CONFIG} here; "
+            f"run `firstpass init` to write a starter {DEFAULT_CONFIG} here "
+            "(it serves the bundled demo offline), or pass --config PATH",
+        )
     try:
         config = load_config(args.config, env=env)
     except ConfigError as exc:  # name the flag the user typed, not the variable it went through

@@ -18,8 +18,8 @@ from typing import Any
 from firstpass.config import _fields as f
 from firstpass.config._checks import validate_checks
 from firstpass.config._digest import config_digest
-from firstpass.config._elastic import build_elastic
-from firstpass.config._env import apply_env
+from firstpass.config._elastic import ELASTIC_PATH, bind_licences, build_elastic
+from firstpass.config._env import ENV_ELASTIC_MODE, apply_env
 from firstpass.config._model import (
     ANY_MODEL,
     MAX_K,
@@ -83,6 +83,8 @@ def config_from_dict(
     routes = _routes(f.get_tables(data, "route", ""), providers, prices)
     elastic = build_elastic(f.get_table(data, "escalation", "", {}), base_dir)
     server, receipts, elastic = apply_env(env, server, receipts, elastic)
+    mode_key = ENV_ELASTIC_MODE if ENV_ELASTIC_MODE in env else f"{ELASTIC_PATH}.mode"
+    elastic = bind_licences(elastic, routes, mode_key)
     config = Config(
         server=server,
         sandbox=sandbox,

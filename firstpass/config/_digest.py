@@ -58,9 +58,19 @@ def _elastic(config: Config) -> dict[str, Any]:
     """The elastic block; keys added later are left out at their defaults, so a config that does
     not use them keeps the digest it had before they existed (receipts stay comparable)."""
     assert config.elastic is not None
-    body = dataclasses.asdict(config.elastic)
+    e = config.elastic
+    body: dict[str, Any] = {
+        field.name: getattr(e, field.name)
+        for field in dataclasses.fields(e)
+        if field.compare  # the files and licences are summarised below, not dumped
+    }
     if body["score"] == "pass_share":
         del body["score"]
-    if not body["uncertified"]:
-        del body["uncertified"]
+    if not body["lambda_set"]:
+        del body["lambda_set"]
+    # which certificate each probed (route, rung) runs under: part of what the config does
+    body["licences"] = {
+        f"{route}/{rung}": None if lic.certificate is None else lic.certificate.id
+        for (route, rung), lic in sorted(e.licences.items())
+    }
     return body

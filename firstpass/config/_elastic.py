@@ -1,21 +1,36 @@
-"""``[escalation.elastic]`` and the calibration JSON that λ may come from.
+"""``[escalation.elastic]``, the calibration files it cites, and which certificate each probed
+(route, rung) runs under.
 
-When the block cites a calibration file that exists, its ``id``, ``alpha`` and ``delta`` are read
-so receipts can name where λ came from, and a λ in the file that the calibration did not certify
-is refused: a receipt must not claim a guarantee the config does not carry.
+Two steps, because the environment may switch the mode after the file is read:
+``build_elastic`` reads the block and the certificates of every cited file;
+``bind_licences`` (once the routes are built and the environment applied) decides, per probed
+(route, rung), which certificate is in force or why none is. Under enforce a certificate whose
+context differs from the block is an error naming the key and both values; a rung with no
+certificate at all gates (it never skips). Enforce with a hand-set λ and no certificate is
+refused, and so is enforce citing calibrations that certify nothing for any probed rung (a
+calibration that failed should not look like one in force); enforce citing nothing runs
+without skips: 0/k escalates at once, the rest is gated.
 """
 
 from __future__ import annotations
 
-import json
-import math
+import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from firstpass.config import _fields as f
-from firstpass.config._model import MAX_K, ElasticConfig, ProbeScore
+from firstpass.config._certificate import (
+    CertificateFile,
+    Given,
+    Licence,
+    Policy,
+    licence_for,
+    read_certificates,
+)
+from firstpass.config._model import MAX_K, ElasticConfig, ProbeScore, RouteConfig
 from firstpass.errors import ConfigError
 
 #: where the block lives, for key paths (the TOML key "lambda" is ``ElasticConfig.lambda_``)
@@ -36,123 +51,138 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
         return None
     p = ELASTIC_PATH
     f.check_keys(table, p, _ELASTIC_KEYS)
-    k = f.get_int(table, "k", p, 5, lo=1, hi=MAX_K)
-    calibration = f.get_path(table, "calibration", p, base_dir, None)
-    cal = read_calibration(calibration) if calibration is not None else {}
-    lam = f.get_float(table, "lambda", p, None, lo=0.0, hi=1.0)
-    uncertified = lam is None and "lambda" in cal and cal["lambda"] is None
-    if lam is None:
-        lam = cal.get("lambda") if cal.get("lambda") is not None else 1.0
-    elif "lambda" in cal and cal["lambda"] != lam:
-        certified = "no λ" if cal["lambda"] is None else f"λ = {cal['lambda']:g}"
-        raise ConfigError(
-            f"{p}.lambda",
-            f"{lam:g} differs from the calibration file, which certified {certified}"
-            f" ({calibration}); paste the block it printed, or drop `calibration`",
-        )
-    values: dict[str, Any] = {}
-    for key in ("alpha", "delta"):
-        mine = f.get_float(table, key, p, None, lo=0.0, hi=1.0)
-        if mine is not None and cal.get(key) is not None and cal[key] != mine:
-            raise ConfigError(
-                f"{p}.{key}", f"{mine:g} differs from the calibration file's {cal[key]:g}"
-            )
-        values[key] = mine if mine is not None else cal.get(key)
-    escalate_at = f.get_int(table, "escalate_at", p, 0, lo=0, hi=k - 1)
-    score = f.get_choice(table, "score", p, SCORES, "pass_share")
-    mismatch = _context_mismatch(cal, k=k, escalate_at=escalate_at, score=score)
-    mode = f.get_choice(table, "mode", p, ("shadow", "enforce"), "shadow")
-    if mismatch is not None and mode == "enforce":
-        key, mine, theirs = mismatch
-        raise ConfigError(
-            f"{p}.{key}",
-            f"{mine!r} differs from the certificate's {theirs!r} ({calibration}): its guarantee "
-            f"was computed for {key} = {theirs!r}, not for this policy. Calibrate again under "
-            "this block (shadow mode), or set it back",
-        )
-    elastic = ElasticConfig(
-        k=k,
-        lambda_=lam,
-        escalate_at=escalate_at,
-        mode=mode,
-        calibration=calibration,
-        calibration_id=cal.get("id"),
-        alpha=values["alpha"],
-        delta=values["delta"],
-        max_gate_candidates=f.get_int(table, "max_gate_candidates", p, 1, lo=1, hi=k),
-        score=score,
-        uncertified=uncertified,
-        lambda_certified=cal.get("lambda") is not None and cal["lambda"] == lam,
-        certificate_mismatch=(
-            None
-            if mismatch is None
-            else f"{mismatch[0]} = {mismatch[1]!r}, the certificate's is {mismatch[2]!r}"
-        ),
+    k = f.get_int(table, "k", p, ElasticConfig.k, lo=1, hi=MAX_K)
+    paths = _calibration_paths(table, base_dir)
+    files = tuple(
+        cf for path in paths if (cf := read_certificates(path, f"{p}.calibration")) is not None
     )
-    check_enforceable(elastic, f"{p}.mode")
-    return elastic
+    lam = f.get_float(table, "lambda", p, None, lo=0.0, hi=1.0)
+    return ElasticConfig(
+        k=k,
+        lambda_=ElasticConfig.lambda_ if lam is None else lam,
+        lambda_set=lam is not None,
+        escalate_at=f.get_int(table, "escalate_at", p, ElasticConfig.escalate_at, lo=0, hi=k - 1),
+        mode=f.get_choice(table, "mode", p, ("shadow", "enforce"), ElasticConfig.mode),
+        calibration=paths,
+        alpha=f.get_float(table, "alpha", p, None, lo=0.0, hi=1.0),
+        delta=f.get_float(table, "delta", p, None, lo=0.0, hi=1.0),
+        max_gate_candidates=f.get_int(
+            table, "max_gate_candidates", p, ElasticConfig.max_gate_candidates, lo=1, hi=k
+        ),
+        score=f.get_choice(table, "score", p, SCORES, ElasticConfig.score),
+        files=files,
+    )
 
 
-def _context_mismatch(
-    cal: Mapping[str, Any], *, k: int, escalate_at: int, score: str
-) -> tuple[str, Any, Any] | None:
-    """The first setting the certificate's guarantee depends on that this block changes."""
-    for key, mine in (("k", k), ("score", score), ("escalate_at", escalate_at)):
-        theirs = cal.get(key)
-        if theirs is None or (key == "escalate_at" and theirs < 0):
-            continue  # not recorded (or "any") in the certificate
-        if theirs != mine:
-            return key, mine, theirs
-    return None
+def _calibration_paths(table: Mapping[str, Any], base_dir: Path) -> tuple[Path, ...]:
+    """``calibration``: one path or a list (one file per rung calibrated, say)."""
+    raw = table.get("calibration")
+    if raw is None:
+        return ()
+    key = f"{ELASTIC_PATH}.calibration"
+    items = f.get_str_list(table, "calibration", ELASTIC_PATH) if isinstance(raw, list) else None
+    if items is None:
+        items = (f.get_str(table, "calibration", ELASTIC_PATH),)
+    if not items:
+        raise ConfigError(key, "the list is empty: cite at least one calibration file, or drop it")
+    return tuple(base_dir / Path(item).expanduser() for item in items)
 
 
-def check_enforceable(elastic: ElasticConfig | None, key_path: str) -> None:
-    """Refuse to enforce a λ that the cited calibration did not certify."""
-    if elastic is not None and elastic.mode == "enforce" and elastic.uncertified:
+def probed_rungs(route: RouteConfig) -> tuple[int, ...]:
+    """The rungs elastic probes on a route: the cheapest, and every rung with its own ``k``."""
+    return tuple(i for i, rung in enumerate(route.ladder) if i == 0 or rung.k)
+
+
+def bind_licences(
+    elastic: ElasticConfig | None, routes: Sequence[RouteConfig], key_path: str
+) -> ElasticConfig | None:
+    """Decide, per probed (route, rung), which certificate is in force; under enforce refuse a
+    certificate made for another context, and a block that would certify nothing at all.
+
+    ``key_path`` names where the mode came from (the block's ``mode``, or the environment
+    variable that overrode it), for the error when nothing is certified.
+    """
+    if elastic is None:
+        return None
+    licences: dict[tuple[str, int], Licence] = {}
+    for route in routes:
+        given: list[Given] = []
+        for index in probed_rungs(route):
+            rung = route.ladder[index]
+            policy = Policy(
+                route=route.name,
+                rung=index,
+                k=rung.k or elastic.k,
+                score=elastic.score,
+                escalate_at=elastic.escalate_at,
+                alpha=elastic.alpha,
+                delta=elastic.delta,
+                lambda_=elastic.lambda_ if elastic.lambda_set else None,
+                given=tuple(given),
+            )
+            licence = licence_for(policy, elastic.files)
+            if elastic.mode == "enforce" and licence.key is not None:
+                raise ConfigError(
+                    f"{ELASTIC_PATH}.{licence.key}",
+                    f"{licence.problem}. Its guarantee holds for that setup only: set it back, "
+                    'or collect shadow receipts under this block (mode = "shadow") and '
+                    "calibrate again",
+                )
+            licences[(route.name, index)] = licence
+            cert = licence.certificate
+            if cert is not None:
+                lam: float | None = cert.lambda_
+            else:  # enforce gates there; shadow records its counterfactual at the block's λ
+                lam = None if elastic.mode == "enforce" else elastic.lambda_
+            given.append(
+                Given(rung=index, certificate=None if cert is None else cert.id, lambda_=lam)
+            )
+    bound = dataclasses.replace(elastic, licences=MappingProxyType(licences))
+    if bound.mode == "enforce":
+        _check_enforceable(bound, licences, key_path)
+    return bound
+
+
+def _check_enforceable(
+    elastic: ElasticConfig, licences: Mapping[tuple[str, int], Licence], key_path: str
+) -> None:
+    """Enforce must be able to skip somewhere, and only where a certificate says so."""
+    certified = [key for key, lic in licences.items() if lic.certificate is not None]
+    if certified:
+        return
+    if elastic.lambda_set:
         raise ConfigError(
-            key_path,
-            f'"enforce" with {elastic.calibration}, which certified no λ: enforcing would skip '
-            'the gate without a guarantee. Keep mode = "shadow" (the cascade serves) and '
-            "calibrate on more shadow receipts, or set lambda yourself",
+            f"{ELASTIC_PATH}.lambda",
+            f"{elastic.lambda_:g} is set by hand, and no calibration certifies it: enforce skips "
+            "the gate only where a certificate licenses it. Keep mode = \"shadow\", run "
+            "`firstpass calibrate --receipts <log> --out calibration.json` on its receipts and "
+            "cite that file with `calibration`",
         )
+    if not elastic.calibration:
+        return  # no λ, nothing cited: elastic escalates at once on 0/k and gates the rest
+    problems = "; ".join(lic.problem for lic in licences.values() if lic.problem) or (
+        "no route is probed"
+    )
+    raise ConfigError(
+        key_path,
+        f'"enforce" under a calibration that licenses no skip ({problems}). Keep mode = '
+        '"shadow" (the cascade serves, every receipt is labelled) and calibrate again on more '
+        "receipts: the calibration report says how many a level needs, or that the observed "
+        "failure rate is too high for any. Or drop `calibration` to run enforce without skips "
+        "(0/k escalates at once, everything else is gated), or drop [escalation.elastic] for "
+        "the plain verified cascade",
+    )
 
 
-def read_calibration(path: Path) -> dict[str, Any]:
-    """From a calibration JSON: ``id``, ``lambda``, ``alpha``, ``delta``, and the context its
-    guarantee holds for (``score``, ``k``, ``escalate_at``); a missing file gives {}."""
-    where = f"{ELASTIC_PATH}.calibration"
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(where, f"cannot read {path}: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(where, f"{path} is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(where, f"{path}: expected a JSON object, got {f.describe(data)}")
-    out: dict[str, Any] = {}
-    if "id" in data:
-        if not isinstance(data["id"], str) or not data["id"]:
-            raise ConfigError(where, f'{path}: "id" must be a non-empty string')
-        out["id"] = data["id"]
-    if isinstance(data.get("score"), str):
-        out["score"] = data["score"]
-    for key in ("k", "escalate_at"):
-        value = data.get(key)
-        if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(where, f'{path}: "{key}" must be an integer')
-            out[key] = value
-    for key, lo, hi in (("lambda", 0.0, 1.0), ("alpha", 0.0, 1.0), ("delta", 0.0, 1.0)):
-        if key not in data:
-            continue
-        value = data[key]
-        if value is None:
-            out[key] = None
-            continue
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or not lo <= value <= hi:
-            raise ConfigError(where, f'{path}: "{key}" must be a number in [{lo:g}, {hi:g}]')
-        out[key] = float(value)
-    return out
+def describe_licence(licence: Licence) -> str:
+    """One line for logs and errors: the certificate in force, or why none is."""
+    cert = licence.certificate
+    if cert is None:
+        return licence.problem or "no certificate"
+    delta = "CRC, no δ" if cert.delta is None else f"δ = {cert.delta:g}"
+    return f"{cert.id}: λ = {cert.lambda_:g}, α = {cert.alpha:g}, {delta} ({cert.where()})"
+
+
+def files_summary(files: Sequence[CertificateFile]) -> str:
+    """For the start-up log: how many certificates each cited file holds."""
+    return ", ".join(f"{cf.path} ({len(cf.certificates)} certificates)" for cf in files)

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from firstpass.config import _fields as f
-from firstpass.config._elastic import check_enforceable
 from firstpass.config._model import ElasticConfig, ReceiptsConfig, ServerConfig
 from firstpass.errors import ConfigError
 
@@ -48,5 +47,4 @@ def apply_env(
             elastic = None
         else:
             elastic = dataclasses.replace(elastic or ElasticConfig(), mode=mode)  # type: ignore[arg-type]
-            check_enforceable(elastic, ENV_ELASTIC_MODE)
     return server, receipts, elastic

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,7 +43,11 @@ def load_config(
         text = file.read_bytes().decode("utf-8")
     except FileNotFoundError as exc:
         via = f" (from {ENV_CONFIG})" if path is None and env.get(ENV_CONFIG) else ""
-        raise ConfigError(str(file), f"config file not found{via}") from exc
+        raise ConfigError(
+            str(file),
+            f"config file not found{via}; check the path, or write a starter config there "
+            f"with `firstpass init --path {shlex.quote(str(file))}`",
+        ) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(file), f"cannot read config file: {exc}") from exc
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from firstpass.config._certificate import CertificateFile, Licence
 from firstpass.errors import ConfigError
 from firstpass.sandbox._limits import Limits
 
@@ -181,40 +182,54 @@ class RouteConfig:
 class ElasticConfig:
     """The elastic policy (``[escalation.elastic]``); absent from the file → the plain cascade.
 
-    ``calibration_id``, ``alpha`` and ``delta`` come from the calibration JSON when it exists, so
-    receipts can name where λ came from. ``score`` is the probe score compared with λ
+    λ is per (route, rung): the certificate in force there (``licences``, bound once the routes
+    are known), else none. Enforce skips the gate only under a certificate; a probed rung
+    without one gates. Shadow records its counterfactual at the certificate's λ, else at the
+    block's ``lambda_`` (labelled uncertified). ``score`` is the probe score compared with λ
     (``firstpass.policy.SCORES``); anything but ``pass_share`` also runs the probe inputs.
+    ``alpha`` and ``delta`` are the risk the operator requires: a certificate promising less is
+    refused.
     """
 
     k: int = 5
     lambda_: float = 1.0
+    #: ``lambda`` was written in the block (under enforce it must equal the certificates')
+    lambda_set: bool = False
     escalate_at: int = 0
     mode: ElasticMode = "shadow"
-    calibration: Path | None = None
-    calibration_id: str | None = None
+    calibration: tuple[Path, ...] = ()
     alpha: float | None = None
     delta: float | None = None
     max_gate_candidates: int = 1
     score: ProbeScore = "pass_share"
-    #: the cited calibration certified no λ and none was set: λ = 1 stands in, and the policy
-    #: may only run in shadow mode (enforcing it would skip the gate without a guarantee)
-    uncertified: bool = False
-    #: the cited certificate was computed for another context (k, score, escalate_at): it
-    #: licenses nothing here (shadow mode only); says which setting and both values
-    certificate_mismatch: str | None = None
-    #: the cited file certified exactly this λ (a file without a λ certifies nothing)
-    lambda_certified: bool = False
+    #: the calibration files cited that exist (a cited file not written yet is skipped)
+    files: tuple[CertificateFile, ...] = field(default=(), repr=False, compare=False)
+    #: (route name, rung index) → the certificate in force there, or why there is none
+    licences: Mapping[tuple[str, int], Licence] = field(
+        default_factory=lambda: MappingProxyType({}), repr=False, compare=False
+    )
 
-    @property
-    def certified(self) -> bool:
-        """λ comes from a calibration file that certified it for this very block (a
-        certificate, not a hand-set λ)."""
-        return (
-            self.calibration_id is not None
-            and self.lambda_certified
-            and not self.uncertified
-            and self.certificate_mismatch is None
-        )
+    def licence(self, route: str, rung: int) -> Licence:
+        """What (route, rung) runs under; a rung that was never bound has no certificate."""
+        found = self.licences.get((route, rung))
+        if found is not None:
+            return found
+        return Licence(certificate=None, problem=f"route {route!r} rung {rung}: not probed")
+
+    def lambda_for(self, route: str, rung: int, mode: str) -> float | None:
+        """λ at (route, rung) in ``mode``: the certificate's; else None under enforce (the rung
+        gates), the block's hand-set λ in shadow (a counterfactual, labelled uncertified)."""
+        cert = self.licence(route, rung).certificate
+        if cert is not None and mode == "enforce" and self.mode != "enforce" and rung > 0:
+            # bound for shadow: a higher rung's certificate names the lower rungs' λ as shadow
+            # ran them; under enforce an uncertified lower rung gates instead, so who reaches
+            # this rung differs and its certificate does not apply
+            lower = [r for (name, r) in self.licences if name == route and r < rung]
+            if any(self.licence(route, r).certificate is None for r in lower):
+                cert = None
+        if cert is not None:
+            return cert.lambda_
+        return None if mode == "enforce" else self.lambda_
 
 
 @dataclass(frozen=True, kw_only=True)

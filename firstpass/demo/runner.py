@@ -43,7 +43,9 @@ def load_demo_tasks() -> list[dict[str, Any]]:
 def demo_config(receipts: Path, *, mode: str | None = None, k: int = 5, lam: float = 1.0) -> Config:
     """The demo's config: replay ladder demo-cheap → demo-strong, made-up prices.
 
-    ``mode`` ``"shadow"`` or ``"enforce"`` turns the elastic policy on with ``k`` and ``lam``.
+    ``mode`` ``"shadow"`` or ``"enforce"`` turns the elastic policy on with ``k``; shadow
+    records its counterfactual at ``lam``. The demo ships no certificate (a dozen tasks certify
+    nothing), so enforce here never skips the gate: 0/k escalates at once, the rest is gated.
     """
     data: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0},
@@ -64,7 +66,10 @@ def demo_config(receipts: Path, *, mode: str | None = None, k: int = 5, lam: flo
         ],
     }
     if mode in ("shadow", "enforce"):
-        data["escalation"] = {"elastic": {"k": k, "lambda": lam, "escalate_at": 0, "mode": mode}}
+        block: dict[str, Any] = {"k": k, "escalate_at": 0, "mode": mode}
+        if mode == "shadow":
+            block["lambda"] = lam
+        data["escalation"] = {"elastic": block}
     return config_from_dict(data, base_dir=_data_dir(), env={})
 
 

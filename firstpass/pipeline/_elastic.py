@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from firstpass.config import Rung
+from firstpass.config._certificate import Certificate, Given, candidate_rule
 from firstpass.errors import UpstreamError
 from firstpass.pipeline._state import Answer, LadderResult, LadderState, Outcome, RunRequest
 from firstpass.policy import (
@@ -61,6 +62,11 @@ class Probe:
     cost_usd: float
     calls: int
     score_name: str = "pass_share"
+    #: λ in force at this (route, rung) for this request's mode; None: no certificate, it gates
+    lam: float | None = None
+    #: the certificate λ comes from (None: uncertified, see ``licence_problem``)
+    certificate: Certificate | None = None
+    licence_problem: str | None = None
     # behavioural scores only (None with the default pass_share: the receipt stays as it was)
     scores: dict[str, float] | None = None
     clusters: tuple[int, ...] = ()
@@ -83,7 +89,9 @@ class Probe:
             return self.pass_count / self.k
         return self.scores[self.score_name]
 
-    def record(self, *, lam: float, escalate_at: int, elastic: Any) -> dict[str, Any]:
+    def record(self, *, escalate_at: int, max_gate_candidates: int) -> dict[str, Any]:
+        """The receipt's view of this probe: what was drawn, what passed, the regime, and the
+        certificate (or its absence) that decided it."""
         samples = [
             {"n_passed": r.n_passed, "n_total": r.n_total, "category": r.category}
             for r in self.visible
@@ -101,6 +109,7 @@ class Probe:
                     self.inputs.from_request if self.inputs is not None else 0
                 ),
             }
+        cert = self.certificate
         return {
             "rung": self.rung_index,
             "provider": self.rung.provider,
@@ -112,14 +121,33 @@ class Probe:
             **behavioural,
             "samples": samples,
             "candidate": self.candidate,
-            "lambda": lam,
+            "candidate_rule": candidate_rule(self.score_name),
+            "lambda": self.lam,
             "escalate_at": escalate_at,
-            "calibration_id": elastic.calibration_id,
-            "alpha": elastic.alpha,
-            "delta": elastic.delta,
+            "max_gate_candidates": max_gate_candidates,
+            "certificate": None if cert is None else cert.id,
+            "uncertified_because": self.licence_problem if cert is None else None,
+            "calibration_id": None if cert is None else cert.id,
+            "alpha": None if cert is None else cert.alpha,
+            "delta": None if cert is None else cert.delta,
             "calls": self.calls,
             "cost_usd": self.cost_usd,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Labelled:
+    """What shadow learned from one probe: the gate's verdict on elastic's candidate, what
+    elastic would have done, whether it goes up the ladder, and the cascade's attempt."""
+
+    label: bool | None
+    counterfactual: str | None
+    escalates: bool
+    attempt: Attempt
+
+
+def _cert_id(cert: Certificate | None) -> str | None:
+    return None if cert is None else cert.id
 
 
 def _share(result: Any) -> float:
@@ -197,7 +225,9 @@ class ElasticMixin:
             # no probe inputs ran: samples agree when their extracted code is the same
             keys = [r.code_sha256 for r in results]
             scores, value = None, None
-        regime = regime_for(c, k, lam=elastic.lambda_, escalate_at=elastic.escalate_at, score=value)
+        lam = elastic.lambda_for(req.route.name, index, req.mode)
+        licence = elastic.licence(req.route.name, index)
+        regime = regime_for(c, k, lam=lam, escalate_at=elastic.escalate_at, score=value)
         req.trace.step(f"regime:{regime}:{c}/{k}")
         cost = req.trace.upstream_calls[-1]["cost_usd"]
         probe = Probe(
@@ -215,6 +245,9 @@ class ElasticMixin:
             cost_usd=cost,
             calls=completion.calls,
             score_name=score_name,
+            lam=lam,
+            certificate=licence.certificate if lam is not None else None,
+            licence_problem=licence.problem,
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,
@@ -238,7 +271,9 @@ class ElasticMixin:
 
     def _probe_record(self, probe: Probe) -> dict[str, Any]:
         elastic = self.config.elastic
-        return probe.record(lam=elastic.lambda_, escalate_at=elastic.escalate_at, elastic=elastic)
+        return probe.record(
+            escalate_at=elastic.escalate_at, max_gate_candidates=elastic.max_gate_candidates
+        )
 
     # -- enforce -------------------------------------------------------------------------------
 
@@ -323,6 +358,15 @@ class ElasticMixin:
     # -- shadow --------------------------------------------------------------------------------
 
     async def _shadow(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+        """Serve what the cascade serves; probe and label every rung elastic would reach.
+
+        Rung 0 is probed on every request. A higher rung with its own ``k`` is probed exactly
+        when elastic would reach it (its lower probed rungs escalate, at once or after the gate),
+        so its labels come from the very requests enforce would send there: the population its
+        certificate must hold for. Where the cascade reaches it too, the cascade's attempt is
+        that probe's sample 0; where only elastic would, the probe is drawn for the label alone
+        (its cost is in ``cost.probe_usd``).
+        """
         if req.checks.visible is None:
             req.trace.step("probe:skipped:no_visible_tests")
             return await self._cascade(req)
@@ -331,9 +375,100 @@ class ElasticMixin:
             # no probe, no label: the cascade makes its own rung-0 call as it always would
             result = await self._run_ladder(req, LadderState())
             return self._conclude(req, result, probe={"rung": 0, "error": str(error)})
+        labelled = await self._label_probe(req, probe, cascade=True)
+        state = LadderState(attempts=[labelled.attempt], answers=[probe.answers[0]])
+        later: list[dict[str, Any]] = []
+        reach: dict[int, bool] = {1: labelled.escalates}
+
+        async def run_rung(req: RunRequest, state: LadderState, index: int) -> LadderResult | None:
+            await self._shadow_rung(req, state, index, reach, later)
+            return None
+
+        result = await self._run_ladder(req, state, rung_runner=run_rung)
+        # rungs elastic would reach that the cascade did not: probed for their labels only
+        index = max(a.rung for a in state.attempts) + 1
+        while index < len(req.route.ladder) and reach.get(index):
+            await self._shadow_rung(req, None, index, reach, later)
+            index += 1
+        decision = {
+            "counterfactual": labelled.counterfactual,
+            "gate_label": labelled.label,
+            "label_sample": probe.candidate if labelled.label is not None else None,
+        }
+        record = self._probe_record(probe)
+        if later:
+            record["later"] = later
+        return self._conclude(
+            req,
+            result,
+            decision=decision,
+            probe=record,
+            extra_cost=self._elastic_estimate(req, probe, labelled.counterfactual),
+        )
+
+    async def _shadow_rung(
+        self,
+        req: RunRequest,
+        state: LadderState | None,
+        index: int,
+        reach: dict[int, bool],
+        later: list[dict[str, Any]],
+    ) -> None:
+        """Rung ``index`` in shadow: the cascade's attempt (``state``; None when only elastic
+        reaches it), as a probe when the rung has its own ``k`` and elastic reaches it."""
+        rung = req.route.ladder[index]
+        elastic_here = bool(reach.get(index))
+        if not (elastic_here and rung.k):
+            if state is not None:
+                await self._attempt_rung(req, state, index)
+                attempt = state.attempts[-1]
+            else:  # a plain rung elastic would try: its verdict decides whether elastic goes on
+                scratch = LadderState()
+                await self._attempt_rung(req, scratch, index, purpose="label")
+                attempt = scratch.attempts[-1]
+            # enforce runs a rung without k the cascade way: it goes on when the attempt fails
+            reach[index + 1] = elastic_here and not attempt.verified
+            return
+        given = [
+            Given(
+                rung=j,
+                certificate=_cert_id(self.config.elastic.licence(req.route.name, j).certificate),
+                lambda_=self.config.elastic.lambda_for(req.route.name, j, req.mode),
+            ).to_dict()
+            for j in range(index)
+            if j == 0 or req.route.ladder[j].k
+        ]
+        probe, error = await self._probe(req, index)
+        if probe is None:
+            later.append({"rung": index, "error": str(error), "given": given})
+            reach[index + 1] = False  # unknown: nothing above is labelled for this request
+            if state is not None:
+                state.attempts.append(Attempt(rung=index, upstream_failed=True))
+                state.answers.append(None)
+                state.last_error = error
+            return
+        labelled = await self._label_probe(req, probe, cascade=state is not None)
+        if state is not None:
+            state.attempts.append(labelled.attempt)
+            state.answers.append(probe.answers[0])
+        reach[index + 1] = labelled.escalates
+        later.append(
+            {
+                **self._probe_record(probe),
+                "gate_label": labelled.label,
+                "counterfactual": labelled.counterfactual,
+                "cascade_reached": state is not None,
+                "given": given,
+            }
+        )
+
+    async def _label_probe(self, req: RunRequest, probe: Probe, *, cascade: bool) -> Labelled:
+        """Gate what shadow needs: sample 0 as the cascade would (``cascade``), and elastic's
+        candidate for the label; with ``max_gate_candidates`` > 1 and a failed label, the next
+        candidates too, so the counterfactual says what enforce would really have done."""
         has_gate = req.checks.hidden is not None
         first = probe.visible[0]
-        cascade_gate = needs_gate(_summary(first), has_gate)
+        cascade_gate = cascade and needs_gate(_summary(first), has_gate)
         candidate = probe.candidate
         separate_label = has_gate and not (cascade_gate and candidate == 0)
         jobs = []
@@ -346,34 +481,34 @@ class ElasticMixin:
         label_result = results[-1] if separate_label else gate0
         label = bool(label_result.passed) if label_result is not None else None
         if gate0 is not None:
-            req.trace.step(f"gate:0:{'pass' if gate0.passed else 'fail'}")
-        counterfactual = (
-            counterfactual_action(probe.regime, label)
-            if label is not None or probe.regime != "gate"
-            else None
-        )
-        state = LadderState(
-            attempts=[
-                Attempt(
-                    rung=0,
-                    visible=_summary(first),
-                    gate=_summary(gate0) if gate0 is not None else None,
-                )
-            ],
-            answers=[probe.answers[0]],
-        )
-        result = await self._run_ladder(req, state)
-        decision = {
-            "counterfactual": counterfactual,
-            "gate_label": label,
-            "label_sample": candidate if has_gate else None,
-        }
-        return self._conclude(
-            req,
-            result,
-            decision=decision,
-            probe=self._probe_record(probe),
-            extra_cost=self._elastic_estimate(req, probe, counterfactual),
+            req.trace.step(f"gate:{probe.rung_index}:{'pass' if gate0.passed else 'fail'}")
+        gate_any = label
+        if probe.regime == "gate" and label is False:
+            tried = {candidate}
+            for sample in probe.order[: self.config.elastic.max_gate_candidates]:
+                if sample in tried:
+                    continue
+                tried.add(sample)
+                if (await self._gate(req, probe, sample, purpose="label")).passed:
+                    gate_any = True
+                    break
+        if probe.regime == "escalate":
+            counterfactual: str | None = "escalate"
+        elif probe.regime == "serve":
+            counterfactual = "serve_without_gate"
+        elif not has_gate:  # the visible tests were the whole check
+            counterfactual = "serve_after_gate"
+        else:
+            counterfactual = counterfactual_action("gate", gate_any)
+        return Labelled(
+            label=label,
+            counterfactual=counterfactual,
+            escalates=counterfactual in ("escalate", "escalate_after_gate"),
+            attempt=Attempt(
+                rung=probe.rung_index,
+                visible=_summary(first),
+                gate=_summary(gate0) if gate0 is not None else None,
+            ),
         )
 
     # -- counterfactual costs (estimates, documented in docs/receipts.md) ---------------------

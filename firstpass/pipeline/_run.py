@@ -227,17 +227,23 @@ class Pipeline(ElasticMixin):
             )
             return LadderResult(action="exhausted_error", error=err)
 
-    async def _attempt_rung(self, req: RunRequest, state: LadderState, index: int) -> None:
-        """One cascade attempt: call the rung for one answer, check it, record the attempt."""
+    async def _attempt_rung(
+        self, req: RunRequest, state: LadderState, index: int, *, purpose: str = "attempt"
+    ) -> None:
+        """One cascade attempt: call the rung for one answer, check it, record the attempt.
+
+        ``purpose = "label"``: shadow trying a rung only elastic would reach, for its verdict.
+        """
         rung = req.route.ladder[index]
-        req.trace.step(f"call:{index}")
-        completion, error = await self._call(req, index, rung, purpose="attempt", n=1)
+        req.trace.step(f"call:{index}" if purpose == "attempt" else f"{purpose}:{index}")
+        completion, error = await self._call(req, index, rung, purpose=purpose, n=1)
         if completion is None:
             state.last_error = error
             state.attempts.append(Attempt(rung=index, upstream_failed=True))
             state.answers.append(None)
             return
-        visible, gate = await self._check(req, index, 0, completion.texts[0])
+        label = None if purpose == "attempt" else purpose
+        visible, gate = await self._check(req, index, 0, completion.texts[0], purpose=label)
         state.attempts.append(Attempt(rung=index, visible=visible, gate=gate))
         state.answers.append(Answer(rung_index=index, rung=rung, completion=completion))
 
@@ -301,19 +307,23 @@ class Pipeline(ElasticMixin):
         return completion, None
 
     async def _check(
-        self, req: RunRequest, rung_index: int, sample: int, answer: str
+        self, req: RunRequest, rung_index: int, sample: int, answer: str, purpose: str | None = None
     ) -> tuple[CheckSummary | None, CheckSummary | None]:
         """Visible tests, then the gate only if the visible tests passed."""
         visible: CheckSummary | None = None
         if req.checks.visible is not None:
             result = await self._sandbox_run(req, answer, req.checks.visible)
-            req.trace.check(rung_index=rung_index, sample=sample, kind="visible", result=result)
+            req.trace.check(
+                rung_index=rung_index, sample=sample, kind="visible", result=result, purpose=purpose
+            )
             visible = _summary(result)
             req.trace.step(f"visible:{rung_index}:{'pass' if visible.passed else 'fail'}")
         gate: CheckSummary | None = None
         if needs_gate(visible, req.checks.hidden is not None):
             result = await self._sandbox_run(req, answer, req.checks.hidden)
-            req.trace.check(rung_index=rung_index, sample=sample, kind="gate", result=result)
+            req.trace.check(
+                rung_index=rung_index, sample=sample, kind="gate", result=result, purpose=purpose
+            )
             gate = _summary(result)
             req.trace.step(f"gate:{rung_index}:{'pass' if gate.passed else 'fail'}")
         return visible, gate

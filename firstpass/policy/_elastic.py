@@ -96,18 +96,19 @@ def probe_scores(passed: Sequence[bool], keys: Sequence[Hashable]) -> dict[Score
 
 
 def regime_for(
-    pass_count: int, k: int, *, lam: float, escalate_at: int, score: float | None = None
+    pass_count: int, k: int, *, lam: float | None, escalate_at: int, score: float | None = None
 ) -> Regime:
     """The regime of a probe with ``pass_count`` of ``k`` samples passing.
 
     ``score`` defaults to the pass share c/k; another score (behavioural agreement) can be given,
-    compared with λ the same way. Escalation is always decided on the pass count: with no
+    compared with λ the same way. ``lam`` None: no certificate licenses a skip here, so the
+    probe never serves without the gate. Escalation is always decided on the pass count: with no
     passing sample there is nothing to serve or gate.
     """
     s = pass_share(pass_count, k) if score is None else score
     if pass_count <= escalate_at or pass_count == 0:
         return "escalate"
-    if s >= lam:
+    if lam is not None and s >= lam:
         return "serve"
     return "gate"
 

@@ -23,6 +23,7 @@ import gzip
 import hashlib
 import json
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,4 +314,29 @@ class ReplayProvider:
         if task_id is not None:
             tried.append(f"task_id {task_id!r}")
         tried.append(f"prompt_sha256 {digest}" if digest else "no user message to hash")
-        return f"{where}: no samples for model {model!r} with {' or '.join(tried)}"
+        return (
+            f"{where}: no samples for model {model!r} with {' or '.join(tried)}. "
+            "A replay upstream answers only what it recorded: send a recorded prompt verbatim "
+            'or name a recorded task in the request, "firstpass": {"task_id": ...}'
+            f"{_known_tasks(sample_set, model)}"
+        )
+
+
+#: how many task ids a "no samples" message lists before it says how many more there are
+_LISTED_TASKS = 12
+
+
+def _known_tasks(sample_set: SampleSet, model: str) -> str:
+    """`` (task ids for 'm': a, b, ...)`` for the message, or nothing when rows have none."""
+    ids = sorted({t for m, t in sample_set.by_task if m == model}, key=_natural_key)
+    if not ids:
+        return ""
+    shown = ", ".join(ids[:_LISTED_TASKS])
+    more = f", … ({len(ids)} in all)" if len(ids) > _LISTED_TASKS else ""
+    return f" (task ids for {model!r}: {shown}{more})"
+
+
+def _natural_key(text: str) -> list[tuple[int, int | str]]:
+    """Sort "demo/2" before "demo/10": digit runs compare as numbers."""
+    parts = re.split(r"(\d+)", text)  # the digit runs are at the odd indices
+    return [(0, int(p)) if i % 2 else (1, p) for i, p in enumerate(parts) if p]

@@ -3,6 +3,10 @@
 Pure: it takes records (any iterable of dicts, e.g. ``iter_receipts(path)``) and returns numbers.
 Only ``id`` and ``mode`` are guaranteed on a receipt, so every other field is optional here: a
 missing or non-numeric value is left out of the statistic it would feed, never guessed.
+
+Numbers from a log whose hash chain does not verify describe lines nobody vouches for: the
+caller attaches the ``verify_chain`` report (``ReceiptSummary.chain``), and ``warning`` then
+says so, naming the first bad line.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from firstpass.receipts._chain import VerifyReport
 
 #: the bucket for receipts that lack the field being counted
 MISSING = "(missing)"
@@ -38,6 +44,9 @@ class ReceiptSummary:
     calling the top rung would have cost) and ``cost.probe_usd``. Latency percentiles are over
     ``timings_ms.total`` (linear interpolation, numpy's default). ``regimes``, ``labelled`` and
     ``label_passed`` come from elastic-policy receipts and stay empty/zero without them.
+
+    ``chain`` is the log's ``verify_chain`` report when the caller checked it (``None``: not
+    checked); ``unreadable`` counts lines left out because they are not JSON objects.
     """
 
     n: int
@@ -55,6 +64,31 @@ class ReceiptSummary:
     counterfactuals: Mapping[str, int] = field(default_factory=dict)
     labelled: int = 0
     label_passed: int = 0
+    chain: VerifyReport | None = None
+    unreadable: int = 0
+
+    @property
+    def warning(self) -> str | None:
+        """Why these numbers cannot be trusted as they stand, or ``None``: the hash chain does not
+        verify (naming the first bad line), or lines were left out as unreadable."""
+        parts = []
+        chain = self.chain
+        if chain is not None and not chain.ok:
+            if chain.n_lines == 0:
+                vouched = "no receipt is vouched for"
+            else:
+                before = "receipt" if chain.n_lines == 1 else f"{chain.n_lines} receipts"
+                verb = "is" if chain.n_lines == 1 else "are"
+                vouched = f"only the {before} before it {verb} vouched for (head {chain.head})"
+            parts.append(
+                f"the hash chain does not verify: line {chain.first_bad_line}: {chain.reason}. "
+                f"Of this log, {vouched}; this summary counts every readable line as it stands, "
+                "edited or not"
+            )
+        if self.unreadable:
+            lines = "line was" if self.unreadable == 1 else "lines were"
+            parts.append(f"{self.unreadable} {lines} not a JSON object and left out")
+        return "; ".join(parts) if parts else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data (what ``summary --json`` prints)."""
@@ -82,6 +116,17 @@ class ReceiptSummary:
                 "labelled": self.labelled,
                 "label_passed": self.label_passed,
             },
+            "chain": None
+            if self.chain is None
+            else {
+                "verified": self.chain.ok,
+                "receipts_verified": self.chain.n_lines,
+                "head": self.chain.head,
+                "first_bad_line": self.chain.first_bad_line,
+                "reason": self.chain.reason,
+            },
+            "unreadable_lines": self.unreadable,
+            "warning": self.warning,
         }
 
 

@@ -95,20 +95,12 @@ def resolve_mode(
         if requested == "enforce":
             elastic = config.elastic
             assert elastic is not None  # checked above
-            if not elastic.certified:
-                if elastic.uncertified:
-                    why = f"its calibration {elastic.calibration} certified no λ"
-                elif elastic.certificate_mismatch is not None:
-                    why = (
-                        "its calibration was made for another setup "
-                        f"({elastic.certificate_mismatch})"
-                    )
-                else:
-                    why = "no calibration file certifies the λ in [escalation.elastic]"
+            licence = elastic.licence(route.name, 0)
+            if elastic.lambda_for(route.name, 0, "enforce") is None:
                 raise RequestError(
                     f"mode 'enforce' would skip the gate on route {route.name!r} without a "
-                    f"certificate: {why}. Run shadow mode and `firstpass calibrate`, then cite "
-                    "the calibration it writes",
+                    f"certificate: {licence.problem or 'no certificate covers it'}. Run shadow "
+                    "mode and `firstpass calibrate`, then cite the calibration it writes",
                     status=403,
                     param=param,
                     code="enforce_not_certified",

@@ -3,10 +3,16 @@
 The ``firstpass`` object (tests, setup, entry point, mode, task id) is removed before anything
 goes upstream: hidden tests never reach a model. Every refusal is a ``RequestError`` naming the
 offending parameter the way OpenAI does (``messages[1].role``, ``firstpass.tests.hidden``).
+
+Python's ``json`` accepts ``NaN``, ``Infinity`` and ``1e400`` (an infinite float), which no
+JSON peer does: the numeric sampling fields are checked for type and range as OpenAI documents
+them (``max_tokens``, ``seed``, ``n`` integers, never ``1.5`` or ``true``), and nothing that
+would be forwarded may hold a non-finite number anywhere (``tools[0].function.parameters...``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,12 +73,105 @@ def _check_messages(messages: Any) -> None:
             raise _bad(f"{where}.content", "expected a string or an array of content parts")
 
 
+#: keys of the body that are not forwarded upstream as they are
+_NOT_FORWARDED = frozenset({"firstpass", "model", "stream", "stream_options", "n"})
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: number fields OpenAI documents, with their ranges: (lo, hi)
+_NUMBERS: dict[str, tuple[float, float]] = {
+    "temperature": (0, 2),
+    "top_p": (0, 1),
+    "presence_penalty": (-2, 2),
+    "frequency_penalty": (-2, 2),
+}
+#: integer fields OpenAI documents (``n`` is checked on its own: Firstpass uses it)
+_INTEGERS: dict[str, tuple[int, int]] = {
+    "max_tokens": (1, _INT64_MAX),
+    "max_completion_tokens": (1, _INT64_MAX),
+    "seed": (_INT64_MIN, _INT64_MAX),
+    "top_logprobs": (0, 20),
+}
+
+
+def _shown(value: Any) -> str:
+    """What the client sent, in JSON's words, short: ``NaN``, ``1.5``, ``true``, ``a string``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, int | float):
+        text = repr(value)
+        return text if len(text) <= 24 else f"a number of {len(text)} characters"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, Mapping) else type(value).__name__
+
+
+def _range(lo: float, hi: float) -> str:
+    if hi >= _INT64_MAX:
+        return f" >= {lo:g}" if lo > _INT64_MIN else ""
+    return f" between {lo:g} and {hi:g}"
+
+
 def _number(body: Mapping[str, Any], key: str, lo: float, hi: float) -> None:
     value = body.get(key)
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise _bad(key, f"expected a number between {lo:g} and {hi:g}")
+        raise _bad(key, f"expected a number between {lo:g} and {hi:g}, got {_shown(value)}")
+
+
+def _integer(body: Mapping[str, Any], key: str, lo: int, hi: int) -> None:
+    value = body.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _bad(key, f"expected an integer{_range(lo, hi)}, got {_shown(value)}")
+
+
+def _logit_bias(value: Any) -> None:
+    """``logit_bias``: token ids (as strings) to a bias between −100 and 100."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise _bad("logit_bias", f"expected an object of token id -> bias, got {_shown(value)}")
+    for token, bias in value.items():
+        if isinstance(bias, bool) or not isinstance(bias, int | float) or not -100 <= bias <= 100:
+            raise _bad(
+                f"logit_bias.{token}", f"expected a number between -100 and 100, got {_shown(bias)}"
+            )
+
+
+def _check_finite(body: Mapping[str, Any]) -> None:
+    """Refuse a non-finite number anywhere in what goes upstream, naming where it is.
+
+    Walks without recursion; paths are spelled out only for the number found.
+    """
+    # a node is (parent node or None, key or index): the path is built only when needed
+    stack: list[tuple[Any, tuple[Any, Any]]] = [
+        (v, (None, k)) for k, v in reversed(list(body.items())) if k not in _NOT_FORWARDED
+    ]
+    while stack:
+        value, node = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise _bad(
+                    _path(node),
+                    f"{_shown(value)} is not a JSON number; send a finite number",
+                )
+        elif isinstance(value, list):
+            stack.extend((v, (node, i)) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, Mapping):
+            stack.extend((v, (node, k)) for k, v in reversed(list(value.items())))
+
+
+def _path(node: tuple[Any, Any]) -> str:
+    parts: list[str] = []
+    while node is not None:
+        node, key = node
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(reversed(parts)).lstrip(".")
 
 
 def _parse_checks(fp: Mapping[str, Any], parse_spec: Any) -> Checks:
@@ -185,9 +284,13 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
     if n is None:
         n = 1
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 128:
-        raise _bad("n", "expected an integer between 1 and 128")
-    _number(body, "temperature", 0, 2)
-    _number(body, "top_p", 0, 1)
+        raise _bad("n", f"expected an integer between 1 and 128, got {_shown(n)}")
+    for key, (lo, hi) in _NUMBERS.items():
+        _number(body, key, lo, hi)
+    for key, (ilo, ihi) in _INTEGERS.items():
+        _integer(body, key, ilo, ihi)
+    _logit_bias(body.get("logit_bias"))
+    _check_finite(body)
 
     fp = body.get("firstpass")
     if fp is None:
@@ -211,11 +314,7 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
     if checks.any and n != 1:
         raise _bad("n", "a verified request returns one answer: n must be 1 when tests are given")
 
-    upstream = {
-        k: v
-        for k, v in body.items()
-        if k not in ("firstpass", "model", "stream", "stream_options", "n")
-    }
+    upstream = {k: v for k, v in body.items() if k not in _NOT_FORWARDED}
     if n != 1:
         upstream["n"] = n
     digest = prompt_sha256(body) or prompt_sha256({"messages": [{"role": "user", "content": ""}]})

@@ -1,0 +1,355 @@
+"""Certificates: what a calibration licenses, for which context, and where it applies.
+
+``firstpass calibrate --out FILE`` writes a calibration JSON whose ``certificates`` list holds one
+entry per (route, rung) it certified a λ for. Each entry records everything its guarantee
+depends on: the method and its risk levels, the probe score and the rule that picks the sample
+the policy serves, k, ``escalate_at``, the route and rung, the lower rungs' policy while the data
+was collected (``given``: who reaches a higher rung depends on it), and the receipts it was
+computed from. A certificate licenses a skip only where the running policy is that context:
+``bind`` checks every probed (route, rung) against the certificates the config cites and says,
+per rung, either which certificate is in force or why none is. A rung without one gates.
+
+Pure: reading the files is ``read_certificates``; everything else works on values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from firstpass.errors import ConfigError
+
+__all__ = [
+    "CANDIDATE_RULES",
+    "Certificate",
+    "CertificateFile",
+    "Given",
+    "Licence",
+    "candidate_rule",
+    "read_certificates",
+]
+
+#: how the sample elastic serves (or gates, or labels) is chosen, per probe score: with
+#: ``pass_share`` samples agree when their extracted code is the same; with a behavioural score,
+#: when their outputs on the probe inputs are. Labels taken under one rule say nothing about the
+#: candidate of the other, so the rule is part of a certificate's context.
+CANDIDATE_RULES: Mapping[str, str] = {
+    "pass_share": "most_shared_code",
+    "agreement": "largest_behaviour_cluster",
+    "unanimous_agreement": "largest_behaviour_cluster",
+}
+
+
+def candidate_rule(score: str) -> str:
+    """The candidate rule that goes with a probe score (``CANDIDATE_RULES``)."""
+    return CANDIDATE_RULES.get(score, "most_shared_code")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Given:
+    """A lower probed rung as it ran while a higher rung's data was collected: which requests
+    reach the higher rung depends on it, so its certificate (or its absence) and λ are part of
+    the higher rung's context. ``lambda_`` None: that rung never skipped (it gated)."""
+
+    rung: int
+    certificate: str | None
+    lambda_: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As receipts and calibration files spell it."""
+        return {"rung": self.rung, "certificate": self.certificate, "lambda": self.lambda_}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Certificate:
+    """One certified λ for one (route, rung), with the context its guarantee was computed for.
+
+    ``route`` None: calibrated on the pooled traffic of ``routes`` (its guarantee is over that
+    mix); ``delta`` None: conformal risk control, whose α bounds the joint rate P(skip and fail)
+    in expectation rather than the rate among skips with confidence 1 − δ.
+    """
+
+    id: str
+    path: Path
+    route: str | None
+    routes: tuple[str | None, ...]
+    rung: int
+    lambda_: float
+    method: str
+    alpha: float
+    delta: float | None
+    score: str
+    k: int
+    escalate_at: int
+    candidate_rule: str
+    given: tuple[Given, ...] = ()
+    n: int = 0
+    skipped: int = 0
+    failures: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry of the calibration file's ``certificates`` list (``id`` and ``path`` are
+        the file's own)."""
+        return {
+            "route": self.route,
+            "routes": list(self.routes),
+            "rung": self.rung,
+            "lambda": self.lambda_,
+            "method": self.method,
+            "alpha": self.alpha,
+            "delta": self.delta,
+            "score": self.score,
+            "candidate_rule": self.candidate_rule,
+            "k": self.k,
+            "escalate_at": self.escalate_at,
+            "given": [g.to_dict() for g in self.given],
+            "n": self.n,
+            "skipped": self.skipped,
+            "failures": self.failures,
+        }
+
+    def covers(self, route: str) -> bool:
+        """Made for this route, or pooled over traffic that included it."""
+        return self.route == route if self.route is not None else route in self.routes
+
+    def where(self) -> str:
+        """For messages: which file, route and rung."""
+        route = "pooled routes" if self.route is None else f"route {self.route!r}"
+        return f"{self.path} ({route}, rung {self.rung})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CertificateFile:
+    """A calibration file as the config uses it: its certificates and the (route, rung) slices
+    it examined without certifying anything (for messages that say why a rung gates)."""
+
+    path: Path
+    id: str
+    certificates: tuple[Certificate, ...]
+    uncertified: tuple[tuple[str | None, int], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Licence:
+    """What one (route, rung) runs under: a certificate, or the reason it has none (it gates)."""
+
+    certificate: Certificate | None
+    problem: str | None = None
+    #: the config key a mismatch is about (``escalation.elastic.k``), for the start-up error
+    key: str | None = None
+
+
+def _bad(where: str, path: Path, message: str) -> ConfigError:
+    return ConfigError(where, f"{path}: {message}")
+
+
+def _number(value: Any, lo: float, hi: float) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and lo <= value <= hi
+    )
+
+
+def _int(value: Any, lo: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= lo
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def read_certificates(path: Path, where: str) -> CertificateFile | None:
+    """The certificates in a calibration JSON; None when the file does not exist (yet: shadow
+    mode may cite the file it will be calibrated into). Malformed files are ConfigErrors naming
+    ``where`` (the config key) and the file."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(where, f"cannot read {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(where, f"{path} is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _bad(where, path, "expected a JSON object (a calibration file)")
+    file_id = data.get("id")
+    if not isinstance(file_id, str) or not file_id:
+        raise _bad(where, path, '"id" must be a non-empty string')
+    raw = data.get("certificates")
+    if raw is None:
+        raise _bad(
+            where,
+            path,
+            "no \"certificates\" list: it was written by an older firstpass and does not record "
+            "the route, rung and context its λ holds for. Run `firstpass calibrate` again on "
+            "the shadow receipts",
+        )
+    if not isinstance(raw, list):
+        raise _bad(where, path, '"certificates" must be a list')
+    certs = tuple(_certificate(where, path, file_id, i, c) for i, c in enumerate(raw))
+    uncertified: list[tuple[str | None, int]] = []
+    for entry in data.get("uncertified") or []:
+        if isinstance(entry, dict) and _int(entry.get("rung"), 0):
+            route = entry.get("route")
+            uncertified.append((route if isinstance(route, str) else None, entry["rung"]))
+    return CertificateFile(
+        path=path, id=file_id, certificates=certs, uncertified=tuple(uncertified)
+    )
+
+
+def _certificate(where: str, path: Path, file_id: str, i: int, c: Any) -> Certificate:
+    at = f"certificates[{i}]"
+    if not isinstance(c, dict):
+        raise _bad(where, path, f"{at} must be an object")
+
+    def need(key: str, ok: bool, what: str) -> Any:
+        if not ok:
+            raise _bad(where, path, f"{at}.{key} must be {what}, got {c.get(key)!r}")
+        return c[key]
+
+    method = need("method", c.get("method") in ("ltt", "crc"), '"ltt" or "crc"')
+    delta = c.get("delta")
+    if method == "ltt":
+        need("delta", _number(delta, 0.0, 1.0) and delta not in (0, 1), "a number in (0, 1)")
+    elif delta is not None:
+        raise _bad(where, path, f"{at}.delta must be null under conformal risk control")
+    route = c.get("route")
+    if route is not None and not isinstance(route, str):
+        raise _bad(where, path, f"{at}.route must be a string or null, got {route!r}")
+    routes = c.get("routes", [])
+    if not isinstance(routes, list) or not all(r is None or isinstance(r, str) for r in routes):
+        raise _bad(where, path, f"{at}.routes must be a list of route names")
+    given = []
+    for j, g in enumerate(c.get("given") or []):
+        ok = (
+            isinstance(g, dict)
+            and _int(g.get("rung"), 0)
+            and (g.get("certificate") is None or isinstance(g.get("certificate"), str))
+            and (g.get("lambda") is None or _number(g.get("lambda"), 0.0, 1.0))
+        )
+        if not ok:
+            raise _bad(where, path, f"{at}.given[{j}] must be {{rung, certificate, lambda}}")
+        lam = g.get("lambda")
+        given.append(
+            Given(
+                rung=g["rung"],
+                certificate=g.get("certificate"),
+                lambda_=None if lam is None else float(lam),
+            )
+        )
+    return Certificate(
+        id=file_id,
+        path=path,
+        route=route,
+        routes=tuple(routes),
+        rung=need("rung", _int(c.get("rung"), 0), "an integer ≥ 0"),
+        lambda_=float(need("lambda", _number(c.get("lambda"), 0.0, 1.0), "a number in [0, 1]")),
+        method=method,
+        alpha=float(need("alpha", _number(c.get("alpha"), 0.0, 1.0), "a number in [0, 1]")),
+        delta=None if delta is None else float(delta),
+        score=need("score", isinstance(c.get("score"), str), "a score name"),
+        k=need("k", _int(c.get("k"), 1), "an integer ≥ 1"),
+        escalate_at=need("escalate_at", _int(c.get("escalate_at"), -1), "an integer ≥ -1"),
+        candidate_rule=need(
+            "candidate_rule", isinstance(c.get("candidate_rule"), str), "a rule name"
+        ),
+        given=tuple(given),
+        n=_count(c.get("n")),
+        skipped=_count(c.get("skipped")),
+        failures=_count(c.get("failures")),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """The running elastic policy at one (route, rung), as a certificate must match it."""
+
+    route: str
+    rung: int
+    k: int
+    score: str
+    escalate_at: int
+    alpha: float | None  # the operator's required α (None: whatever the certificate says)
+    delta: float | None
+    lambda_: float | None  # a λ the block sets by hand (None: λ comes from the certificate)
+    given: tuple[Given, ...]
+
+
+def licence_for(policy: Policy, files: Sequence[CertificateFile]) -> Licence:
+    """The certificate in force at ``policy``'s (route, rung), or why there is none.
+
+    A certificate made for this very route wins over one pooled over several routes; among
+    equals, the first file cited wins. Every context key is compared; the first that differs is
+    the problem, naming the key and both values.
+    """
+    found = [
+        c
+        for f in files
+        for c in f.certificates
+        if c.rung == policy.rung and c.covers(policy.route)
+    ]
+    found.sort(key=lambda c: c.route is None)  # stable: exact route first, file order kept
+    if not found:
+        examined = any(
+            (r == policy.route or r is None) and rung == policy.rung
+            for f in files
+            for r, rung in f.uncertified
+        )
+        cited = ", ".join(str(f.path) for f in files) or "no calibration file"
+        if examined:
+            why = f"the calibration ({cited}) certified no λ for it"
+        else:
+            why = f"no certificate for it in {cited}"
+        where = f"route {policy.route!r} rung {policy.rung}"
+        return Licence(certificate=None, problem=f"{where}: {why}")
+    cert = found[0]
+    mismatch = _mismatch(cert, policy)
+    if mismatch is None:
+        return Licence(certificate=cert)
+    key, mine, theirs = mismatch
+    return Licence(
+        certificate=None,
+        key=key,
+        problem=(
+            f"route {policy.route!r} rung {policy.rung}: {key} = {mine} here, but the "
+            f"certificate {cert.id} ({cert.path}) was computed for {key} = {theirs}"
+        ),
+    )
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_show(v) for v in value) + "]" if value else "[] (no lower rung)"
+    if isinstance(value, Given):
+        cert = value.certificate or "no certificate"
+        lam = "gates" if value.lambda_ is None else f"λ = {value.lambda_:g}"
+        return f"rung {value.rung}: {cert}, {lam}"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
+    rule = candidate_rule(p.score)
+    pairs: list[tuple[str, Any, Any]] = [
+        ("score", p.score, cert.score),
+        ("candidate_rule", rule, cert.candidate_rule),
+        ("k", p.k, cert.k),
+        ("escalate_at", p.escalate_at, cert.escalate_at),
+        ("given", p.given, cert.given),
+    ]
+    for key, mine, theirs in pairs:
+        if mine != theirs:
+            return key, _show(mine), _show(theirs)
+    if p.lambda_ is not None and p.lambda_ != cert.lambda_:
+        return "lambda", _show(p.lambda_), _show(cert.lambda_)
+    if p.alpha is not None and cert.alpha > p.alpha:
+        return "alpha", _show(p.alpha), _show(cert.alpha)
+    if p.delta is not None and (cert.delta is None or cert.delta > p.delta):
+        theirs = "none (conformal risk control)" if cert.delta is None else _show(cert.delta)
+        return "delta", _show(p.delta), theirs
+    return None

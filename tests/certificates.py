@@ -1,0 +1,79 @@
+"""Calibration files for tests that need a certificate in force.
+
+The file format is the package's own (``Certificate.to_dict``), so a test certificate is exactly
+what ``firstpass calibrate`` writes for the same context; calibration itself is tested on its
+own (tests/test_calibration_*.py, tests/test_certificate_e2e.py).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from firstpass.config._certificate import Certificate, Given, candidate_rule
+
+
+def certificate(
+    *,
+    route: str | None = "code",
+    routes: Sequence[str | None] | None = None,
+    rung: int = 0,
+    lam: float = 0.9,
+    k: int = 5,
+    score: str = "pass_share",
+    escalate_at: int = 0,
+    method: str = "ltt",
+    alpha: float = 0.1,
+    delta: float | None = 0.05,
+    given: Sequence[Given] = (),
+    rule: str | None = None,
+) -> Certificate:
+    """One certificate entry for (route, rung) in the given context."""
+    return Certificate(
+        id="",
+        path=Path(),
+        route=route,
+        routes=tuple(routes) if routes is not None else (route,),
+        rung=rung,
+        lambda_=lam,
+        method=method,
+        alpha=alpha,
+        delta=delta if method == "ltt" else None,
+        score=score,
+        k=k,
+        escalate_at=escalate_at,
+        candidate_rule=rule or candidate_rule(score),
+        given=tuple(given),
+        n=500,
+        skipped=400,
+        failures=3,
+    )
+
+
+def write_calibration(
+    path: Path, *certs: Certificate, file_id: str = "cal_test", **extra: Any
+) -> Path:
+    """A calibration JSON holding ``certs`` (one default certificate when none are given)."""
+    entries = [c.to_dict() for c in (certs or (certificate(),))]
+    doc = {"id": file_id, "certificates": entries, "uncertified": [], **extra}
+    path.write_text(json.dumps(doc), "utf-8")
+    return path
+
+
+def elastic_block(mode: str, **kw: Any) -> dict[str, Any]:
+    """An ``[escalation.elastic]`` block for the test harness's route "code"; under enforce
+    (unless a calibration is cited) λ comes from a certificate for rung 0 computed in this very
+    context (score, k, escalate_at), written to a fresh calibration file."""
+    block = {"k": 5, "lambda": 0.9, "escalate_at": 0, "mode": mode, **kw}
+    if mode == "enforce" and "calibration" not in block:
+        lam = block.pop("lambda")
+        path = Path(tempfile.mkdtemp()) / "calibration.json"
+        cert = certificate(
+            lam=lam, k=block["k"], escalate_at=block["escalate_at"],
+            score=block.get("score", "pass_share"),
+        )  # fmt: skip
+        block["calibration"] = str(write_calibration(path, cert))
+    return block

@@ -1,0 +1,142 @@
+"""What ``firstpass calibrate`` certifies is exactly what the config can enforce: per route, per
+rung, in the context it was computed for, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calibration.cli import main as calibrate_main
+from firstpass.config import config_from_dict
+from firstpass.errors import ConfigError
+from tests.test_calibration_receipts import shadow, write_chain
+
+
+def _config(tmp_path: Path, block: dict[str, Any], routes: tuple[str, ...] = ("a", "b")) -> Any:
+    data = {
+        "provider": [{"id": "p", "kind": "openai", "base_url": "http://127.0.0.1:9/v1"}],
+        "route": [
+            {"name": r, "models": [r], "ladder": ["p/cheap", {"rung": "p/strong", "k": 3}]}
+            for r in routes
+        ],
+        "price": [
+            {"model": "p/cheap", "input_per_mtok": 1, "output_per_mtok": 1},
+            {"model": "p/strong", "input_per_mtok": 9, "output_per_mtok": 9},
+        ],
+        "escalation": {"elastic": block},
+    }
+    return config_from_dict(data, base_dir=tmp_path, env={})
+
+
+def _toml_block(stdout: str) -> dict[str, Any]:
+    start = stdout.index("[escalation.elastic]")
+    return tomllib.loads(stdout[start:])["escalation"]["elastic"]  # type: ignore[no-any-return]
+
+
+def test_by_route_writes_one_certificate_per_route_that_the_printed_block_enforces(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--by-route: route a is certified, route b (failing often) is not; the printed block,
+    pasted as printed, enforces a's λ and leaves b gating."""
+    records = [shadow(5, 5, True, route="a")] * 200
+    records += [shadow(5, 5, i % 3 != 0, route="b") for i in range(200)]
+    log = write_chain(tmp_path / "r.jsonl", records)
+    out = tmp_path / "cal.json"
+    assert calibrate_main(["--receipts", str(log), "--by-route", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    (cert,) = doc["certificates"]
+    assert (cert["route"], cert["rung"], cert["lambda"], cert["k"]) == ("a", 0, 1.0, 5)
+    assert cert["candidate_rule"] == "most_shared_code" and cert["given"] == []
+    assert {"route": "b", "rung": 0, "reason": "no λ certified"} in doc["uncertified"]
+    block = _toml_block(capsys.readouterr().out)
+    assert "lambda" not in block and block["mode"] == "enforce"
+    elastic = _config(tmp_path, block).elastic
+    assert elastic.lambda_for("a", 0, "enforce") == 1.0
+    assert elastic.lambda_for("b", 0, "enforce") is None
+    assert "certified no λ" in (elastic.licence("b", 0).problem or "")
+
+
+def test_a_pooled_certificate_covers_only_the_routes_it_was_computed_on(tmp_path: Path) -> None:
+    """Without --by-route the certificate holds for the pooled traffic of a and b, not for c."""
+    records = [shadow(5, 5, True, route=r) for r in ("a", "b") for _ in range(100)]
+    log = write_chain(tmp_path / "r.jsonl", records)
+    out = tmp_path / "cal.json"
+    assert calibrate_main(["--receipts", str(log), "--out", str(out), "--json"]) == 0
+    (cert,) = json.loads(out.read_text())["certificates"]
+    assert cert["route"] is None and sorted(cert["routes"]) == ["a", "b"]
+    block = {"k": 5, "mode": "enforce", "calibration": str(out)}
+    elastic = _config(tmp_path, block, routes=("a", "b", "c")).elastic
+    assert [elastic.lambda_for(r, 0, "enforce") for r in "abc"] == [1.0, 1.0, None]
+
+
+def _two_rung_receipt(c0: int, label0: bool, c1: int, label1: bool, given: list[Any]) -> Any:
+    later = {
+        "rung": 1, "k": 3, "pass_count": c1, "gate_label": label1,
+        "score": {"name": "pass_share", "value": c1 / 3}, "given": given,
+    }  # fmt: skip
+    return shadow(5, c0, label0, route="a", later=[later])
+
+
+def test_a_higher_rung_is_calibrated_on_the_requests_elastic_sent_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """calibrate --rung 1 reads probe.later, records the lower rung's policy as `given`, and
+    the config enforces that certificate only while rung 0 runs under that very policy."""
+    given = [{"rung": 0, "certificate": "cal_r0", "lambda": 1.0}]
+    records = [_two_rung_receipt(0, False, 3, True, given)] * 150
+    records += [shadow(5, 5, True, route="a")] * 50  # elastic stayed at rung 0: no rung-1 row
+    log = write_chain(tmp_path / "r.jsonl", records)
+    r1 = tmp_path / "r1.json"
+    assert calibrate_main(["--receipts", str(log), "--rung", "1", "--out", str(r1)]) == 0
+    doc = json.loads(r1.read_text())
+    (cert,) = doc["certificates"]
+    assert (cert["rung"], cert["k"], cert["lambda"], cert["n"]) == (1, 3, 1.0, 150)
+    assert cert["given"] == given and doc["rung"] == 1
+    assert "no probe of rung 1" in " ".join(doc["source"]["skipped"])
+    # rung 0's own certificate, with the id the rung-1 data was collected under
+    r0 = tmp_path / "r0.json"
+    r0_doc = {
+        "id": "cal_r0",
+        "certificates": [
+            {"route": "a", "routes": ["a"], "rung": 0, "lambda": 1.0, "method": "ltt",
+             "alpha": 0.05, "delta": 0.05, "score": "pass_share",
+             "candidate_rule": "most_shared_code", "k": 5, "escalate_at": 0, "given": []}
+        ],
+    }  # fmt: skip
+    r0.write_text(json.dumps(r0_doc))
+    block = {"k": 5, "mode": "enforce", "calibration": [str(r0), str(r1)]}
+    elastic = _config(tmp_path, block, routes=("a",)).elastic
+    assert elastic.lambda_for("a", 1, "enforce") == 1.0
+    # without rung 0's certificate, rung 0 gates: other requests reach rung 1, so it is refused
+    with pytest.raises(ConfigError) as info:
+        _config(tmp_path, {**block, "calibration": [str(r1)]}, routes=("a",))
+    assert info.value.key_path == "escalation.elastic.given"
+
+
+def test_rung_receipts_collected_under_different_lower_policies_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows that reached rung 1 under two rung-0 policies have no one population: refused."""
+    a = [{"rung": 0, "certificate": None, "lambda": 1.0}]
+    b = [{"rung": 0, "certificate": "cal_x", "lambda": 0.8}]
+    records = [_two_rung_receipt(0, False, 3, True, a)] * 5
+    records += [_two_rung_receipt(0, False, 3, True, b)] * 5
+    log = write_chain(tmp_path / "r.jsonl", records)
+    assert calibrate_main(["--receipts", str(log), "--rung", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "2 different lower-rung policies" in err and "cal_x" in err
+
+
+def test_receipts_recorded_under_another_score_are_refused(tmp_path: Path) -> None:
+    """Labels taken on the agreement candidate do not calibrate pass_share (another sample)."""
+    records = [shadow(5, 5, True, score={"name": "agreement", "value": 1.0})] * 100
+    log = write_chain(tmp_path / "r.jsonl", records)
+    from calibration import read_receipts
+    from firstpass.errors import CalibrationError
+
+    with pytest.raises(CalibrationError, match="recorded under score 'agreement'"):
+        read_receipts([log])
