@@ -169,9 +169,16 @@ def uncertified_counterfactual(config: Config, lam: float) -> Config:
     routes = {route.name: route for route in config.routes}
     licences: dict[tuple[str, int], Licence] = {}
     for route_name, rung in sorted(elastic.licences):
-        rung_k = routes[route_name].ladder[rung].k or elastic.k
+        route = routes[route_name]
+        rung_k = route.ladder[rung].k or elastic.k
         given = tuple(
-            Given(rung=r, certificate=UNCERTIFIED_STUDY, lambda_=lam)
+            Given(
+                rung=r,
+                certificate=UNCERTIFIED_STUDY,
+                lambda_=lam,
+                escalate_at=elastic.escalate_at,
+                max_gate_candidates=elastic.max_gate_candidates,
+            )
             for (name, r) in sorted(elastic.licences)
             if name == route_name and r < rung
         )
@@ -189,6 +196,8 @@ def uncertified_counterfactual(config: Config, lam: float) -> Config:
             k=rung_k,
             escalate_at=elastic.escalate_at,
             candidate_rule=candidate_rule(elastic.score),
+            model=route.ladder[rung].name,
+            temperature=route.temperature,  # requests here never set their own
             given=given,
         )
         licences[(route_name, rung)] = Licence(certificate=cert)

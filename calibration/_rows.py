@@ -19,8 +19,10 @@ __all__ = [
     "MAX_K",
     "OTHER_SCORE",
     "PASS_SHARE",
+    "ContextKey",
     "RowValues",
     "bad",
+    "context_key",
     "is_number",
     "pass_share_levels",
     "receipt_values",
@@ -36,8 +38,8 @@ LEVEL_TOLERANCE = 1e-9
 #: the largest k a row may give: its k + 1 levels are listed, so an absurd k must not exhaust memory
 MAX_K = 10_000
 
-#: one labelled receipt: (score, failed, k, pass count, route name)
-RowValues = tuple[float, bool, int, int, str | None]
+#: one labelled receipt: (score, failed, k, pass count, slice key: see ``ContextKey``)
+RowValues = tuple[float, bool, int, int, Any]
 
 
 def bad(path: Path | str, lineno: int, message: str) -> CalibrationError:
@@ -87,31 +89,85 @@ OTHER_SCORE = "recorded under score "
 def recorded_score(probe: dict[str, Any]) -> Any:
     """The score a probe was recorded under (receipts from before the field: ``pass_share``)."""
     named = probe.get("score")
-    return named.get("name") if isinstance(named, dict) else PASS_SHARE
+    if named is None:
+        return PASS_SHARE
+    return named.get("name") if isinstance(named, dict) else named
 
 
-def rung_probe(probe: dict[str, Any], rung: int) -> dict[str, Any] | None:
+def rung_probe(path: Path | str, lineno: int, probe: dict[str, Any], rung: int) -> Any:
     """The probe record of ``rung``: the receipt's ``probe`` itself for rung 0, else the entry
-    of ``probe.later`` shadow wrote when elastic would have reached that rung."""
+    of ``probe.later`` shadow wrote when elastic would have reached that rung (None: none)."""
     if rung == 0:
         return probe
-    for entry in probe.get("later") or ():
-        if isinstance(entry, dict) and entry.get("rung") == rung:
+    later = probe.get("later")
+    if later is None:
+        return None
+    if not isinstance(later, list):
+        raise bad(path, lineno, f'"probe.later" must be a list, got {later!r}')
+    for entry in later:
+        if not isinstance(entry, dict):
+            raise bad(path, lineno, '"probe.later" entries must be objects')
+        if type(entry.get("rung")) is int and entry["rung"] == rung:
             return entry
     return None
+
+
+#: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON); the
+#: parts after the route are the context its certificate records, and must be one per route
+ContextKey = tuple[str | None, str | None, float | None, float | None, str]
+
+
+def context_key(
+    route: Any, provider: Any, model: Any, temperature: Any, top_p: Any, given: str = "[]"
+) -> ContextKey | None:
+    """The slice key of a row; None when a part has the wrong type (the full parse names it)."""
+    if route is not None and type(route) is not str:
+        return None
+    for x in (temperature, top_p):
+        if x is not None and not is_number(x):
+            return None
+    name = f"{provider}/{model}" if type(provider) is str and type(model) is str else None
+    return (
+        route,
+        name,
+        None if temperature is None else float(temperature),
+        None if top_p is None else float(top_p),
+        given,
+    )
+
+
+def _given_json(path: Path | str, lineno: int, raw: Any) -> str:
+    from firstpass.config._certificate import Given
+
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise bad(path, lineno, f'"given" must be a list, got {raw!r}')
+    entries = []
+    for g in raw:
+        entry = Given.from_dict(g)
+        if entry is None:
+            raise bad(
+                path,
+                lineno,
+                f'"given" entries must be {{rung, certificate, lambda, escalate_at, '
+                f"max_gate_candidates}}, got {g!r}",
+            )
+        entries.append(entry.to_dict())
+    return json.dumps(entries, sort_keys=True)
 
 
 def receipt_values(
     path: Path | str, lineno: int, record: Any, score: str, rung: int = 0
 ) -> RowValues | str:
-    """One receipt as (score, failed, k, c, route name), or the reason it is skipped.
+    """One receipt as (score, failed, k, c, slice key), or the reason it is skipped.
 
-    Reads ``mode``, ``probe`` (``k``, ``pass_count``, ``scores``, ``score.name``; for a higher
-    rung its ``probe.later`` entry, whose ``gate_label`` and ``given`` come with it),
-    ``decision.gate_label`` and ``route``, nothing else. For ``rung`` > 0 the route name is
-    ``json.dumps([route, given])``: the lower rungs' policy is part of that rung's context, and
-    ``read_receipts`` splits it off. Values of the wrong type raise ``CalibrationError`` naming
-    the line.
+    Reads ``mode``, ``probe`` (``k``, ``pass_count``, ``scores``, ``score.name``, ``provider``,
+    ``model``, ``temperature``, ``top_p``; for a higher rung its ``probe.later`` entry, whose
+    ``gate_label`` and ``given`` come with it), ``decision.gate_label`` and ``route``, nothing
+    else. The slice key (``ContextKey``) carries the route and the context a certificate
+    records; ``read_receipts`` splits it. Values of the wrong type raise ``CalibrationError``
+    naming the line.
     """
     if not isinstance(record, dict):
         raise bad(path, lineno, "each receipt must be a JSON object")
@@ -120,7 +176,7 @@ def receipt_values(
     top = record.get("probe")
     if not isinstance(top, dict):
         return "no probe"
-    probe = rung_probe(top, rung)
+    probe = rung_probe(path, lineno, top, rung)
     if probe is None:
         return f"no probe of rung {rung} (elastic would not have reached it)"
     label = probe.get("gate_label") if rung else _get(record, "decision.gate_label")
@@ -130,6 +186,8 @@ def receipt_values(
     if type(label) is not bool:
         raise bad(path, lineno, f'"{where}.gate_label" must be true, false or null, got {label!r}')
     recorded = recorded_score(probe)
+    if not isinstance(recorded, str):
+        raise bad(path, lineno, f'"probe.score.name" must be a string, got {recorded!r}')
     if recorded != score:
         return f"{OTHER_SCORE}{recorded!r}"
     k, c = probe.get("k"), probe.get("pass_count")
@@ -150,7 +208,14 @@ def receipt_values(
             )
         value, _ = snap(path, lineno, raw, list(pass_share_levels(k)))
     route = record.get("route")
-    name = route if isinstance(route, str) else None
-    if rung:
-        name = json.dumps([name, probe.get("given") or []], sort_keys=True)
-    return value, not label, k, c, name
+    key = context_key(
+        route if isinstance(route, str) else None,
+        probe.get("provider"),
+        probe.get("model"),
+        probe.get("temperature"),
+        probe.get("top_p"),
+        _given_json(path, lineno, probe.get("given")) if rung else "[]",
+    )
+    if key is None:
+        raise bad(path, lineno, '"probe.temperature" and "probe.top_p" must be numbers or null')
+    return value, not label, k, c, key

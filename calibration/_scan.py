@@ -38,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from calibration._rows import MAX_K, PASS_SHARE, RowValues, receipt_values
+from calibration._rows import MAX_K, PASS_SHARE, RowValues, context_key, receipt_values
 from firstpass.errors import CalibrationError
 from firstpass.receipts._chain import BadLine, check_line, line_links
 
@@ -51,6 +51,10 @@ class _Probe(msgspec.Struct, gc=False):
     scores: Any = None
     score: Any = None
     later: Any = None
+    provider: Any = None
+    model: Any = None
+    temperature: Any = None
+    top_p: Any = None
 
 
 class _Decision(msgspec.Struct, gc=False):
@@ -89,10 +93,11 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             and type(c) is int
             and 0 <= c <= k
             and 1 <= k <= MAX_K
-            and (route is None or type(route) is str)
             and _pass_share_recorded(probe.score)
         ):
-            return c / k, not label, k, c, route
+            key = context_key(route, probe.provider, probe.model, probe.temperature, probe.top_p)
+            if key is not None:
+                return c / k, not label, k, c, key
     record: dict[str, Any] = {"mode": r.mode, "route": r.route}
     if probe is not None:
         record["probe"] = {
@@ -101,6 +106,10 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             "scores": probe.scores,
             "score": probe.score,
             "later": probe.later,
+            "provider": probe.provider,
+            "model": probe.model,
+            "temperature": probe.temperature,
+            "top_p": probe.top_p,
         }
     if decision is not None:
         record["decision"] = {"gate_label": decision.gate_label}
@@ -118,6 +127,8 @@ def _pass_share_recorded(named: Any) -> bool:
 _mode, _probe, _decision, _route = (attrgetter(n) for n in ("mode", "probe", "decision", "route"))
 _k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_label")
 _pscore = attrgetter("score")
+_provider, _model = attrgetter("provider"), attrgetter("model")
+_temperature, _top_p = attrgetter("temperature"), attrgetter("top_p")
 
 
 def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
@@ -132,19 +143,28 @@ def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
     if not all(map(_pass_share_recorded, map(_pscore, probes))):
         return None
     ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
-    routes = list(map(_route, rows))
+    keys = list(
+        map(
+            context_key,
+            map(_route, rows),
+            map(_provider, probes),
+            map(_model, probes),
+            map(_temperature, probes),
+            map(_top_p, probes),
+        )
+    )
     if (
         set(map(type, ks)) != {int}
         or set(map(type, cs)) != {int}
         or set(map(type, labels)) != {bool}
-        or not set(map(type, routes)) <= {str, type(None)}
+        or None in keys
         or min(ks) < 1
         or max(ks) > MAX_K
         or min(cs) < 0
         or not all(map(operator.le, cs, ks))
     ):
         return None
-    return list(map(operator.truediv, cs, ks)), list(map(operator.not_, labels)), ks, cs, routes
+    return list(map(operator.truediv, cs, ks)), list(map(operator.not_, labels)), ks, cs, keys
 
 
 @dataclass(frozen=True, kw_only=True)

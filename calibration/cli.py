@@ -7,6 +7,7 @@ only when a calibration runs, so building the ``firstpass`` parser stays fast.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -107,6 +108,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="receipts: which probe score to calibrate (pass_share, or a key of probe.scores)",
     )
     parser.add_argument(
+        "--model",
+        metavar="PROVIDER/MODEL",
+        help="study only: the rung model the study's samples came from (receipts record it); "
+        "a certificate holds for that model only",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="study only: the temperature the study's samples were drawn at",
+    )
+    parser.add_argument(
         "--plot",
         metavar="PNG",
         help="plot the risk bound and skip share against λ (needs matplotlib)",
@@ -176,7 +189,19 @@ def run(args: argparse.Namespace) -> int:
         if args.rung:
             raise CalibrationError("--rung applies to receipts; a study file has one rung")
         labelled = data_mod.read_study(args.study, progress=_progress)
+        if args.model is not None or args.temperature is not None:
+            contexts = tuple(
+                data_mod.RouteContext(
+                    route=name, model=args.model, temperature=args.temperature, top_p=None
+                )
+                for name in labelled.route_names
+            )
+            labelled = dataclasses.replace(labelled, contexts=contexts)
     else:
+        if args.model is not None or args.temperature is not None:
+            raise CalibrationError(
+                "--model and --temperature apply to a study; receipts record their own"
+            )
         if args.rung < 0:
             raise CalibrationError(f"--rung must be >= 0, got {args.rung}")
         labelled = data_mod.read_receipts(

@@ -43,7 +43,15 @@ from calibration._scan import Span, scan_span
 from firstpass.errors import CalibrationError, ReceiptError
 from firstpass.receipts import GENESIS_HASH
 
-__all__ = ["PASS_SHARE", "Labelled", "Progress", "Source", "read_receipts", "read_study"]
+__all__ = [
+    "PASS_SHARE",
+    "Labelled",
+    "Progress",
+    "RouteContext",
+    "Source",
+    "read_receipts",
+    "read_study",
+]
 
 #: lines parsed per chunk; progress is reported once per chunk
 CHUNK_LINES = 100_000
@@ -81,6 +89,16 @@ class Source:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class RouteContext:
+    """What a route's probes were drawn from: the rung's model and the sampling settings."""
+
+    route: str | None
+    model: str | None
+    temperature: float | None
+    top_p: float | None
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Labelled:
     """Labelled requests as parallel arrays (one entry per request).
@@ -104,6 +122,8 @@ class Labelled:
     rung: int = 0
     #: the lower probed rungs' policy while these rows were collected (rung > 0 only)
     given: tuple[dict[str, Any], ...] = ()
+    #: receipts: per route, the model and sampling its rows were drawn with
+    contexts: tuple[RouteContext, ...] = ()
 
     @property
     def n(self) -> int:
@@ -152,6 +172,8 @@ class Labelled:
         h.update(json.dumps(list(self.route_names)).encode())
         if self.rung:  # rung-0 digests stay what they were before rungs were calibrated
             h.update(json.dumps([self.rung, list(self.given)], sort_keys=True).encode())
+        if self.contexts:
+            h.update(repr(self.contexts).encode())
         return "sha256:" + h.hexdigest()
 
 
@@ -539,10 +561,7 @@ def read_receipts(
         verified=not problems,
         chain_problems=tuple(problems),
     )
-    route_names: tuple[str | None, ...] = tuple(routes.names)
-    given: tuple[dict[str, Any], ...] = ()
-    if rung:
-        route_names, given = _split_given(route_names, rung)
+    route_names, contexts, given = _split_context(tuple(routes.names), rung)
     return Labelled(
         score=cols[0],
         failed=cols[1],
@@ -556,21 +575,34 @@ def read_receipts(
         source=source,
         rung=rung,
         given=given,
+        contexts=contexts,
     )
 
 
-def _split_given(
-    names: tuple[str | None, ...], rung: int
-) -> tuple[tuple[str | None, ...], tuple[dict[str, Any], ...]]:
-    """A higher rung's row names are ``[route, given]``: the routes, and the one lower-rung
-    policy they were all collected under (a mix is refused: its rows reached the rung by
-    different rules, so no one population stands behind them)."""
-    routes: list[str | None] = []
+def _split_context(
+    keys: tuple[Any, ...], rung: int
+) -> tuple[tuple[str | None, ...], tuple[RouteContext, ...], tuple[dict[str, Any], ...]]:
+    """Receipt rows are keyed by (route, model, temperature, top_p, given): split them into the
+    routes, each route's one context (model and sampling), and the one lower-rung policy.
+
+    A route whose rows mix models or sampling settings is refused (a certified rate is one
+    model's at one setting), and so is a higher rung whose rows were collected under different
+    lower-rung policies (they reached the rung by different rules: no one population)."""
+    routes: dict[str | None, set[tuple[str | None, float | None, float | None]]] = {}
     givens: set[str] = set()
-    for name in names:
-        route, given = json.loads(name) if name is not None else (None, [])
-        routes.append(route)
-        givens.add(json.dumps(given, sort_keys=True))
+    for route, model, temperature, top_p, given in keys:
+        routes.setdefault(route, set()).add((model, temperature, top_p))
+        givens.add(given)
+    for route, seen in routes.items():
+        if len(seen) > 1:
+            shown = "; ".join(
+                f"{m} at temperature {t}, top_p {p}" for m, t, p in sorted(seen, key=str)
+            )
+            raise CalibrationError(
+                f"route {route!r} rung {rung}: the receipts mix {len(seen)} models or sampling "
+                f"settings ({shown}); a certified failure rate is one model's at one setting. "
+                "Calibrate the receipts written under one of them (a log per config)"
+            )
     if len(givens) > 1:
         shown = "; ".join(sorted(givens))
         raise CalibrationError(
@@ -579,10 +611,14 @@ def _split_given(
             "collected under one (the config the lower rungs now run), e.g. only the log "
             "written since their certificate was cited"
         )
-    if len(set(routes)) != len(routes):  # cannot happen with one policy; keep codes 1:1
-        raise CalibrationError(f"rung {rung}: a route appears under two names")
+    if len(routes) != len(keys):  # one context per route: keys and routes are 1:1
+        raise CalibrationError(f"rung {rung}: a route appears under two keys")
+    names = tuple(key[0] for key in keys)
+    contexts = tuple(
+        RouteContext(route=key[0], model=key[1], temperature=key[2], top_p=key[3]) for key in keys
+    )
     given = json.loads(givens.pop()) if givens else []
-    return tuple(routes), tuple(given)
+    return names, contexts, tuple(given)
 
 
 def _check_receipt_file(path: Path) -> None:

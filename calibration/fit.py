@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from calibration import stats
-from calibration.data import Labelled, Source
+from calibration.data import Labelled, RouteContext, Source
 from calibration.settings import METHODS, Settings
 from firstpass.errors import CalibrationError
 
@@ -127,6 +127,8 @@ class Calibration:
     given: tuple[dict[str, Any], ...] = ()
     #: the routes in the data (a pooled certificate covers these)
     route_names: tuple[str | None, ...] = ()
+    #: receipts: each route's model and sampling settings
+    contexts: tuple[RouteContext, ...] = ()
 
 
 def level_label(level: float, k: int | None) -> str:
@@ -166,6 +168,7 @@ def calibrate(data: Labelled, settings: Settings) -> Calibration:
         route_names=tuple(
             name for code, name in enumerate(data.route_names) if (data.route == code).any()
         ),
+        contexts=data.contexts,
     )
 
 

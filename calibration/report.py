@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ from typing import Any
 from calibration.data import PASS_SHARE
 from calibration.fit import Calibration, Fit
 from calibration.stats import ProportionRow
-from firstpass.config._certificate import Certificate, Given, candidate_rule
+from firstpass.config._certificate import Certificate, Given, calibration_id, candidate_rule
 
 __all__ = ["guarantee_text", "text_report", "to_json_dict", "to_json_text", "toml_block"]
 
@@ -80,10 +79,20 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, An
     for fit in fits:
         route = fit.route if cal.routes else (names[0] if len(names) == 1 else None)
         routes = (fit.route,) if cal.routes else names
-        if fit.lam is None or fit.k is None:
-            why = "no λ certified" if fit.lam is None else "the rows mix k values"
+        drawn = {
+            (c.model, c.temperature, c.top_p) for c in cal.contexts if c.route in set(routes)
+        }
+        why = None
+        if fit.lam is None:
+            why = "no λ certified"
+        elif fit.k is None:
+            why = "the rows mix k values"
+        elif len(drawn) > 1:
+            why = "its routes ran different models or sampling settings: calibrate --by-route"
+        if why is not None or fit.lam is None or fit.k is None:
             refused.append({"route": route, "rung": cal.rung, "reason": why})
             continue
+        model, temperature, top_p = drawn.pop() if drawn else (None, None, None)
         issued.append(
             Certificate(
                 id="",
@@ -99,10 +108,10 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, An
                 k=fit.k,
                 escalate_at=s.escalate_at,
                 candidate_rule=candidate_rule(cal.score_name),
-                given=tuple(
-                    Given(rung=g["rung"], certificate=g["certificate"], lambda_=g["lambda"])
-                    for g in cal.given
-                ),
+                model=model,
+                temperature=temperature,
+                top_p=top_p,
+                given=tuple(g for g in map(Given.from_dict, cal.given) if g is not None),
                 n=fit.n,
                 skipped=fit.skipped,
                 failures=_failures_at(fit),
@@ -145,10 +154,8 @@ def to_json_dict(cal: Calibration, *, created_at: datetime | None = None) -> dic
         "uncertified": refused,
     }
     body.pop("route")
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    digest = hashlib.sha256(canonical.encode()).hexdigest()
     when = (created_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"id": f"cal_{digest[:16]}", "created_at": when, **body}
+    return {"id": calibration_id(body), "created_at": when, **body}
 
 
 def to_json_text(obj: dict[str, Any]) -> str:

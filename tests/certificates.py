@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firstpass.config._certificate import Certificate, Given, candidate_rule
+from firstpass.config._certificate import Certificate, Given, calibration_id, candidate_rule
 
 
 def certificate(
@@ -30,6 +30,9 @@ def certificate(
     delta: float | None = 0.05,
     given: Sequence[Given] = (),
     rule: str | None = None,
+    model: str | None = "stub/cheap-model",
+    temperature: float | None = 0.7,
+    top_p: float | None = None,
 ) -> Certificate:
     """One certificate entry for (route, rung) in the given context."""
     return Certificate(
@@ -46,6 +49,9 @@ def certificate(
         k=k,
         escalate_at=escalate_at,
         candidate_rule=rule or candidate_rule(score),
+        model=model,
+        temperature=temperature,
+        top_p=top_p,
         given=tuple(given),
         n=500,
         skipped=400,
@@ -53,14 +59,21 @@ def certificate(
     )
 
 
-def write_calibration(
-    path: Path, *certs: Certificate, file_id: str = "cal_test", **extra: Any
-) -> Path:
-    """A calibration JSON holding ``certs`` (one default certificate when none are given)."""
-    entries = [c.to_dict() for c in (certs or (certificate(),))]
-    doc = {"id": file_id, "certificates": entries, "uncertified": [], **extra}
+def write_calibration(path: Path, *certs: Certificate, **extra: Any) -> Path:
+    """A calibration JSON holding ``certs`` (one default certificate when none are given), with
+    the content-derived id ``firstpass calibrate`` gives it (``file_id`` reads it back)."""
+    entries = [c.to_dict() for c in certs] if certs or "uncertified" in extra else [
+        certificate().to_dict()
+    ]
+    doc: dict[str, Any] = {"certificates": entries, "uncertified": [], **extra}
+    doc = {"id": calibration_id(doc), **doc}
     path.write_text(json.dumps(doc), "utf-8")
     return path
+
+
+def file_id(path: Path) -> str:
+    """The id of a calibration file (what receipts and ``given`` name)."""
+    return str(json.loads(path.read_text("utf-8"))["id"])
 
 
 def elastic_block(mode: str, **kw: Any) -> dict[str, Any]:

@@ -82,7 +82,8 @@ def test_study_to_json_and_toml_end_to_end(
     certificate's λ on that route."""
     monkeypatch.chdir(tmp_path)
     study, out = _study(tmp_path / "s.jsonl", GOOD, "code"), Path("cal.json")
-    assert main(["--study", str(study), "--out", str(out)]) == 0
+    flags = ["--model", "p/a", "--temperature", "0.8"]  # what the study's samples came from
+    assert main(["--study", str(study), "--out", str(out), *flags]) == 0
     doc = json.loads(out.read_text(encoding="utf-8"))
     for key in (
         "id",
@@ -108,12 +109,13 @@ def test_study_to_json_and_toml_end_to_end(
         key: cert[key]
         for key in (
             "route", "routes", "rung", "lambda", "k", "score", "escalate_at", "candidate_rule",
-            "method", "alpha", "delta", "given",
+            "method", "alpha", "delta", "given", "model", "temperature", "top_p",
         )
     } == {
         "route": "code", "routes": ["code"], "rung": 0, "lambda": 0.6, "k": 5,
         "score": "pass_share", "escalate_at": 0, "candidate_rule": "most_shared_code",
-        "method": "ltt", "alpha": 0.05, "delta": 0.05, "given": [],
+        "method": "ltt", "alpha": 0.05, "delta": 0.05, "given": [], "model": "p/a",
+        "temperature": 0.8, "top_p": None,
     }  # fmt: skip
     stdout = capsys.readouterr().out
     assert "λ̂ = 3/5" in stdout and "regimes over 633 rows" in stdout

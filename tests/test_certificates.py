@@ -13,7 +13,17 @@ import pytest
 from calibration.cli import main as calibrate_main
 from firstpass.config import config_from_dict
 from firstpass.errors import ConfigError
-from tests.test_calibration_receipts import shadow, write_chain
+from tests.certificates import certificate, file_id, write_calibration
+from tests.test_calibration_receipts import shadow as _shadow
+from tests.test_calibration_receipts import write_chain
+
+#: what the proxy records of how rung 0's probes were drawn (the config below: p/cheap at 0.8)
+DRAWN = {"provider": "p", "model": "cheap", "temperature": 0.8}
+
+
+def shadow(k: int, c: int, label: bool | None, **extra: Any) -> dict[str, Any]:
+    """A shadow receipt whose probe says which model drew it, at which temperature."""
+    return _shadow(k, c, label, **{**DRAWN, **extra})
 
 
 def _config(tmp_path: Path, block: dict[str, Any], routes: tuple[str, ...] = ("a", "b")) -> Any:
@@ -77,16 +87,22 @@ def _two_rung_receipt(c0: int, label0: bool, c1: int, label1: bool, given: list[
     later = {
         "rung": 1, "k": 3, "pass_count": c1, "gate_label": label1,
         "score": {"name": "pass_share", "value": c1 / 3}, "given": given,
+        "provider": "p", "model": "strong", "temperature": 0.8,
     }  # fmt: skip
     return shadow(5, c0, label0, route="a", later=[later])
 
 
-def test_a_higher_rung_is_calibrated_on_the_requests_elastic_sent_there(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """calibrate --rung 1 reads probe.later, records the lower rung's policy as `given`, and
-    the config enforces that certificate only while rung 0 runs under that very policy."""
-    given = [{"rung": 0, "certificate": "cal_r0", "lambda": 1.0}]
+def test_a_higher_rung_is_calibrated_on_the_requests_elastic_sent_there(tmp_path: Path) -> None:
+    """calibrate --rung 1 reads probe.later, records the lower rung's policy as `given` and the
+    rung's own model, and the config enforces that certificate only while rung 0 runs under
+    that very policy."""
+    r0 = write_calibration(
+        tmp_path / "r0.json", certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8)
+    )
+    given = [
+        {"rung": 0, "certificate": file_id(r0), "lambda": 1.0, "escalate_at": 0,
+         "max_gate_candidates": 1}
+    ]  # fmt: skip
     records = [_two_rung_receipt(0, False, 3, True, given)] * 150
     records += [shadow(5, 5, True, route="a")] * 50  # elastic stayed at rung 0: no rung-1 row
     log = write_chain(tmp_path / "r.jsonl", records)
@@ -95,25 +111,19 @@ def test_a_higher_rung_is_calibrated_on_the_requests_elastic_sent_there(
     doc = json.loads(r1.read_text())
     (cert,) = doc["certificates"]
     assert (cert["rung"], cert["k"], cert["lambda"], cert["n"]) == (1, 3, 1.0, 150)
+    assert (cert["model"], cert["temperature"]) == ("p/strong", 0.8)
     assert cert["given"] == given and doc["rung"] == 1
     assert "no probe of rung 1" in " ".join(doc["source"]["skipped"])
-    # rung 0's own certificate, with the id the rung-1 data was collected under
-    r0 = tmp_path / "r0.json"
-    r0_doc = {
-        "id": "cal_r0",
-        "certificates": [
-            {"route": "a", "routes": ["a"], "rung": 0, "lambda": 1.0, "method": "ltt",
-             "alpha": 0.05, "delta": 0.05, "score": "pass_share",
-             "candidate_rule": "most_shared_code", "k": 5, "escalate_at": 0, "given": []}
-        ],
-    }  # fmt: skip
-    r0.write_text(json.dumps(r0_doc))
     block = {"k": 5, "mode": "enforce", "calibration": [str(r0), str(r1)]}
     elastic = _config(tmp_path, block, routes=("a",)).elastic
     assert elastic.lambda_for("a", 1, "enforce") == 1.0
     # without rung 0's certificate, rung 0 gates: other requests reach rung 1, so it is refused
     with pytest.raises(ConfigError) as info:
         _config(tmp_path, {**block, "calibration": [str(r1)]}, routes=("a",))
+    assert info.value.key_path == "escalation.elastic.given"
+    # another max_gate_candidates at rung 0 sends other requests up too
+    with pytest.raises(ConfigError) as info:
+        _config(tmp_path, {**block, "max_gate_candidates": 2}, routes=("a",))
     assert info.value.key_path == "escalation.elastic.given"
 
 
@@ -140,3 +150,55 @@ def test_receipts_recorded_under_another_score_are_refused(tmp_path: Path) -> No
 
     with pytest.raises(CalibrationError, match="recorded under score 'agreement'"):
         read_receipts([log])
+
+
+def test_a_certificate_is_bound_to_the_model_it_was_measured_on(tmp_path: Path) -> None:
+    """Swap rung 0's model (or its temperature) and its certificate no longer applies: enforce
+    fails at start naming the ladder entry, shadow records the rung as uncertified."""
+    cal = write_calibration(
+        tmp_path / "cal.json", certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8)
+    )
+    block = {"k": 5, "mode": "enforce", "calibration": str(cal)}
+    assert _config(tmp_path, block, routes=("a",)).elastic.lambda_for("a", 0, "enforce") == 1.0
+    with pytest.raises(ConfigError) as info:
+        _config_with(tmp_path, block, ladder=["p/other", "p/strong"])
+    assert info.value.key_path == "route[0].ladder[0]"
+    assert '"p/other" here' in str(info.value) and '"p/cheap"' in str(info.value)
+
+
+def test_an_edited_certificate_certifies_nothing(tmp_path: Path) -> None:
+    """Raising λ by hand in the file breaks its content id: refused at start."""
+    cal = write_calibration(
+        tmp_path / "cal.json", certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8)
+    )
+    doc = json.loads(cal.read_text())
+    doc["certificates"][0]["lambda"] = 0.2
+    cal.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError) as info:
+        _config(tmp_path, {"k": 5, "mode": "shadow", "calibration": str(cal)}, routes=("a",))
+    assert "edited after" in str(info.value)
+
+
+def _config_with(tmp_path: Path, block: dict[str, Any], *, ladder: list[str]) -> Any:
+    data = {
+        "provider": [{"id": "p", "kind": "openai", "base_url": "http://127.0.0.1:9/v1"}],
+        "route": [{"name": "a", "models": ["a"], "ladder": ladder}],
+        "price": [
+            {"model": m, "input_per_mtok": 1, "output_per_mtok": 1}
+            for m in ("p/cheap", "p/strong", "p/other")
+        ],
+        "escalation": {"elastic": block},
+    }
+    return config_from_dict(data, base_dir=tmp_path, env={})
+
+
+def test_receipts_mixing_models_on_a_route_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows drawn from two models on one route certify neither: exit 2, naming both."""
+    records = [shadow(5, 5, True, route="a")] * 50
+    records += [shadow(5, 5, True, route="a", model="other")] * 50
+    log = write_chain(tmp_path / "r.jsonl", records)
+    assert calibrate_main(["--receipts", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "p/cheap" in err and "p/other" in err and "mix 2 models" in err

@@ -29,7 +29,10 @@ from firstpass.config import (
     public_dict,
 )
 from firstpass.errors import ConfigError
-from tests.certificates import certificate, write_calibration
+from tests.certificates import certificate, file_id, write_calibration
+
+#: the base config's rung 0, as a certificate records it
+REPLAY = {"model": "replay/cheap", "temperature": 0.8}
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TOML = REPO / "firstpass.toml"
@@ -627,7 +630,7 @@ def test_environment_overrides_host_port_receipts_and_mode(
         "FIRSTPASS_ELASTIC_MODE": "enforce",
     }
     base["escalation"] = {"elastic": {"mode": "shadow", "calibration": "cal.json"}}
-    write_calibration(tmp_path / "cal.json", certificate(lam=0.8))
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8, **REPLAY))
     config = build(base, tmp_path, env)
     assert (config.server.host, config.server.port) == ("0.0.0.0", 9000)
     assert config.receipts.path == Path("/tmp/r.jsonl")
@@ -639,7 +642,7 @@ def test_elastic_mode_override_keeps_the_block_and_off_removes_it(
     base: dict[str, Any], tmp_path: Path
 ) -> None:
     """FIRSTPASS_ELASTIC_MODE changes only the mode of a configured block; "off" removes it."""
-    write_calibration(tmp_path / "cal.json", certificate(lam=0.8, k=7))
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8, k=7, **REPLAY))
     base["escalation"] = {"elastic": {"k": 7, "mode": "shadow", "calibration": "cal.json"}}
     config = build(base, tmp_path, {**FAKE_KEYS, "FIRSTPASS_ELASTIC_MODE": "enforce"})
     assert config.elastic == ElasticConfig(
@@ -678,12 +681,12 @@ def test_elastic_block_takes_lambda_per_route_and_rung_from_its_certificates(
 ) -> None:
     """λ comes from the certificate for (route, rung); the block's "lambda" is only shadow's
     counterfactual where no certificate applies, and enforce gates there."""
-    write_calibration(tmp_path / "cal.json", certificate(lam=0.8), file_id="cal-42")
+    cal = write_calibration(tmp_path / "cal.json", certificate(lam=0.8, **REPLAY))
     base["escalation"] = {"elastic": {"calibration": "cal.json", "mode": "enforce"}}
     elastic = build(base, tmp_path).elastic
     assert elastic is not None
     cert = elastic.licence("code", 0).certificate
-    assert cert is not None and (cert.id, cert.alpha, cert.delta) == ("cal-42", 0.1, 0.05)
+    assert cert is not None and (cert.id, cert.alpha, cert.delta) == (file_id(cal), 0.1, 0.05)
     assert elastic.lambda_for("code", 0, "enforce") == 0.8
     assert elastic.lambda_for("other", 0, "enforce") is None
     base["escalation"]["elastic"]["lambda"] = 0.8  # the same λ by hand: allowed
@@ -746,7 +749,7 @@ def test_an_unreadable_calibration_file_fails_at_start(
 
 def test_lambda_must_match_the_calibration_it_cites(base: dict[str, Any], tmp_path: Path) -> None:
     """Under enforce, a hand-set λ the certificate did not certify fails naming both values."""
-    write_calibration(tmp_path / "cal.json", certificate(lam=0.8))
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8, **REPLAY))
     base["escalation"] = {"elastic": {"lambda": 0.6, "calibration": "cal.json", "mode": "enforce"}}
     error = error_of(base, tmp_path)
     assert error.startswith("escalation.elastic.lambda: ")
@@ -843,7 +846,7 @@ def test_enforcing_a_calibration_that_certified_nothing_is_refused(tmp_path: Pat
     from firstpass.config import config_from_dict as build
     from firstpass.errors import ConfigError as Err
 
-    (tmp_path / "cal.json").write_text(_json.dumps({"id": "cal-x", "certificates": [], "uncertified": [{"route": "r", "rung": 0, "reason": "no λ certified"}]}))
+    write_calibration(tmp_path / "cal.json", uncertified=[{"route": "r", "rung": 0, "reason": "no λ certified"}])
     data = {
         "provider": [{"id": "p", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"}],
         "route": [{"name": "r", "models": ["*"], "ladder": ["p/a"]}],

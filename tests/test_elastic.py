@@ -10,10 +10,10 @@ import openai
 import pytest
 
 from firstpass.config import config_from_dict
-from firstpass.config._certificate import Given
+from firstpass.config._certificate import Given, calibration_id
 from firstpass.errors import ConfigError
 from tests.add_task import GOOD, GOOD2, TESTS, VISIBLE_ONLY, WRONG
-from tests.certificates import certificate, elastic_block, write_calibration
+from tests.certificates import certificate, elastic_block, file_id, write_calibration
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
 
@@ -236,14 +236,13 @@ def test_a_higher_rung_with_its_own_certificate_serves_without_the_gate(
     live_stack: Any, tmp_path: Path
 ) -> None:
     """A rung-1 certificate made under rung 0's certificate licenses rung 1's skip."""
-    rung0 = certificate(lam=0.9)
+    r0 = write_calibration(tmp_path / "r0.json", certificate(lam=0.9))
     rung1 = certificate(
-        rung=1, k=3, lam=1.0, given=[Given(rung=0, certificate="cal_r0", lambda_=0.9)]
-    )
-    files = [
-        str(write_calibration(tmp_path / "r0.json", rung0, file_id="cal_r0")),
-        str(write_calibration(tmp_path / "r1.json", rung1, file_id="cal_r1")),
-    ]
+        rung=1, k=3, lam=1.0, model=f"stub/{STRONG}",
+        given=[Given(rung=0, certificate=file_id(r0), lambda_=0.9)],
+    )  # fmt: skip
+    r1 = write_calibration(tmp_path / "r1.json", rung1)
+    files = [str(r0), str(r1)]
     block = {"k": 5, "escalate_at": 0, "mode": "enforce", "calibration": files}
     stack = live_stack(elastic=block, strong_k=3)
     stack.stub.script(Reply.ok(*[WRONG] * 5), model=CHEAP)
@@ -252,7 +251,7 @@ def test_a_higher_rung_with_its_own_certificate_serves_without_the_gate(
     assert raw.parse().choices[0].message.content == GOOD
     (receipt,) = stack.receipts_list()
     (later,) = receipt["probe"]["later"]
-    assert (later["regime"], later["certificate"], later["lambda"]) == ("serve", "cal_r1", 1.0)
+    assert (later["regime"], later["certificate"], later["lambda"]) == ("serve", file_id(r1), 1.0)
     assert receipt["served"]["verification"] == "gate_skipped"
     assert gate_runs(receipt, 1) == []
 
@@ -264,14 +263,12 @@ def test_a_higher_rung_certificate_made_under_another_lower_policy_is_refused(
     the lower-rung policy, because other requests reach rung 1 now."""
     from tests.server_harness import stack_config
 
-    rung0 = certificate(lam=0.9)
+    r0 = write_calibration(tmp_path / "r0.json", certificate(lam=0.9))
     rung1 = certificate(
-        rung=1, k=3, lam=1.0, given=[Given(rung=0, certificate="cal_old", lambda_=0.8)]
-    )
-    files = [
-        str(write_calibration(tmp_path / "r0.json", rung0, file_id="cal_r0")),
-        str(write_calibration(tmp_path / "r1.json", rung1, file_id="cal_r1")),
-    ]
+        rung=1, k=3, lam=1.0, model=f"stub/{STRONG}",
+        given=[Given(rung=0, certificate="cal_old", lambda_=0.8)],
+    )  # fmt: skip
+    files = [str(r0), str(write_calibration(tmp_path / "r1.json", rung1))]
     block = {"k": 5, "escalate_at": 0, "mode": "enforce", "calibration": files}
     with pytest.raises(ConfigError) as info:
         stack_config("http://127.0.0.1:9", tmp_path / "r.jsonl", elastic=block, strong_k=3)
@@ -289,12 +286,13 @@ def _certificate(tmp_path: Path, lam: float | None) -> Path:
         path.write_text(
             json.dumps(
                 {
-                    "id": "cal_test",
                     "certificates": [],
                     "uncertified": [{"route": "code", "rung": 0, "reason": "no λ certified"}],
                 }
             )
         )
+        doc = json.loads(path.read_text())
+        path.write_text(json.dumps({"id": calibration_id(doc), **doc}))
         return path
     return write_calibration(path, certificate(lam=lam))
 
@@ -433,7 +431,7 @@ def test_a_calibration_file_without_certificates_licenses_no_hand_set_lambda(
 ) -> None:
     """A calibration JSON with an empty certificates list licenses no request-chosen enforce."""
     path = tmp_path / "calibration.json"
-    path.write_text(json.dumps({"id": "cal_idonly", "certificates": []}))
+    path.write_text(json.dumps({"id": calibration_id({"certificates": []}), "certificates": []}))
     stack = live_stack(
         elastic=elastic("shadow", calibration=str(path), **{"lambda": 0.0}),
         client_modes=["shadow", "enforce"],
@@ -460,7 +458,9 @@ def test_shadow_probes_and_labels_a_higher_rung_the_cascade_reaches_too(live_sta
     (later,) = receipt["probe"]["later"]
     assert (later["rung"], later["k"], later["pass_count"]) == (1, 3, 3)
     assert later["cascade_reached"] is True and later["gate_label"] is True
-    assert later["given"] == [{"rung": 0, "certificate": None, "lambda": 0.9}]
+    assert later["given"] == [
+        {"rung": 0, "certificate": None, "lambda": 0.9, "escalate_at": 0, "max_gate_candidates": 1}
+    ]
     assert later["counterfactual"] == "serve_without_gate"  # λ = 0.9 ≤ 3/3
 
 

@@ -113,7 +113,13 @@ def test_the_default_score_writes_the_receipts_it_always_wrote(
     (receipt,) = stack.receipts_list()
     probe = dict(receipt["probe"])
     assert probe.pop("cost_usd") == pytest.approx(2.42e-05)
-    assert probe == {**PINNED_PROBE, **PINNED_LICENCE[mode]}
+    assert (probe.pop("temperature"), probe.pop("top_p")) == (0.7, None)
+    licence = dict(PINNED_LICENCE[mode])
+    if mode == "enforce":  # the id is the calibration file's content digest
+        assert probe["certificate"] == probe["calibration_id"]
+        assert probe["certificate"].startswith("cal_")
+        licence["certificate"] = licence["calibration_id"] = probe["certificate"]
+    assert probe == {**PINNED_PROBE, **licence}
     assert not BEHAVIOURAL & set(probe)
     assert all("behaviour" not in sample for sample in probe["samples"])
     assert receipt["decision"] == PINNED_DECISION[mode]

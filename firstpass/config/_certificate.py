@@ -14,6 +14,7 @@ Pure: reading the files is ``read_certificates``; everything else works on value
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ __all__ = [
     "CertificateFile",
     "Given",
     "Licence",
+    "calibration_id",
     "candidate_rule",
     "read_certificates",
 ]
@@ -58,10 +60,44 @@ class Given:
     rung: int
     certificate: str | None
     lambda_: float | None
+    #: who goes up from that rung also depends on these
+    escalate_at: int = 0
+    max_gate_candidates: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """As receipts and calibration files spell it."""
-        return {"rung": self.rung, "certificate": self.certificate, "lambda": self.lambda_}
+        return {
+            "rung": self.rung,
+            "certificate": self.certificate,
+            "lambda": self.lambda_,
+            "escalate_at": self.escalate_at,
+            "max_gate_candidates": self.max_gate_candidates,
+        }
+
+    @classmethod
+    def from_dict(cls, g: Any) -> Given | None:
+        """The entry as receipts and calibration files spell it; None when it is malformed."""
+        if not isinstance(g, dict):
+            return None
+        rung: Any = g.get("rung")
+        cert, lam = g.get("certificate"), g.get("lambda")
+        esc, mgc = g.get("escalate_at", 0), g.get("max_gate_candidates", 1)
+        ok = (
+            _int(rung, 0)
+            and (cert is None or isinstance(cert, str))
+            and (lam is None or _number(lam, 0.0, 1.0))
+            and _int(esc, 0)
+            and _int(mgc, 1)
+        )
+        if not ok:
+            return None
+        return cls(
+            rung=int(rung),
+            certificate=cert,
+            lambda_=None if lam is None else float(lam),
+            escalate_at=int(esc),
+            max_gate_candidates=int(mgc),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +122,11 @@ class Certificate:
     k: int
     escalate_at: int
     candidate_rule: str
+    #: the rung's ``provider/model`` and the sampling the probes were drawn with: the failure
+    #: rate certified is that model's at that temperature (None: the data did not say)
+    model: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
     given: tuple[Given, ...] = ()
     n: int = 0
     skipped: int = 0
@@ -106,11 +147,18 @@ class Certificate:
             "candidate_rule": self.candidate_rule,
             "k": self.k,
             "escalate_at": self.escalate_at,
+            "model": self.model,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
             "given": [g.to_dict() for g in self.given],
             "n": self.n,
             "skipped": self.skipped,
             "failures": self.failures,
         }
+
+    def samples_like(self, temperature: float | None, top_p: float | None) -> bool:
+        """A request drawn at these settings is drawn the way the certificate's data was."""
+        return self.temperature == temperature and self.top_p == top_p
 
     def covers(self, route: str) -> bool:
         """Made for this route, or pooled over traffic that included it."""
@@ -160,8 +208,32 @@ def _int(value: Any, lo: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= lo
 
 
+def _optional(c: dict[str, Any], key: str, where: str, path: Path, at: str, kind: type) -> Any:
+    value = c.get(key)
+    if value is None:
+        return None
+    if kind is str and isinstance(value, str):
+        return value
+    if kind is float and _number(value, 0.0, 2.0):
+        return float(value)
+    raise _bad(where, path, f"{at}.{key} must be {kind.__name__} or null, got {value!r}")
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+#: the calibration file's own keys that its id does not cover (the id itself, and when)
+_UNHASHED = ("id", "created_at")
+
+
+def calibration_id(doc: Mapping[str, Any]) -> str:
+    """``cal_`` + 16 hex of SHA-256 over the canonical JSON of the file's content (all but
+    ``id`` and ``created_at``): same data and settings, same id, and an edited file no longer
+    matches its own id."""
+    body = {k: v for k, v in doc.items() if k not in _UNHASHED}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "cal_" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def read_certificates(path: Path, where: str) -> CertificateFile | None:
@@ -193,6 +265,14 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
     if not isinstance(raw, list):
         raise _bad(where, path, '"certificates" must be a list')
     certs = tuple(_certificate(where, path, file_id, i, c) for i, c in enumerate(raw))
+    if file_id != calibration_id(data):
+        raise _bad(
+            where,
+            path,
+            f"its id {file_id} does not match its content ({calibration_id(data)}): the file was "
+            "edited after `firstpass calibrate` wrote it, so it certifies nothing. Calibrate "
+            "again rather than editing a certificate",
+        )
     uncertified: list[tuple[str | None, int]] = []
     for entry in data.get("uncertified") or []:
         if isinstance(entry, dict) and _int(entry.get("rung"), 0):
@@ -225,24 +305,20 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: Any) -> Certif
     routes = c.get("routes", [])
     if not isinstance(routes, list) or not all(r is None or isinstance(r, str) for r in routes):
         raise _bad(where, path, f"{at}.routes must be a list of route names")
+    raw_given = c.get("given") or []
+    if not isinstance(raw_given, list):
+        raise _bad(where, path, f"{at}.given must be a list")
     given = []
-    for j, g in enumerate(c.get("given") or []):
-        ok = (
-            isinstance(g, dict)
-            and _int(g.get("rung"), 0)
-            and (g.get("certificate") is None or isinstance(g.get("certificate"), str))
-            and (g.get("lambda") is None or _number(g.get("lambda"), 0.0, 1.0))
-        )
-        if not ok:
-            raise _bad(where, path, f"{at}.given[{j}] must be {{rung, certificate, lambda}}")
-        lam = g.get("lambda")
-        given.append(
-            Given(
-                rung=g["rung"],
-                certificate=g.get("certificate"),
-                lambda_=None if lam is None else float(lam),
+    for j, g in enumerate(raw_given):
+        entry = Given.from_dict(g)
+        if entry is None:
+            raise _bad(
+                where,
+                path,
+                f"{at}.given[{j}] must be {{rung, certificate, lambda, escalate_at, "
+                "max_gate_candidates}",
             )
-        )
+        given.append(entry)
     return Certificate(
         id=file_id,
         path=path,
@@ -259,6 +335,9 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: Any) -> Certif
         candidate_rule=need(
             "candidate_rule", isinstance(c.get("candidate_rule"), str), "a rule name"
         ),
+        model=_optional(c, "model", where, path, at, str),
+        temperature=_optional(c, "temperature", where, path, at, float),
+        top_p=_optional(c, "top_p", where, path, at, float),
         given=tuple(given),
         n=_count(c.get("n")),
         skipped=_count(c.get("skipped")),
@@ -272,6 +351,7 @@ class Policy:
 
     route: str
     rung: int
+    model: str
     k: int
     score: str
     escalate_at: int
@@ -336,6 +416,7 @@ def _show(value: Any) -> str:
 def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
     rule = candidate_rule(p.score)
     pairs: list[tuple[str, Any, Any]] = [
+        ("model", p.model, cert.model),
         ("score", p.score, cert.score),
         ("candidate_rule", rule, cert.candidate_rule),
         ("k", p.k, cert.k),

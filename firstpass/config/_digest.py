@@ -70,7 +70,9 @@ def _elastic(config: Config) -> dict[str, Any]:
         del body["lambda_set"]
     # which certificate each probed (route, rung) runs under: part of what the config does
     body["licences"] = {
-        f"{route}/{rung}": None if lic.certificate is None else lic.certificate.id
+        f"{route}/{rung}": None
+        if lic.certificate is None
+        else {"id": lic.certificate.id, "lambda": lic.certificate.lambda_}
         for (route, rung), lic in sorted(e.licences.items())
     }
     return body

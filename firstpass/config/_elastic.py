@@ -105,13 +105,14 @@ def bind_licences(
     if elastic is None:
         return None
     licences: dict[tuple[str, int], Licence] = {}
-    for route in routes:
+    for route_index, route in enumerate(routes):
         given: list[Given] = []
         for index in probed_rungs(route):
             rung = route.ladder[index]
             policy = Policy(
                 route=route.name,
                 rung=index,
+                model=rung.name,
                 k=rung.k or elastic.k,
                 score=elastic.score,
                 escalate_at=elastic.escalate_at,
@@ -122,8 +123,11 @@ def bind_licences(
             )
             licence = licence_for(policy, elastic.files)
             if elastic.mode == "enforce" and licence.key is not None:
+                key = f"{ELASTIC_PATH}.{licence.key}"
+                if licence.key == "model":  # the rung's model changed since it was calibrated
+                    key = f"route[{route_index}].ladder[{index}]"
                 raise ConfigError(
-                    f"{ELASTIC_PATH}.{licence.key}",
+                    key,
                     f"{licence.problem}. Its guarantee holds for that setup only: set it back, "
                     'or collect shadow receipts under this block (mode = "shadow") and '
                     "calibrate again",
@@ -135,7 +139,13 @@ def bind_licences(
             else:  # enforce gates there; shadow records its counterfactual at the block's λ
                 lam = None if elastic.mode == "enforce" else elastic.lambda_
             given.append(
-                Given(rung=index, certificate=None if cert is None else cert.id, lambda_=lam)
+                Given(
+                    rung=index,
+                    certificate=None if cert is None else cert.id,
+                    lambda_=lam,
+                    escalate_at=elastic.escalate_at,
+                    max_gate_candidates=elastic.max_gate_candidates,
+                )
             )
     bound = dataclasses.replace(elastic, licences=MappingProxyType(licences))
     if bound.mode == "enforce":

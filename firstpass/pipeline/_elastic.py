@@ -67,6 +67,9 @@ class Probe:
     #: the certificate λ comes from (None: uncertified, see ``licence_problem``)
     certificate: Certificate | None = None
     licence_problem: str | None = None
+    #: how the samples were drawn (part of a certificate's context)
+    temperature: float | None = None
+    top_p: float | None = None
     # behavioural scores only (None with the default pass_share: the receipt stays as it was)
     scores: dict[str, float] | None = None
     clusters: tuple[int, ...] = ()
@@ -114,6 +117,8 @@ class Probe:
             "rung": self.rung_index,
             "provider": self.rung.provider,
             "model": self.rung.model,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
             "k": self.k,
             "pass_count": self.pass_count,
             "regime": self.regime,
@@ -144,6 +149,17 @@ class Labelled:
     counterfactual: str | None
     escalates: bool
     attempt: Attempt
+
+
+def sampling(req: RunRequest) -> tuple[float | None, float | None]:
+    """The temperature and top_p the probe is drawn at (the route's temperature unless the
+    request sets its own), as ``Pipeline._call`` sends them."""
+    temperature = req.body.get("temperature", req.route.temperature)
+    top_p = req.body.get("top_p")
+    return (
+        None if temperature is None else float(temperature),
+        None if top_p is None else float(top_p),
+    )
 
 
 def _cert_id(cert: Certificate | None) -> str | None:
@@ -227,6 +243,18 @@ class ElasticMixin:
             scores, value = None, None
         lam = elastic.lambda_for(req.route.name, index, req.mode)
         licence = elastic.licence(req.route.name, index)
+        cert = licence.certificate if lam is not None else None
+        problem = licence.problem
+        temperature, top_p = sampling(req)
+        if cert is not None and not cert.samples_like(temperature, top_p):
+            # the request changed how samples are drawn: the certified rate is another draw's
+            problem = (
+                f"this request samples at temperature {temperature}, top_p {top_p}; the "
+                f"certificate {cert.id} was computed at temperature {cert.temperature}, top_p "
+                f"{cert.top_p}"
+            )
+            cert = None
+            lam = None if req.mode == "enforce" else elastic.lambda_
         regime = regime_for(c, k, lam=lam, escalate_at=elastic.escalate_at, score=value)
         req.trace.step(f"regime:{regime}:{c}/{k}")
         cost = req.trace.upstream_calls[-1]["cost_usd"]
@@ -246,8 +274,10 @@ class ElasticMixin:
             calls=completion.calls,
             score_name=score_name,
             lam=lam,
-            certificate=licence.certificate if lam is not None else None,
-            licence_problem=licence.problem,
+            certificate=cert,
+            licence_problem=problem,
+            temperature=temperature,
+            top_p=top_p,
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,
@@ -379,16 +409,17 @@ class ElasticMixin:
         state = LadderState(attempts=[labelled.attempt], answers=[probe.answers[0]])
         later: list[dict[str, Any]] = []
         reach: dict[int, bool] = {1: labelled.escalates}
+        ran: dict[int, Given] = {0: self._given(probe)}  # the probed rungs as they ran
 
         async def run_rung(req: RunRequest, state: LadderState, index: int) -> LadderResult | None:
-            await self._shadow_rung(req, state, index, reach, later)
+            await self._shadow_rung(req, state, index, reach, later, ran)
             return None
 
         result = await self._run_ladder(req, state, rung_runner=run_rung)
         # rungs elastic would reach that the cascade did not: probed for their labels only
         index = max(a.rung for a in state.attempts) + 1
         while index < len(req.route.ladder) and reach.get(index):
-            await self._shadow_rung(req, None, index, reach, later)
+            await self._shadow_rung(req, None, index, reach, later, ran)
             index += 1
         decision = {
             "counterfactual": labelled.counterfactual,
@@ -413,6 +444,7 @@ class ElasticMixin:
         index: int,
         reach: dict[int, bool],
         later: list[dict[str, Any]],
+        ran: dict[int, Given],
     ) -> None:
         """Rung ``index`` in shadow: the cascade's attempt (``state``; None when only elastic
         reaches it), as a probe when the rung has its own ``k`` and elastic reaches it."""
@@ -429,15 +461,7 @@ class ElasticMixin:
             # enforce runs a rung without k the cascade way: it goes on when the attempt fails
             reach[index + 1] = elastic_here and not attempt.verified
             return
-        given = [
-            Given(
-                rung=j,
-                certificate=_cert_id(self.config.elastic.licence(req.route.name, j).certificate),
-                lambda_=self.config.elastic.lambda_for(req.route.name, j, req.mode),
-            ).to_dict()
-            for j in range(index)
-            if j == 0 or req.route.ladder[j].k
-        ]
+        given = [ran[j].to_dict() for j in sorted(ran) if j < index]
         probe, error = await self._probe(req, index)
         if probe is None:
             later.append({"rung": index, "error": str(error), "given": given})
@@ -447,6 +471,7 @@ class ElasticMixin:
                 state.answers.append(None)
                 state.last_error = error
             return
+        ran[index] = self._given(probe)
         labelled = await self._label_probe(req, probe, cascade=state is not None)
         if state is not None:
             state.attempts.append(labelled.attempt)
@@ -460,6 +485,17 @@ class ElasticMixin:
                 "cascade_reached": state is not None,
                 "given": given,
             }
+        )
+
+    def _given(self, probe: Probe) -> Given:
+        """A probed rung as it ran for this request: what a higher rung's label depends on."""
+        elastic = self.config.elastic
+        return Given(
+            rung=probe.rung_index,
+            certificate=_cert_id(probe.certificate),
+            lambda_=probe.lam,
+            escalate_at=elastic.escalate_at,
+            max_gate_candidates=elastic.max_gate_candidates,
         )
 
     async def _label_probe(self, req: RunRequest, probe: Probe, *, cascade: bool) -> Labelled:

@@ -110,8 +110,11 @@ class Link:
         self.round_trips += 1
         try:
             H.write_all(self.fd, H.encode_frame(req))
+            asked = True
         except OSError:
-            raise Gone() from None
+            # the worker is gone; what it wrote before going is still in the channel, and must
+            # be judged the same whichever side won the race (a forged record is a violation)
+            asked = False
         try:
             ans = H.read_frame(self.fd, H.MAX_VALUE_FRAME)
         except H.FrameTooLarge as exc:
@@ -122,6 +125,8 @@ class Link:
             raise Gone() from None
         except (ValueError, RecursionError):
             raise Violation("the result channel carried bytes that are not a record") from None
+        if not asked:
+            raise Violation("the sample wrote on the result channel without being asked")
         if type(ans) is not dict:
             raise Violation("the result channel carried a record of the wrong shape")
         return ans
