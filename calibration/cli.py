@@ -23,8 +23,10 @@ __all__ = ["DESCRIPTION", "add_arguments", "build_parser", "main", "run"]
 
 DESCRIPTION = (
     "Calibrate the elastic threshold λ from labelled probe outcomes (shadow receipts or a "
-    "study file), with a finite-sample guarantee on served failures among requests that skip "
-    "the gate."
+    "study file) with a finite-sample guarantee: under ltt (default), with probability 1 − δ, "
+    "on the failure rate among requests that skip the gate; under crc, in expectation, on the "
+    "share of all requests that skip the gate and fail (no δ). Writes one certificate per "
+    "(route, rung) it certifies."
 )
 
 

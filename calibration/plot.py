@@ -48,7 +48,8 @@ def plot_calibration(cal: Calibration, path: Path) -> None:
         if fit.lam is not None:
             ax.axvline(fit.lam, color="green", linestyle=":", label=f"λ̂ = {fit.lam_label}")
         title = "all routes" if fit is cal.overall else f"route {fit.route}"
-        ax.set_title(f"{title}: {s.method.upper()}, δ = {s.delta:g}, n = {fit.n}")
+        guarantee = f"δ = {s.delta:g}" if s.method == "ltt" else "α on P(skip and fail), no δ"
+        ax.set_title(f"{title}: {s.method.upper()}, {guarantee}, n = {fit.n}")
         ax.set_xlabel("λ (serve without the gate when score ≥ λ)")
         ax.invert_xaxis()  # strictest on the left, the order levels are tested in
         handles = ax.get_legend_handles_labels()

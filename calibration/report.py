@@ -27,9 +27,11 @@ def guarantee_text(method: str, alpha: float, delta: float) -> str:
             "for future requests exchangeable with the calibration requests."
         )
     return (
-        f"In expectation over calibration data and a new request, the share of all requests "
-        f"served without the gate and failing the gate is at most {alpha:g}, for requests "
-        "exchangeable with the calibration requests."
+        f"In expectation over the calibration data and a new request, P(skip the gate and fail "
+        f"it) ≤ {alpha:g}: at most a share {alpha:g} of all requests are served without the "
+        "gate and fail it. This bounds the joint rate over all requests, not the failure rate "
+        "among requests that skip the gate (which can be far higher); no δ applies. For "
+        "requests exchangeable with the calibration requests."
     )
 
 
@@ -176,7 +178,9 @@ def toml_block(cal: Calibration, *, out_path: str | None) -> str:
     lines: list[str] = []
     for c in issued:
         where = "pooled routes " + json.dumps(list(c.routes)) if c.route is None else c.route
-        risk = f"α = {c.alpha:g}, " + ("δ = n/a (CRC)" if c.delta is None else f"δ = {c.delta:g}")
+        risk = f"α = {c.alpha:g}, " + (
+            "no δ (CRC: α bounds P(skip and fail))" if c.delta is None else f"δ = {c.delta:g}"
+        )
         lines.append(
             f"# certificate: route {where}, rung {c.rung}: λ = {c.lambda_:g} "
             f"({s.method.upper()}, {risk}, n = {c.n})"
@@ -202,6 +206,8 @@ def toml_block(cal: Calibration, *, out_path: str | None) -> str:
             f'ladder = [..., {{rung = "provider/model", k = {ks[0]}}}]'
         )
     lines.append(f"escalate_at = {s.escalate_at}")
+    if s.method == "crc":
+        lines.append('method = "crc"   # α bounds P(skip and fail), not the rate among skips')
     if cal.score_name != PASS_SHARE:
         lines.append(f'score = "{cal.score_name}"')
     lines.append('mode = "enforce"   # from "shadow", once you accept these certificates')
@@ -293,8 +299,13 @@ def text_report(cal: Calibration) -> str:
     """The human report printed by the CLI."""
     s, src = cal.settings, cal.source
     out = [
-        f"Calibration by {_METHOD_NAMES[s.method]}: α = {s.alpha:g}, δ = {s.delta:g}, "
-        f"score = {cal.score_name}",
+        f"Calibration by {_METHOD_NAMES[s.method]}: "
+        + (
+            f"α = {s.alpha:g}, δ = {s.delta:g}, "
+            if s.method == "ltt"
+            else f"α = {s.alpha:g} on P(skip and fail), no δ, "
+        )
+        + f"score = {cal.score_name}",
         "  " + guarantee_text(s.method, s.alpha, s.delta),
         f"  data: {src.used} labelled rows from {', '.join(src.paths)} ({src.lines} lines read)",
     ]

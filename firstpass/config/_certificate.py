@@ -352,6 +352,7 @@ class Policy:
     route: str
     rung: int
     model: str
+    method: str
     k: int
     score: str
     escalate_at: int
@@ -417,6 +418,7 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
     rule = candidate_rule(p.score)
     pairs: list[tuple[str, Any, Any]] = [
         ("model", p.model, cert.model),
+        ("method", p.method, cert.method),
         ("score", p.score, cert.score),
         ("candidate_rule", rule, cert.candidate_rule),
         ("k", p.k, cert.k),

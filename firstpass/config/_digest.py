@@ -68,6 +68,8 @@ def _elastic(config: Config) -> dict[str, Any]:
         del body["score"]
     if not body["lambda_set"]:
         del body["lambda_set"]
+    if body["method"] == "ltt":
+        del body["method"]
     # which certificate each probed (route, rung) runs under: part of what the config does
     body["licences"] = {
         f"{route}/{rung}": None

@@ -37,7 +37,7 @@ from firstpass.errors import ConfigError
 ELASTIC_PATH = "escalation.elastic"
 _ELASTIC_KEYS = (
     "k", "lambda", "escalate_at", "mode", "calibration", "alpha", "delta", "max_gate_candidates",
-    "score",
+    "score", "method",
 )  # fmt: skip
 #: the probe scores: the config model's ``ProbeScore`` (``firstpass.policy.SCORES`` must equal it)
 SCORES: tuple[str, ...] = typing.get_args(ProbeScore)
@@ -70,6 +70,7 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
             table, "max_gate_candidates", p, ElasticConfig.max_gate_candidates, lo=1, hi=k
         ),
         score=f.get_choice(table, "score", p, SCORES, ElasticConfig.score),
+        method=f.get_choice(table, "method", p, ("ltt", "crc"), ElasticConfig.method),
         files=files,
     )
 
@@ -113,6 +114,7 @@ def bind_licences(
                 route=route.name,
                 rung=index,
                 model=rung.name,
+                method=elastic.method,
                 k=rung.k or elastic.k,
                 score=elastic.score,
                 escalate_at=elastic.escalate_at,

@@ -202,6 +202,9 @@ class ElasticConfig:
     delta: float | None = None
     max_gate_candidates: int = 1
     score: ProbeScore = "pass_share"
+    #: which guarantee a certificate must give: ``ltt`` (failures among skips ≤ α with
+    #: confidence 1 − δ) or, only when asked for, ``crc`` (P(skip and fail) ≤ α in expectation)
+    method: Literal["ltt", "crc"] = "ltt"
     #: the calibration files cited that exist (a cited file not written yet is skipped)
     files: tuple[CertificateFile, ...] = field(default=(), repr=False, compare=False)
     #: (route name, rung index) → the certificate in force there, or why there is none
