@@ -112,14 +112,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         metavar="PROVIDER/MODEL",
-        help="study only: the rung model the study's samples came from (receipts record it); "
-        "a certificate holds for that model only",
+        help="study: the rung model the study's samples came from; receipts (which record "
+        "it): keep only rows drawn from this model. A certificate holds for that model only",
     )
     parser.add_argument(
         "--temperature",
         type=float,
         metavar="T",
-        help="study only: the temperature the study's samples were drawn at",
+        help="study: the temperature the study's samples were drawn at; receipts: keep only "
+        "rows drawn at it",
     )
     parser.add_argument(
         "--plot",
@@ -200,10 +201,6 @@ def run(args: argparse.Namespace) -> int:
             )
             labelled = dataclasses.replace(labelled, contexts=contexts)
     else:
-        if args.model is not None or args.temperature is not None:
-            raise CalibrationError(
-                "--model and --temperature apply to a study; receipts record their own"
-            )
         if args.rung < 0:
             raise CalibrationError(f"--rung must be >= 0, got {args.rung}")
         labelled = data_mod.read_receipts(
@@ -211,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
             allow_unverified=args.allow_unverified,
             score=args.score,
             rung=args.rung,
+            model=args.model,
+            temperature=args.temperature,
             progress=_progress_and_prefetch,
         )
     from calibration import report

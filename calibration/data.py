@@ -476,6 +476,8 @@ def read_receipts(
     allow_unverified: bool = False,
     score: str = PASS_SHARE,
     rung: int = 0,
+    model: str | None = None,
+    temperature: float | None = None,
     progress: Progress | None = None,
 ) -> Labelled:
     """Read shadow receipts into labelled rows, after verifying each file's hash chain.
@@ -484,7 +486,9 @@ def read_receipts(
     shadow drew there when elastic would have reached it (``probe.later``), labelled the same
     way. A log holding receipts recorded under another score than ``score`` is refused: their
     labels belong to that score's candidate, which may be another sample. So is a higher rung
-    whose receipts were collected under different lower-rung policies (``given``).
+    whose receipts were collected under different lower-rung policies (``given``), and a route
+    whose rows were drawn from several models or temperatures, unless ``model`` and
+    ``temperature`` pick one (the other rows are counted as skipped).
 
     A broken chain raises ``CalibrationError`` unless ``allow_unverified``; then every line that
     parses is used and ``source.chain_problems`` says what was wrong. Receipts that are not
@@ -544,6 +548,9 @@ def read_receipts(
             "or collect shadow receipts under the score you want to certify (one score per log)"
         )
     cols = [np.concatenate(parts) for parts in zip(*columns, strict=True)] if columns else []
+    keys: tuple[Any, ...] = tuple(routes.names)
+    if cols and (model is not None or temperature is not None):
+        cols, keys = _only_drawn_with(cols, keys, model, temperature, skipped)
     if not cols or not cols[0].size:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "no lines"
         raise CalibrationError(
@@ -561,7 +568,7 @@ def read_receipts(
         verified=not problems,
         chain_problems=tuple(problems),
     )
-    route_names, contexts, given = _split_context(tuple(routes.names), rung)
+    route_names, contexts, given = _split_context(keys, rung)
     return Labelled(
         score=cols[0],
         failed=cols[1],
@@ -577,6 +584,34 @@ def read_receipts(
         given=given,
         contexts=contexts,
     )
+
+
+def _only_drawn_with(
+    cols: list[Any],
+    keys: tuple[Any, ...],
+    model: str | None,
+    temperature: float | None,
+    skipped: dict[str, int],
+) -> tuple[list[Any], tuple[Any, ...]]:
+    """Keep the rows drawn from ``model`` at ``temperature`` (either may be None: any), count the
+    rest as skipped, and renumber the slice keys that remain."""
+    keep = [
+        i
+        for i, key in enumerate(keys)
+        if (model is None or key[1] == model)
+        and (temperature is None or key[2] == float(temperature))
+    ]
+    codes = np.full(len(keys), -1, dtype=np.int64)
+    codes[keep] = np.arange(len(keep), dtype=np.int64)
+    mapped = codes[cols[4]]
+    mask = mapped >= 0
+    dropped = int((~mask).sum())
+    if dropped:
+        reason = "drawn from another model or temperature (--model/--temperature)"
+        skipped[reason] = skipped.get(reason, 0) + dropped
+    out = [col[mask] for col in cols]
+    out[4] = mapped[mask]
+    return out, tuple(keys[i] for i in keep)
 
 
 def _split_context(
@@ -601,7 +636,8 @@ def _split_context(
             raise CalibrationError(
                 f"route {route!r} rung {rung}: the receipts mix {len(seen)} models or sampling "
                 f"settings ({shown}); a certified failure rate is one model's at one setting. "
-                "Calibrate the receipts written under one of them (a log per config)"
+                "Calibrate one of them: --model PROVIDER/MODEL and --temperature T keep only "
+                "the rows drawn that way"
             )
     if len(givens) > 1:
         shown = "; ".join(sorted(givens))

@@ -202,3 +202,18 @@ def test_receipts_mixing_models_on_a_route_are_refused(
     assert calibrate_main(["--receipts", str(log)]) == 2
     err = capsys.readouterr().err
     assert "p/cheap" in err and "p/other" in err and "mix 2 models" in err
+
+
+def test_model_and_temperature_pick_the_rows_of_one_setting(tmp_path: Path) -> None:
+    """A route with a few requests at their own temperature: --temperature keeps the rows drawn
+    at the route's, counts the rest as skipped, and the certificate records that setting."""
+    records = [shadow(5, 5, True, route="a")] * 200
+    records += [shadow(5, 5, False, route="a", temperature=1.5)] * 30
+    log = write_chain(tmp_path / "r.jsonl", records)
+    out = tmp_path / "cal.json"
+    argv = ["--receipts", str(log), "--out", str(out), "--json"]
+    assert calibrate_main([*argv, "--model", "p/cheap", "--temperature", "0.8"]) == 0
+    doc = json.loads(out.read_text())
+    (cert,) = doc["certificates"]
+    assert (cert["model"], cert["temperature"], cert["n"]) == ("p/cheap", 0.8, 200)
+    assert sum(n for why, n in doc["source"]["skipped"].items() if "temperature" in why) == 30

@@ -40,3 +40,12 @@ def test_demo_with_the_elastic_policy_prints_each_regime(tmp_path: Path, mode: s
         assert {r["probe"]["regime"] for r in rows} == {"escalate", "gate"}
         assert "served_without_gate" not in out.getvalue()
         assert all((r["served"] or {}).get("verification") != "gate_skipped" for r in rows)
+
+
+def test_a_relative_receipts_path_is_where_the_user_typed_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`firstpass demo --receipts shadow.jsonl` writes ./shadow.jsonl, not into the package."""
+    monkeypatch.chdir(tmp_path)
+    assert run_demo(receipts=Path("shadow.jsonl"), mode="shadow", out=io.StringIO()) == 0
+    assert (tmp_path / "shadow.jsonl").stat().st_size > 0

@@ -50,6 +50,7 @@ RUN = {
     "check",
     "test-spec-shapes",
     "config-errors",
+    "calibration",
 }
 
 PORT_IN_README = "127.0.0.1:8787"
@@ -312,3 +313,15 @@ def test_config_error_examples_are_what_serve_prints(clone: Path) -> None:
         result = run(".venv/bin/firstpass serve --config bad.toml", clone, **env)
         assert result.returncode == 2, result.stdout + result.stderr
         assert result.stderr.strip() == f"firstpass serve: {line}", result.stderr
+
+
+def test_calibration_snippet_labels_the_demo_and_reports_what_it_certifies(clone: Path) -> None:
+    """Shadow receipts from the demo, then `firstpass calibrate` on them: it verifies the chain,
+    writes a calibration file and, on a dozen requests, says that nothing is certified."""
+    results = [run(command, clone) for command in commands(snippet("calibration"))]
+    for command, result in zip(commands(snippet("calibration")), results, strict=True):
+        assert result.returncode == 0, f"{command}\n{result.stdout}{result.stderr}"
+    report = results[-1].stdout
+    assert "hash chain verified" in report and "none certified" in report, report
+    doc = json.loads((clone / "calibration.json").read_text())
+    assert doc["certificates"] == [] and doc["uncertified"], doc

@@ -154,6 +154,11 @@ class Certificate:
             "n": self.n,
             "skipped": self.skipped,
             "failures": self.failures,
+            # the realized rates on the calibration rows (not the guarantee: that is α)
+            "realized": {
+                "skip_share": self.skipped / self.n if self.n else None,
+                "failure_rate_among_skips": self.failures / self.skipped if self.skipped else None,
+            },
         }
 
     def samples_like(self, temperature: float | None, top_p: float | None) -> bool:

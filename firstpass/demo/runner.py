@@ -184,6 +184,8 @@ def run_demo(
     """Run the demo end to end; returns the process exit code (0 when the chain verifies)."""
     if receipts is None:
         receipts = Path(tempfile.mkdtemp(prefix="firstpass-demo-")) / "receipts.jsonl"
+    # relative to where the user typed it (the demo config's own paths resolve elsewhere)
+    receipts = Path(receipts).expanduser().absolute()
     config = demo_config(receipts, mode=mode)
     tasks = load_demo_tasks()
     print(
