@@ -841,7 +841,6 @@ def test_the_public_names_are_exactly_those_exported() -> None:
 
 def test_enforcing_a_calibration_that_certified_nothing_is_refused(tmp_path: Path) -> None:
     """A calibration JSON with lambda null cannot be enforced (config or env), only shadowed."""
-    import json as _json
 
     from firstpass.config import config_from_dict as build
     from firstpass.errors import ConfigError as Err
