@@ -28,11 +28,13 @@ from __future__ import annotations
 import codecs
 import gc
 import hashlib
+import math
 import mmap
 import operator
 import os
 from array import array
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
@@ -45,11 +47,15 @@ from firstpass.receipts._chain import BadLine, check_line, line_links
 __all__ = ["Span", "fast_row", "scan_span"]
 
 
+class _Score(msgspec.Struct, gc=False):
+    name: Any = None  # the score's value is not read: no dict per row
+
+
 class _Probe(msgspec.Struct, gc=False):
     k: Any = None
     pass_count: Any = None
     scores: Any = None
-    score: Any = None
+    score: _Score | None = None
     later: Any = None
     provider: Any = None
     model: Any = None
@@ -104,7 +110,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             "k": probe.k,
             "pass_count": probe.pass_count,
             "scores": probe.scores,
-            "score": probe.score,
+            "score": None if probe.score is None else {"name": probe.score.name},
             "later": probe.later,
             "provider": probe.provider,
             "model": probe.model,
@@ -119,14 +125,14 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
         return None
 
 
-def _pass_share_recorded(named: Any) -> bool:
+def _pass_share_recorded(named: _Score | None) -> bool:
     """The probe was recorded under the pass-share score (or before receipts named it)."""
-    return named is None or (type(named) is dict and named.get("name") == PASS_SHARE)
+    return named is None or named.name == PASS_SHARE
 
 
 _mode, _probe, _decision, _route = (attrgetter(n) for n in ("mode", "probe", "decision", "route"))
 _k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_label")
-_pscore = attrgetter("score")
+_pscore, _name = attrgetter("score"), attrgetter("name")
 _provider, _model = attrgetter("provider"), attrgetter("model")
 _temperature, _top_p = attrgetter("temperature"), attrgetter("top_p")
 
@@ -140,19 +146,14 @@ def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
     probes, decisions = list(map(_probe, rows)), list(map(_decision, rows))
     if None in probes or None in decisions:
         return None
-    if not all(map(_pass_share_recorded, map(_pscore, probes))):
+    scores = list(map(_pscore, probes))
+    if None in scores:
+        if not all(map(_pass_share_recorded, scores)):
+            return None
+    elif set(map(_name, scores)) != {PASS_SHARE}:
         return None
     ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
-    keys = list(
-        map(
-            context_key,
-            map(_route, rows),
-            map(_provider, probes),
-            map(_model, probes),
-            map(_temperature, probes),
-            map(_top_p, probes),
-        )
-    )
+    keys = _keys(rows, probes)
     if (
         set(map(type, ks)) != {int}
         or set(map(type, cs)) != {int}
@@ -165,6 +166,28 @@ def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
     ):
         return None
     return list(map(operator.truediv, cs, ks)), list(map(operator.not_, labels)), ks, cs, keys
+
+
+_NONE = type(None)
+
+
+def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[Any]:
+    """Every row's slice key, as ``context_key`` gives it: built column-wise at C speed in the
+    common shape (string route, provider and model; float or null sampling), else row by row."""
+    routes, provs = list(map(_route, rows)), list(map(_provider, probes))
+    models, temps, tops = (list(map(get, probes)) for get in (_model, _temperature, _top_p))
+    if (
+        set(map(type, routes)) <= {str, _NONE}
+        and set(map(type, provs)) == {str}
+        and set(map(type, models)) == {str}
+        and set(map(type, temps)) <= {float, _NONE}
+        and set(map(type, tops)) <= {float, _NONE}
+        and all(map(math.isfinite, filter(None, temps)))
+        and all(map(math.isfinite, filter(None, tops)))
+    ):
+        names = list(map("{}/{}".format, provs, models))
+        return list(zip(routes, names, temps, tops, repeat("[]")))
+    return list(map(context_key, routes, provs, models, temps, tops))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -180,3 +180,29 @@ def test_enforcing_what_calibrate_certified_keeps_served_failure_among_skips_wit
     assert skipped > 0
     # realized: the pooled rate among skips, within two binomial standard errors of α
     assert fails / skipped <= ALPHA + 2 * (ALPHA * (1 - ALPHA) / skipped) ** 0.5, (fails, skipped)
+
+
+def test_a_threshold_chosen_without_confidence_would_fail_this_check() -> None:
+    """The check above can fail: picking the loosest level whose observed failure rate among
+    skips is ≤ α (no δ) on the same amount of shadow data certifies an unsafe level far more
+    often than δ allows."""
+    rng = random.Random(7)
+    unsafe = 0
+    trials = 200
+    for _ in range(trials):
+        rows = []  # (pass count, candidate fails the gate)
+        for _ in range(N_CAL):
+            _, ok, plausible = rng.choices(TYPES, weights=[t[0] for t in TYPES])[0]
+            kinds = [rng.random() for _ in range(K)]
+            passing = [u for u in kinds if u < ok + plausible]
+            c = len(passing)
+            rows.append((c, bool(passing) and passing[0] >= ok))
+        chosen = None
+        for m in range(K, 0, -1):  # strictest first, stop at the first level that looks bad
+            skipped = [fail for c, fail in rows if c >= m]
+            if skipped and sum(skipped) / len(skipped) <= ALPHA:
+                chosen = m / K
+            else:
+                break
+        unsafe += chosen is not None and true_rate_among_skips(chosen) > ALPHA
+    assert unsafe / trials > DELTA, unsafe
