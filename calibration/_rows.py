@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,14 @@ def bad(path: Path | str, lineno: int, message: str) -> CalibrationError:
 
 
 def is_number(x: Any) -> bool:
-    """A finite JSON number (``bool`` is not one)."""
-    return type(x) in (int, float) and math.isfinite(x)
+    """A finite JSON number (``bool`` is not one; nor an integer too large for a float)."""
+    if type(x) is int:
+        return abs(x) <= _FLOAT_MAX_INT
+    return type(x) is float and math.isfinite(x)
+
+
+#: integers beyond this have no float (``math.isfinite`` would raise OverflowError on them)
+_FLOAT_MAX_INT = int(sys.float_info.max)
 
 
 def pass_share_levels(k: int) -> tuple[float, ...]:
@@ -185,6 +192,8 @@ def receipt_values(
     where = f"probe.later[rung {rung}]" if rung else "decision"
     if type(label) is not bool:
         raise bad(path, lineno, f'"{where}.gate_label" must be true, false or null, got {label!r}')
+    if probe.get("logit_bias"):
+        return "drawn with logit_bias (no certificate covers it)"
     recorded = recorded_score(probe)
     if not isinstance(recorded, str):
         raise bad(path, lineno, f'"probe.score.name" must be a string, got {recorded!r}')

@@ -61,6 +61,7 @@ class _Probe(msgspec.Struct, gc=False):
     model: Any = None
     temperature: Any = None
     top_p: Any = None
+    logit_bias: Any = None
 
 
 class _Decision(msgspec.Struct, gc=False):
@@ -100,6 +101,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             and 0 <= c <= k
             and 1 <= k <= MAX_K
             and _pass_share_recorded(probe.score)
+            and probe.logit_bias is None
         ):
             key = context_key(route, probe.provider, probe.model, probe.temperature, probe.top_p)
             if key is not None:
@@ -116,6 +118,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             "model": probe.model,
             "temperature": probe.temperature,
             "top_p": probe.top_p,
+            "logit_bias": probe.logit_bias,
         }
     if decision is not None:
         record["decision"] = {"gate_label": decision.gate_label}
@@ -135,6 +138,7 @@ _k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_lab
 _pscore, _name = attrgetter("score"), attrgetter("name")
 _provider, _model = attrgetter("provider"), attrgetter("model")
 _temperature, _top_p = attrgetter("temperature"), attrgetter("top_p")
+_logit_bias = attrgetter("logit_bias")
 
 
 def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
@@ -151,6 +155,8 @@ def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
         if not all(map(_pass_share_recorded, scores)):
             return None
     elif set(map(_name, scores)) != {PASS_SHARE}:
+        return None
+    if set(map(_logit_bias, probes)) != {None}:
         return None
     ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
     keys = _keys(rows, probes)

@@ -251,9 +251,12 @@ json_value = st.recursive(
         max_size=3,
     ),
     probe_extra=st.dictionaries(
-        st.sampled_from(["samples", "later", "score", "clusters", "lambda", "a"]),
-        json_value,
-        max_size=2,
+        st.sampled_from(
+            ["samples", "later", "score", "clusters", "lambda", "a", "provider", "model",
+             "temperature", "top_p", "logit_bias"]
+        ),
+        st.one_of(json_value, st.integers(), st.floats(allow_nan=False, allow_infinity=False)),
+        max_size=4,
     ),
     recorded=st.sampled_from(SCORES),
     score=st.sampled_from(SCORES),

@@ -12,6 +12,7 @@ import pytest
 
 from calibration.cli import main as calibrate_main
 from firstpass.config import config_from_dict
+from firstpass.config._certificate import calibration_id
 from firstpass.errors import ConfigError
 from tests.certificates import certificate, file_id, write_calibration
 from tests.test_calibration_receipts import shadow as _shadow
@@ -217,3 +218,34 @@ def test_model_and_temperature_pick_the_rows_of_one_setting(tmp_path: Path) -> N
     (cert,) = doc["certificates"]
     assert (cert["model"], cert["temperature"], cert["n"]) == ("p/cheap", 0.8, 200)
     assert sum(n for why, n in doc["source"]["skipped"].items() if "temperature" in why) == 30
+
+
+def test_a_huge_integer_is_a_one_line_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """2**1024 has no float: in a receipt it is a named bad line (exit 2), in a certificate a
+    ConfigError naming the field."""
+    log = write_chain(tmp_path / "r.jsonl", [shadow(5, 5, True, route="a", temperature=2**1024)])
+    assert calibrate_main(["--receipts", str(log)]) == 2
+    assert "line 1" in capsys.readouterr().err
+    cal = tmp_path / "cal.json"
+    doc = json.loads(
+        write_calibration(cal, certificate(route="a", model="p/cheap")).read_text()
+    )
+    doc["certificates"][0]["temperature"] = 2**1024
+    del doc["id"]
+    cal.write_text(json.dumps({"id": calibration_id(doc), **doc}))
+    with pytest.raises(ConfigError, match=r"certificates\[0\]\.temperature"):
+        _config(tmp_path, {"k": 5, "calibration": str(cal)}, routes=("a",))
+
+
+def test_rows_drawn_with_logit_bias_are_left_out_of_calibration(tmp_path: Path) -> None:
+    """Receipts whose probe was drawn under a client's logit_bias are counted, not used."""
+    records = [shadow(5, 5, True, route="a")] * 20 + [shadow(5, 5, False, logit_bias=True)] * 5
+    log = write_chain(tmp_path / "r.jsonl", records)
+    from calibration import read_receipts
+
+    data = read_receipts([log])
+    assert data.n == 20 and data.source.skipped == {
+        "drawn with logit_bias (no certificate covers it)": 5
+    }

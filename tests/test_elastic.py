@@ -506,3 +506,54 @@ def test_shadow_tries_further_gate_candidates_before_calling_it_an_escalation(
     assert receipt["decision"]["gate_label"] is False
     assert receipt["decision"]["counterfactual"] == "serve_after_gate"
     assert "later" not in receipt["probe"]
+
+
+# -- what a request may change about how probes are drawn -------------------------------------
+
+
+def _ask_with(stack: Any, **body: Any) -> Any:
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    return client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "write add"}],
+        extra_body={"firstpass": TESTS, **body},
+    )
+
+
+def test_a_clients_seed_never_makes_the_k_probe_samples_one(live_stack: Any) -> None:
+    """A seeded upstream answers one sample to every call with the same seed: with k separate
+    calls (a provider ignoring n) the probe would read one sample as k agreeing. Probe calls do
+    not carry the seed, so the draws stay independent and this wrong answer is gated."""
+    stack = live_stack(elastic=elastic("enforce"), honours_n=False)
+    others = iter([WRONG, GOOD, WRONG, GOOD] * 4)
+    stack.stub.responder = lambda body: Reply.ok(
+        VISIBLE_ONLY if "seed" in body or body.get("model") != CHEAP else next(others)
+    )
+    raw = _ask_with(stack, seed=42)
+    assert all("seed" not in c.body for c in stack.stub.completions if c.model == CHEAP)
+    assert raw.parse().model_extra["firstpass"]["verification"] != "gate_skipped"
+
+
+def test_a_request_with_logit_bias_gates_under_a_certificate(live_stack: Any) -> None:
+    """A bias can make every draw the same, and no certificate is computed under one: 5/5 passing
+    is still gated, and the receipt says why."""
+    stack = live_stack(elastic=elastic("enforce"))
+    stack.stub.script(Reply.ok(*[VISIBLE_ONLY] * 5), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = _ask_with(stack, logit_bias={"50256": -100})
+    assert raw.parse().model_extra["firstpass"]["verification"] == "verified"
+    (receipt,) = stack.receipts_list()
+    assert receipt["probe"]["regime"] == "gate" and receipt["probe"]["logit_bias"] is True
+    assert "logit_bias" in receipt["probe"]["uncertified_because"]
+
+
+def test_a_request_at_another_temperature_gates_under_a_certificate(live_stack: Any) -> None:
+    """The certificate was computed at the route's temperature (0.7): a request at 0 gates."""
+    stack = live_stack(elastic=elastic("enforce"))
+    stack.stub.script(Reply.ok(*[VISIBLE_ONLY] * 5), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = _ask_with(stack, temperature=0)
+    assert raw.parse().model_extra["firstpass"]["verification"] == "verified"
+    (receipt,) = stack.receipts_list()
+    assert receipt["probe"]["temperature"] == 0.0 and receipt["probe"]["certificate"] is None
+    assert "temperature 0.0" in receipt["probe"]["uncertified_because"]

@@ -16,6 +16,7 @@ import pytest
 
 from tests.server_harness import CHEAP, MODEL
 from tests.stub_upstream import Reply
+from tests.test_server_errors import _post_raw
 
 MESSAGES = '[{"role": "user", "content": "hi"}]'
 
@@ -23,19 +24,7 @@ MESSAGES = '[{"role": "user", "content": "hi"}]'
 def _post(stack: Any, extra: str) -> tuple[int, Any, Any]:
     """POST a chat body with ``extra`` spliced in as raw JSON text (so NaN stays NaN)."""
     data = f'{{"model": "{MODEL}", "messages": {MESSAGES}, {extra}}}'.encode()
-
-    async def go() -> tuple[int, Any, Any]:
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(
-                f"{stack.base_url}/chat/completions",
-                data=data,
-                headers={"Content-Type": "application/json"},
-            ) as r,
-        ):
-            return r.status, await r.json(content_type=None), r.headers
-
-    return asyncio.run(go())
+    return _post_raw(stack, data)
 
 
 def _assert_refused_with_receipt(stack: Any, extra: str, param: str) -> str:

@@ -201,27 +201,28 @@ def _bad(where: str, path: Path, message: str) -> ConfigError:
 
 
 def _number(value: Any, lo: float, hi: float) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and lo <= value <= hi
-    )
+    """A JSON number in [lo, hi] (compared exactly: a huge integer is simply out of range)."""
+    if type(value) is float:
+        return math.isfinite(value) and lo <= value <= hi
+    return type(value) is int and lo <= value <= hi
 
 
 def _int(value: Any, lo: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= lo
 
 
-def _optional(c: dict[str, Any], key: str, where: str, path: Path, at: str, kind: type) -> Any:
+def _optional(
+    c: dict[str, Any], key: str, where: str, path: Path, at: str, kind: type, hi: float = 2.0
+) -> Any:
     value = c.get(key)
     if value is None:
         return None
     if kind is str and isinstance(value, str):
         return value
-    if kind is float and _number(value, 0.0, 2.0):
+    if kind is float and _number(value, 0.0, hi):
         return float(value)
-    raise _bad(where, path, f"{at}.{key} must be {kind.__name__} or null, got {value!r}")
+    what = "a string" if kind is str else f"a number in [0, {hi:g}]"
+    raise _bad(where, path, f"{at}.{key} must be {what} or null, got {value!r}")
 
 
 def _count(value: Any) -> int:
@@ -342,7 +343,7 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: Any) -> Certif
         ),
         model=_optional(c, "model", where, path, at, str),
         temperature=_optional(c, "temperature", where, path, at, float),
-        top_p=_optional(c, "top_p", where, path, at, float),
+        top_p=_optional(c, "top_p", where, path, at, float, hi=1.0),
         given=tuple(given),
         n=_count(c.get("n")),
         skipped=_count(c.get("skipped")),

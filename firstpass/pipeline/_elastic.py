@@ -70,6 +70,7 @@ class Probe:
     #: how the samples were drawn (part of a certificate's context)
     temperature: float | None = None
     top_p: float | None = None
+    logit_bias: bool = False
     # behavioural scores only (None with the default pass_share: the receipt stays as it was)
     scores: dict[str, float] | None = None
     clusters: tuple[int, ...] = ()
@@ -119,6 +120,7 @@ class Probe:
             "model": self.rung.model,
             "temperature": self.temperature,
             "top_p": self.top_p,
+            **({"logit_bias": True} if self.logit_bias else {}),
             "k": self.k,
             "pass_count": self.pass_count,
             "regime": self.regime,
@@ -246,6 +248,12 @@ class ElasticMixin:
         cert = licence.certificate if lam is not None else None
         problem = licence.problem
         temperature, top_p = sampling(req)
+        biased = bool(req.body.get("logit_bias"))
+        if cert is not None and biased:
+            # a bias can make every draw the same: k agreeing samples would then be one sample
+            problem = "this request sets logit_bias, which no certificate is computed under"
+            cert = None
+            lam = None if req.mode == "enforce" else elastic.lambda_
         if cert is not None and not cert.samples_like(temperature, top_p):
             # the request changed how samples are drawn: the certified rate is another draw's
             problem = (
@@ -278,6 +286,7 @@ class ElasticMixin:
             licence_problem=problem,
             temperature=temperature,
             top_p=top_p,
+            logit_bias=biased,
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,

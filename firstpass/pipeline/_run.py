@@ -281,9 +281,13 @@ class Pipeline(ElasticMixin):
         self, req: RunRequest, rung_index: int, rung: Rung, *, purpose: str, n: int
     ) -> tuple[Any, UpstreamError | None]:
         provider = self.providers[rung.provider]
-        body = req.body  # providers copy what they send; copy here only to add a field
+        body = req.body  # providers copy what they send; copy here only to change a field
         if "temperature" not in body and req.mode != "passthrough":
             body = {**body, "temperature": req.route.temperature}
+        if purpose == "probe" and "seed" in body:
+            # k probe samples must be independent draws: one seed on k separate calls (a
+            # provider that ignores n) returns one sample k times, which would read as k agreeing
+            body = {key: value for key, value in body.items() if key != "seed"}
         t0 = time.perf_counter()
         try:
             completion = await provider.complete(rung.model, body, n=n, request_key=req.task_id)
