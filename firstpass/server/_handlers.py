@@ -161,8 +161,8 @@ def _headers(outcome: Outcome) -> dict[str, str]:
         "X-Firstpass-Mode": outcome.mode,
         "X-Firstpass-Overhead-Ms": f"{outcome.overhead_ms:.3f}",
     }
-    # the elastic probe's regime; without a probe, the mode says what happened: "cascade"
-    # (every served answer went through the gate) or "passthrough" (nothing was checked)
+    # the same regime the response's firstpass object states (see the pipeline's summary);
+    # an outcome without a summary (refused before the pipeline ran) states its mode
     regime = outcome.summary.get("regime") or (
         "passthrough" if outcome.action == "passthrough" else outcome.mode
     )
