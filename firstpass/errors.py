@@ -33,7 +33,15 @@ __all__ = [
 
 
 class FirstpassError(Exception):
-    """Base of every error Firstpass raises on purpose."""
+    """Base of every error Firstpass raises on purpose.
+
+    ``http_status`` is the one definition of the status a request that ends in this error is
+    answered with: 500 unless a subclass says otherwise (a refusal its own, upstreams 502/504).
+    """
+
+    @property
+    def http_status(self) -> int:
+        return 500
 
 
 class ConfigError(FirstpassError):
@@ -66,7 +74,9 @@ class UpstreamError(FirstpassError):
     ``status`` is the last HTTP status seen (``None`` for connection errors), ``provider`` the id.
     """
 
-    http_status = 502
+    @property
+    def http_status(self) -> int:
+        return 502
 
     def __init__(
         self, message: str, *, provider: str = "", status: int | None = None, attempts: int = 0
@@ -80,7 +90,9 @@ class UpstreamError(FirstpassError):
 class UpstreamTimeout(UpstreamError):
     """A provider call timed out after every retry."""
 
-    http_status = 504
+    @property
+    def http_status(self) -> int:
+        return 504
 
 
 class RequestError(FirstpassError):
@@ -101,6 +113,10 @@ class RequestError(FirstpassError):
         self.type = type
         super().__init__(message)
 
+    @property
+    def http_status(self) -> int:
+        return self.status
+
 
 class ReceiptError(FirstpassError):
     """The receipt log cannot be read or written."""
@@ -116,3 +132,4 @@ class ChainError(ReceiptError):
 
 class CalibrationError(FirstpassError):
     """Calibration cannot run on this input or with these parameters."""
+

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from firstpass.config import Config, config_from_dict
 from firstpass.server import create_app, serve_forever
-from firstpass.server._app import RECEIPT_WRITER
+from firstpass.server._keys import RECEIPT_WRITER
 from tests.stub_upstream import StubUpstream
 
 T = TypeVar("T")

@@ -1,4 +1,3 @@
-# mypy: disable-error-code="attr-defined, no-any-return"
 """The elastic policy's I/O: draw the k-sample probe, route on it (enforce) or label it (shadow).
 
 Enforce: probe → ``escalate`` (rung 1 at once, no gate paid on rung 0), ``serve`` (a passing
@@ -26,13 +25,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from firstpass.config import Rung
+from firstpass.config import ElasticConfig, Rung
 from firstpass.config._certificate import Certificate, Given, candidate_rule
-from firstpass.errors import UpstreamError
-from firstpass.pipeline._state import Answer, LadderResult, LadderState, Outcome, RunRequest
+from firstpass.errors import FirstpassError, UpstreamError
+from firstpass.pipeline._cascade import CascadeRunner
+from firstpass.pipeline._seams import CheckResult
+from firstpass.pipeline._state import Answer, LadderResult, LadderState, RunRequest
+from firstpass.pipeline._steps import Concluded, Steps, summary_of
 from firstpass.policy import (
     Attempt,
-    CheckSummary,
     Regime,
     behaviour_keys,
     candidate_order,
@@ -43,8 +44,9 @@ from firstpass.policy import (
     regime_for,
 )
 from firstpass.probe import ProbeInputs, cached_probe_inputs
+from firstpass.providers import Completion
 
-__all__ = ["ElasticMixin", "Probe"]
+__all__ = ["ElasticRunner", "Probe"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +57,7 @@ class Probe:
     rung: Rung
     k: int
     answers: tuple[Answer, ...]  # one per sample, each holding its own choice
-    visible: tuple[Any, ...]  # firstpass.sandbox.SampleResult per sample
+    visible: tuple[CheckResult, ...]  # one verdict per sample
     pass_count: int
     regime: Regime
     order: tuple[int, ...]  # passing samples, best candidate first
@@ -168,17 +170,11 @@ def _cert_id(cert: Certificate | None) -> str | None:
     return None if cert is None else cert.id
 
 
-def _share(result: Any) -> float:
+def _share(result: CheckResult) -> float:
     return result.n_passed / result.n_total if result.n_total else 0.0
 
 
-def _summary(result: Any) -> CheckSummary:
-    return CheckSummary(
-        passed=bool(result.passed), n_passed=int(result.n_passed), n_total=int(result.n_total)
-    )
-
-
-def sample_view(completion: Any, i: int) -> Any:
+def sample_view(completion: Completion, i: int) -> Completion:
     """The ``i``-th choice of an n-choice completion, as a one-choice completion.
 
     Usage is split evenly: input tokens per call, output tokens per choice.
@@ -196,12 +192,21 @@ def sample_view(completion: Any, i: int) -> Any:
     )
 
 
-class ElasticMixin:
-    """Shadow and enforce modes for ``Pipeline``.
+class ElasticRunner:
+    """Shadow and enforce modes, over the shared steps; requests without visible tests, which
+    the probe cannot score, run the plain cascade."""
 
-    ``Pipeline`` provides what these methods use: ``config``, ``sandbox``, ``_call``,
-    ``_run_ladder``, ``_cascade``, ``_finish`` and ``_conclude``.
-    """
+    def __init__(self, steps: Steps, cascade: CascadeRunner) -> None:
+        self.steps = steps
+        self.cascade = cascade
+
+    @property
+    def elastic(self) -> ElasticConfig:
+        """The elastic block (a runner is only built for a config that has one)."""
+        elastic = self.steps.config.elastic
+        if elastic is None:
+            raise FirstpassError("the elastic policy runs only with [escalation.elastic]")
+        return elastic
 
     # -- the probe -----------------------------------------------------------------------------
 
@@ -209,11 +214,11 @@ class ElasticMixin:
         self, req: RunRequest, index: int
     ) -> tuple[Probe | None, UpstreamError | None]:
         """Draw k samples from rung ``index`` in one call (``n = k``) and run the visible tests."""
-        elastic = self.config.elastic
+        elastic = self.elastic
         rung = req.route.ladder[index]
         k = rung.k or elastic.k
         req.trace.step(f"probe:{index}:k={k}")
-        completion, error = await self._call(req, index, rung, purpose="probe", n=k)
+        completion, error = await self.steps.call(req, index, rung, purpose="probe", n=k)
         if completion is None:
             return None, error
         texts = list(completion.texts[:k])
@@ -223,9 +228,9 @@ class ElasticMixin:
         inputs = await asyncio.to_thread(self._probe_inputs, req) if behavioural else None
         t0 = time.perf_counter()
         if inputs:  # outputs on the probe inputs, recorded in the visible tests' process
-            results = await self.sandbox.run_many(texts, req.checks.visible, probe=inputs)
+            results = await self.steps.sandbox.run_many(texts, req.checks.visible, probe=inputs)
         else:
-            results = await self.sandbox.run_many(texts, req.checks.visible)
+            results = await self.steps.sandbox.run_many(texts, req.checks.visible)
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
         for i, result in enumerate(results):
             req.trace.check(rung_index=index, sample=i, kind="visible", result=result)
@@ -297,9 +302,11 @@ class ElasticMixin:
         """Generated from the visible tests (never the hidden ones), plus the request's own."""
         return cached_probe_inputs(req.checks.visible, extra=req.checks.probe_inputs)
 
-    async def _gate(self, req: RunRequest, probe: Probe, sample: int, purpose: str | None) -> Any:
+    async def _gate(
+        self, req: RunRequest, probe: Probe, sample: int, purpose: str | None
+    ) -> CheckResult:
         t0 = time.perf_counter()
-        result = await self.sandbox.run(
+        result = await self.steps.sandbox.run(
             probe.answers[sample].completion.texts[0], req.checks.hidden
         )
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
@@ -309,35 +316,35 @@ class ElasticMixin:
         return result
 
     def _probe_record(self, probe: Probe) -> dict[str, Any]:
-        elastic = self.config.elastic
+        elastic = self.elastic
         return probe.record(
             escalate_at=elastic.escalate_at, max_gate_candidates=elastic.max_gate_candidates
         )
 
     # -- enforce -------------------------------------------------------------------------------
 
-    async def _enforce(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+    async def enforce(self, req: RunRequest) -> Concluded:
         """Probe rung 0 (and any higher rung with its own ``k``); other rungs the cascade way."""
         if req.checks.visible is None:
             req.trace.step("probe:skipped:no_visible_tests")
-            return await self._cascade(req)
+            return await self.cascade.cascade(req)
         probes: list[Probe] = []
 
         async def run_rung(req: RunRequest, state: LadderState, index: int) -> LadderResult | None:
             if index == 0 or req.route.ladder[index].k:
                 return await self._enforce_rung(req, state, index, probes)
-            await self._attempt_rung(req, state, index)
+            await self.steps.attempt_rung(req, state, index)
             return None
 
-        result = await self._run_ladder(req, LadderState(), rung_runner=run_rung)
+        result = await self.steps.run_ladder(req, LadderState(), rung_runner=run_rung)
         if not probes:  # the probe call itself failed upstream
             error = next((c["error"] for c in req.trace.upstream_calls if c["error"]), None)
-            return self._conclude(req, result, probe={"rung": 0, "error": error})
+            return self.steps.conclude(req, result, probe={"rung": 0, "error": error})
         record = self._probe_record(probes[0])
         if len(probes) > 1:
             record["later"] = [self._probe_record(p) for p in probes[1:]]
         escalated = result.served is None or result.served.rung > 0
-        return self._conclude(
+        return self.steps.conclude(
             req,
             result,
             probe=record,
@@ -362,7 +369,7 @@ class ElasticMixin:
                 action="served_without_gate" if first else "escalated",
                 served=probe.answers[probe.candidate].served("gate_skipped"),
             )
-        gate_results: dict[int, Any] = {}
+        gate_results: dict[int, CheckResult] = {}
         if probe.regime == "gate":
             if req.checks.hidden is None:  # the visible tests were the whole check
                 req.trace.step(f"serve:{index}:{probe.candidate}")
@@ -370,7 +377,7 @@ class ElasticMixin:
                     action="served_after_gate" if first else "escalated",
                     served=probe.answers[probe.candidate].served("verified"),
                 )
-            for sample in probe.order[: self.config.elastic.max_gate_candidates]:
+            for sample in probe.order[: self.elastic.max_gate_candidates]:
                 result = await self._gate(req, probe, sample, purpose=None)
                 gate_results[sample] = result
                 req.trace.step(f"gate:{index}:{sample}:{'pass' if result.passed else 'fail'}")
@@ -385,8 +392,8 @@ class ElasticMixin:
         state.attempts.append(
             Attempt(
                 rung=index,
-                visible=_summary(probe.visible[best]),
-                gate=_summary(gate) if gate is not None else None,
+                visible=summary_of(probe.visible[best]),
+                gate=summary_of(gate) if gate is not None else None,
                 declined=True,
             )
         )
@@ -396,7 +403,7 @@ class ElasticMixin:
 
     # -- shadow --------------------------------------------------------------------------------
 
-    async def _shadow(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+    async def shadow(self, req: RunRequest) -> Concluded:
         """Serve what the cascade serves; probe and label every rung elastic would reach.
 
         Rung 0 is probed on every request. A higher rung with its own ``k`` is probed exactly
@@ -408,12 +415,12 @@ class ElasticMixin:
         """
         if req.checks.visible is None:
             req.trace.step("probe:skipped:no_visible_tests")
-            return await self._cascade(req)
+            return await self.cascade.cascade(req)
         probe, error = await self._probe(req, 0)
         if probe is None:
             # no probe, no label: the cascade makes its own rung-0 call as it always would
-            result = await self._run_ladder(req, LadderState())
-            return self._conclude(req, result, probe={"rung": 0, "error": str(error)})
+            result = await self.steps.run_ladder(req, LadderState())
+            return self.steps.conclude(req, result, probe={"rung": 0, "error": str(error)})
         labelled = await self._label_probe(req, probe, cascade=True)
         state = LadderState(attempts=[labelled.attempt], answers=[probe.answers[0]])
         later: list[dict[str, Any]] = []
@@ -424,7 +431,7 @@ class ElasticMixin:
             await self._shadow_rung(req, state, index, reach, later, ran)
             return None
 
-        result = await self._run_ladder(req, state, rung_runner=run_rung)
+        result = await self.steps.run_ladder(req, state, rung_runner=run_rung)
         # rungs elastic would reach that the cascade did not: probed for their labels only
         index = max(a.rung for a in state.attempts) + 1
         while index < len(req.route.ladder) and reach.get(index):
@@ -438,7 +445,7 @@ class ElasticMixin:
         record = self._probe_record(probe)
         if later:
             record["later"] = later
-        return self._conclude(
+        return self.steps.conclude(
             req,
             result,
             decision=decision,
@@ -461,11 +468,11 @@ class ElasticMixin:
         elastic_here = bool(reach.get(index))
         if not (elastic_here and rung.k):
             if state is not None:
-                await self._attempt_rung(req, state, index)
+                await self.steps.attempt_rung(req, state, index)
                 attempt = state.attempts[-1]
             else:  # a plain rung elastic would try: its verdict decides whether elastic goes on
                 scratch = LadderState()
-                await self._attempt_rung(req, scratch, index, purpose="label")
+                await self.steps.attempt_rung(req, scratch, index, purpose="label")
                 attempt = scratch.attempts[-1]
             # enforce runs a rung without k the cascade way: it goes on when the attempt fails
             reach[index + 1] = elastic_here and not attempt.verified
@@ -498,7 +505,7 @@ class ElasticMixin:
 
     def _given(self, probe: Probe) -> Given:
         """A probed rung as it ran for this request: what a higher rung's label depends on."""
-        elastic = self.config.elastic
+        elastic = self.elastic
         return Given(
             rung=probe.rung_index,
             certificate=_cert_id(probe.certificate),
@@ -513,7 +520,7 @@ class ElasticMixin:
         candidates too, so the counterfactual says what enforce would really have done."""
         has_gate = req.checks.hidden is not None
         first = probe.visible[0]
-        cascade_gate = cascade and needs_gate(_summary(first), has_gate)
+        cascade_gate = cascade and needs_gate(summary_of(first), has_gate)
         candidate = probe.candidate
         separate_label = has_gate and not (cascade_gate and candidate == 0)
         jobs = []
@@ -530,7 +537,7 @@ class ElasticMixin:
         gate_any = label
         if probe.regime == "gate" and label is False:
             tried = {candidate}
-            for sample in probe.order[: self.config.elastic.max_gate_candidates]:
+            for sample in probe.order[: self.elastic.max_gate_candidates]:
                 if sample in tried:
                     continue
                 tried.add(sample)
@@ -551,8 +558,8 @@ class ElasticMixin:
             escalates=counterfactual in ("escalate", "escalate_after_gate"),
             attempt=Attempt(
                 rung=probe.rung_index,
-                visible=_summary(first),
-                gate=_summary(gate0) if gate0 is not None else None,
+                visible=summary_of(first),
+                gate=summary_of(gate0) if gate0 is not None else None,
             ),
         )
 

@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from firstpass.config import RouteConfig, Rung
-from firstpass.errors import FirstpassError, RequestError, UpstreamError
+from firstpass.errors import FirstpassError, UpstreamError
 from firstpass.pipeline._trace import Served, Trace
 from firstpass.policy import Attempt
+from firstpass.providers import Completion
+from firstpass.sandbox import TestSpec
 
 __all__ = ["Answer", "Checks", "LadderResult", "LadderState", "Outcome", "RunRequest"]
 
@@ -17,8 +19,8 @@ __all__ = ["Answer", "Checks", "LadderResult", "LadderState", "Outcome", "RunReq
 class Checks:
     """The tests one request is verified with (sandbox ``TestSpec`` objects, or ``None``)."""
 
-    visible: Any | None = None
-    hidden: Any | None = None
+    visible: TestSpec | None = None
+    hidden: TestSpec | None = None
     n_visible: int = 0
     n_hidden: int = 0
     #: the request's own probe inputs (``firstpass.probe_inputs``): one plain-JSON argument list
@@ -45,13 +47,7 @@ class Outcome:
 
     @property
     def status(self) -> int:
-        if self.error is None:
-            return 200
-        if isinstance(self.error, RequestError):
-            return self.error.status
-        if isinstance(self.error, UpstreamError):
-            return self.error.http_status
-        return 500
+        return 200 if self.error is None else self.error.http_status
 
 
 @dataclass(kw_only=True)
@@ -75,7 +71,7 @@ class Answer:
 
     rung_index: int
     rung: Rung
-    completion: Any  # firstpass.providers.Completion
+    completion: Completion
     sample: int = 0
 
     def served(self, verification: str) -> Served:

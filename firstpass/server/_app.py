@@ -20,21 +20,22 @@ from aiohttp import web
 
 from firstpass.config import Config
 from firstpass.errors import ConfigError
-from firstpass.pipeline import Checks, Pipeline
+from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider, build_provider
 from firstpass.receipts import ReceiptWriter
 from firstpass.server._errors import error_middleware
-from firstpass.server._handlers import (
+from firstpass.server._handlers import chat_completions, healthz, list_models, readyz
+from firstpass.server._keys import (
     CONFIG,
     PARSE_SPEC,
     PIPELINE,
+    PROVIDERS,
+    RECEIPT_WRITER,
     ROUTE_CHECKS,
+    SANDBOX,
+    SESSION,
     STATE,
     ServerState,
-    chat_completions,
-    healthz,
-    list_models,
-    readyz,
 )
 from firstpass.server._workers import run_workers
 
@@ -42,16 +43,11 @@ __all__ = ["RECEIPT_WRITER", "create_app", "run_server", "serve_forever"]
 
 log = structlog.get_logger("firstpass.server")
 
-RECEIPT_WRITER = web.AppKey("receipt_writer", ReceiptWriter)
-_WRITER = RECEIPT_WRITER
-_SESSION = web.AppKey("session", aiohttp.ClientSession)
-_PROVIDERS: web.AppKey[dict[str, Provider]] = web.AppKey("providers", dict)
-_SANDBOX = web.AppKey("sandbox", object)
 
-SandboxFactory = Callable[[Config], Any]
+SandboxFactory = Callable[[Config], SandboxService]
 
 
-def _default_sandbox(config: Config) -> Any:
+def _default_sandbox(config: Config) -> SandboxService:
     from firstpass.sandbox import Sandbox
 
     s = config.sandbox
@@ -117,21 +113,21 @@ def create_app(
         r = config.receipts
         writer = ReceiptWriter(r.path, fsync=r.fsync, queue_size=r.queue_size)
         await writer.start()
-        app[_WRITER] = writer
+        app[RECEIPT_WRITER] = writer
         yield
         await writer.close()
 
     async def upstream_ctx(app: web.Application) -> AsyncIterator[None]:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
         session = aiohttp.ClientSession(connector=connector)
-        app[_SESSION] = session
+        app[SESSION] = session
         built: dict[str, Provider] = (
             dict(providers)
             if providers is not None
             else {p.id: build_provider(p, session=session) for p in config.providers}
         )
         await asyncio.gather(*(p.start() for p in built.values()))
-        app[_PROVIDERS] = built
+        app[PROVIDERS] = built
         yield
         if providers is None:
             await asyncio.gather(*(p.aclose() for p in built.values()), return_exceptions=True)
@@ -140,23 +136,23 @@ def create_app(
     async def sandbox_ctx(app: web.Application) -> AsyncIterator[None]:
         sandbox = (sandbox_factory or _default_sandbox)(config)
         await sandbox.__aenter__()
-        app[_SANDBOX] = sandbox
+        app[SANDBOX] = sandbox
         yield
         await sandbox.__aexit__(None, None, None)
 
     async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
-        built: dict[str, Provider] = app[_PROVIDERS]
+        built: dict[str, Provider] = app[PROVIDERS]
         app[PIPELINE] = Pipeline(
             config=config,
             providers=built,
-            sandbox=app[_SANDBOX],
-            writer=app[_WRITER],
+            sandbox=app[SANDBOX],
+            writer=app[RECEIPT_WRITER],
         )
         app[STATE].ready = True
         log.info(
             "ready",
             routes=[r.name for r in config.routes],
-            isolation=getattr(app[_SANDBOX], "isolation", None),
+            isolation=getattr(app[SANDBOX], "isolation", None),
             receipts=str(config.receipts.path),
         )
         yield

@@ -13,7 +13,13 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from firstpass.errors import FirstpassError, RequestError, UpstreamError, UpstreamTimeout
+from firstpass.errors import (
+    FirstpassError,
+    RequestError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from firstpass.server._keys import CONFIG
 
 __all__ = ["error_body", "error_middleware", "error_response", "request_error_for"]
 
@@ -63,10 +69,9 @@ def request_error_for(exc: BaseException) -> RequestError:
     """Any error a request can end in, as a ``RequestError`` carrying status and OpenAI fields."""
     if isinstance(exc, RequestError):
         return exc
-    if isinstance(exc, UpstreamTimeout):
-        return RequestError(str(exc), status=504, code="upstream_timeout", type="upstream_timeout")
     if isinstance(exc, UpstreamError):
-        return RequestError(str(exc), status=502, code="upstream_error", type="upstream_error")
+        kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+        return RequestError(str(exc), status=exc.http_status, code=kind, type=kind)
     if isinstance(exc, FirstpassError):  # the pipeline's own 500: its message is safe to show
         return RequestError(str(exc), status=500, type="server_error")
     return RequestError(
@@ -102,7 +107,5 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def _debug(request: web.Request) -> bool:
-    from firstpass.server._handlers import CONFIG
-
     config = request.app.get(CONFIG)
     return bool(config is not None and config.server.debug)

@@ -12,7 +12,6 @@ import contextlib
 import json
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -20,19 +19,14 @@ from aiohttp import web
 
 from firstpass.config import Config, RouteConfig
 from firstpass.errors import RequestError
-from firstpass.pipeline import Checks, Outcome, Pipeline, Trace
+from firstpass.pipeline import Checks, Outcome, Trace
 from firstpass.receipts import new_receipt_id
 from firstpass.server._errors import error_body, error_response, request_error_for
+from firstpass.server._keys import CONFIG, PARSE_SPEC, PIPELINE, ROUTE_CHECKS, STATE
 from firstpass.server._request import ChatRequest, parse_chat_body
 from firstpass.server._responses import completion_body, sse_chunks, sse_error
 
 __all__ = [
-    "CONFIG",
-    "PARSE_SPEC",
-    "PIPELINE",
-    "ROUTE_CHECKS",
-    "STATE",
-    "ServerState",
     "chat_completions",
     "healthz",
     "list_models",
@@ -43,20 +37,6 @@ __all__ = [
 log = structlog.get_logger("firstpass.server")
 
 
-@dataclass
-class ServerState:
-    """Mutable per-app counters: requests in flight, and whether start-up finished."""
-
-    in_flight: int = 0
-    ready: bool = False
-    started_at: float = field(default_factory=time.time)
-
-
-CONFIG = web.AppKey("config", Config)
-PIPELINE = web.AppKey("pipeline", Pipeline)
-STATE = web.AppKey("state", ServerState)
-ROUTE_CHECKS = web.AppKey("route_checks", dict)  # route name -> Checks (parsed at start)
-PARSE_SPEC = web.AppKey("parse_spec", object)
 
 
 def resolve_mode(

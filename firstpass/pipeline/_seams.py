@@ -1,0 +1,58 @@
+"""What the pipeline needs from the parts it drives, as small Protocols.
+
+The real parts are ``firstpass.sandbox.Sandbox`` and ``firstpass.receipts.ReceiptWriter``; tests
+and benchmarks hand in doubles (a table of verdicts, a writer that fails). Typing the seams this
+way lets strict mypy check the request path without tying it to one implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from firstpass.probe import ProbeInputs
+
+__all__ = ["CheckResult", "ReceiptSink", "SandboxRunner", "SandboxService"]
+
+
+class CheckResult(Protocol):
+    """One sample's verdict on one test spec (``firstpass.sandbox.SampleResult``)."""
+
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def n_passed(self) -> int: ...
+    @property
+    def n_total(self) -> int: ...
+    @property
+    def category(self) -> str | None: ...
+    @property
+    def isolation(self) -> str: ...
+    @property
+    def wall_ms(self) -> float: ...
+    @property
+    def code_sha256(self) -> str: ...
+
+
+class SandboxRunner(Protocol):
+    """Runs untrusted answers against a test spec, off the event loop."""
+
+    async def run(self, answer: str, spec: Any) -> CheckResult: ...
+
+    async def run_many(
+        self, answers: list[str], spec: Any, *, probe: ProbeInputs | None = ...
+    ) -> Sequence[CheckResult]: ...
+
+
+class SandboxService(SandboxRunner, Protocol):
+    """A sandbox the server starts and stops with the app (``async with``)."""
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc: object) -> Any: ...
+
+
+class ReceiptSink(Protocol):
+    """Takes one receipt per request (the writer chains and persists it)."""
+
+    async def write(self, record: dict[str, Any]) -> None: ...

@@ -1,0 +1,58 @@
+"""The app's typed state: every ``web.AppKey`` the server's modules share, in one place.
+
+Kept apart from the handlers and the wiring so that each imports the keys, not the other
+(the error middleware reads the config; the wiring fills every key; the handlers read them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from firstpass.config import Config
+from firstpass.pipeline import Checks, Pipeline, SandboxService
+from firstpass.providers import Provider
+from firstpass.receipts import ReceiptWriter
+from firstpass.sandbox import TestSpec
+
+__all__ = [
+    "CONFIG",
+    "PARSE_SPEC",
+    "PIPELINE",
+    "PROVIDERS",
+    "RECEIPT_WRITER",
+    "ROUTE_CHECKS",
+    "SANDBOX",
+    "SESSION",
+    "STATE",
+    "ServerState",
+    "SpecParser",
+]
+
+
+@dataclass
+class ServerState:
+    """Mutable per-app counters: requests in flight, and whether start-up finished."""
+
+    in_flight: int = 0
+    ready: bool = False
+    started_at: float = field(default_factory=time.time)
+
+
+#: the sandbox's spec parser (``firstpass.sandbox.parse_spec``): raw JSON, setup, entry point
+SpecParser = Callable[..., TestSpec]
+
+CONFIG = web.AppKey("config", Config)
+STATE = web.AppKey("state", ServerState)
+PIPELINE = web.AppKey("pipeline", Pipeline)
+RECEIPT_WRITER = web.AppKey("receipt_writer", ReceiptWriter)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+PROVIDERS: web.AppKey[dict[str, Provider]] = web.AppKey("providers", dict)
+SANDBOX = web.AppKey("sandbox", SandboxService)
+#: route name -> the checks of its [route.checks], parsed at start
+ROUTE_CHECKS: web.AppKey[dict[str, Checks]] = web.AppKey("route_checks", dict)
+PARSE_SPEC: web.AppKey[SpecParser] = web.AppKey("parse_spec", object)  # type: ignore[arg-type]
