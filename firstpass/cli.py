@@ -31,6 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def invoked_as() -> str:
+    """How the user ran us (``.venv/bin/firstpass``, ``python -m firstpass``...), so a command
+    we print for them to run next can be pasted as is."""
+    import shlex
+    from pathlib import Path
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "firstpass"
+    if Path(argv0).name in ("__main__.py", "-c") or argv0.endswith(".py"):
+        return f"{shlex.quote(sys.executable)} -m firstpass"
+    return shlex.quote(argv0)
+
+
 def quiet_broken_pipe() -> int:
     """For a CLI whose reader went away (``firstpass receipts show | head``): point stdout at
     /dev/null so the interpreter's final flush cannot raise again; return the exit code."""

@@ -16,11 +16,11 @@ import argparse
 import contextlib
 import os
 import shlex
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from firstpass.cli import invoked_as
 from firstpass.errors import ConfigError
 
 __all__ = ["demo_samples_path", "register", "starter_config"]
@@ -73,14 +73,6 @@ def starter_config(samples: Path) -> str:
     return _STARTER.replace("@SAMPLES@", _toml_string(str(samples)))
 
 
-def _firstpass_command() -> str:
-    """How the user ran us, so the next command printed can be pasted as is."""
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "firstpass"
-    if Path(argv0).name in ("__main__.py", "-c") or argv0.endswith(".py"):
-        return f"{shlex.quote(sys.executable)} -m firstpass"
-    return shlex.quote(argv0)
-
-
 def _write_atomically(target: Path, text: str, *, force: bool) -> None:
     """Write ``text`` to ``target`` via a temporary file and a rename; no clobber unless forced."""
     directory = target.parent
@@ -125,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
     text = starter_config(demo_samples_path())
     _write_atomically(target, text, force=args.force)
     shown = target.absolute()
-    serve = f"{_firstpass_command()} serve"
+    serve = f"{invoked_as()} serve"
     if shown != DEFAULT_PATH.absolute() or os.environ.get(ENV_CONFIG, "").strip():
         serve += f" --config {shlex.quote(str(target))}"
     print(f"wrote {shown}: a replay route on the bundled demo set (offline, no keys) and")

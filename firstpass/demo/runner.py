@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
+from firstpass.cli import invoked_as
 from firstpass.config import Config, config_from_dict
 from firstpass.receipts import verify_chain
 from firstpass.server import serve_forever
@@ -212,7 +213,7 @@ def run_demo(
     print(f"receipts: {receipts}", file=out)
     if report.ok:
         print(f"receipt chain: ok, {report.n_lines} receipts, head {report.head}", file=out)
-        print(f"check it yourself: firstpass receipts verify {receipts}", file=out)
+        print(f"check it yourself: {invoked_as()} receipts verify {receipts}", file=out)
         return 0
     print(f"receipt chain: BROKEN at line {report.first_bad_line}: {report.reason}", file=out)
     return 1
