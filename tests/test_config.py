@@ -879,3 +879,13 @@ def test_sandbox_limits_fail_at_load_naming_the_config_key_and_default_to_the_sa
         Limits().wall_s,
         Limits().memory_mb,
     )
+
+
+def test_enforcing_a_calibration_file_that_does_not_exist_names_it(
+    base: dict[str, Any], tmp_path: Path
+) -> None:
+    """A cited file not written yet is fine in shadow; under enforce the start names it."""
+    base["escalation"] = {"elastic": {"calibration": "later.json", "mode": "enforce"}}
+    error = error_of(base, tmp_path)
+    assert error.startswith("escalation.elastic.calibration: ")
+    assert "later.json does not exist" in error

@@ -172,6 +172,13 @@ def _check_enforceable(
         )
     if not elastic.calibration:
         return  # no λ, nothing cited: elastic escalates at once on 0/k and gates the rest
+    missing = [str(path) for path in elastic.calibration if not path.exists()]
+    if missing:
+        raise ConfigError(
+            f"{ELASTIC_PATH}.calibration",
+            f"{', '.join(missing)} does not exist: enforce needs the calibration file written by "
+            "`firstpass calibrate --out` (paths are relative to the config file's directory)",
+        )
     problems = "; ".join(lic.problem for lic in licences.values() if lic.problem) or (
         "no route is probed"
     )
