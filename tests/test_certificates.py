@@ -249,3 +249,23 @@ def test_rows_drawn_with_logit_bias_are_left_out_of_calibration(tmp_path: Path) 
     assert data.n == 20 and data.source.skipped == {
         "drawn with logit_bias (no certificate covers it)": 5
     }
+
+
+def test_a_calibration_from_unverified_receipts_licenses_nothing(
+    tmp_path: Path,
+) -> None:
+    """--allow-unverified reads an altered log; what it certifies is no evidence: enforce is
+    refused at start, saying so."""
+    records = [shadow(5, 5, True, route="a")] * 200
+    log = write_chain(tmp_path / "r.jsonl", records)
+    lines = log.read_text().splitlines()
+    lines[5] = lines[5].replace('"gate_label": true', '"gate_label": false')
+    assert '"gate_label": false' in lines[5]
+    log.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "cal.json"
+    argv = ["--receipts", str(log), "--allow-unverified", "--out", str(out), "--json"]
+    assert calibrate_main(argv) == 0
+    assert json.loads(out.read_text())["certificates"]  # the report still shows its result
+    with pytest.raises(ConfigError) as info:
+        _config(tmp_path, {"k": 5, "mode": "enforce", "calibration": str(out)}, routes=("a",))
+    assert "hash chain does not verify" in str(info.value)

@@ -184,6 +184,8 @@ class CertificateFile:
     id: str
     certificates: tuple[Certificate, ...]
     uncertified: tuple[tuple[str | None, int], ...] = ()
+    #: why the file licenses nothing although it lists certificates (None: it may)
+    void: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +286,17 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
         if isinstance(entry, dict) and _int(entry.get("rung"), 0):
             route = entry.get("route")
             uncertified.append((route if isinstance(route, str) else None, entry["rung"]))
+    source = data.get("source")
+    if isinstance(source, dict) and source.get("verified") is False:
+        # --allow-unverified: the receipts may have been altered, so nothing here is evidence
+        return CertificateFile(
+            path=path,
+            id=file_id,
+            certificates=(),
+            uncertified=tuple((c.route, c.rung) for c in certs) + tuple(uncertified),
+            void="it was computed from receipt logs whose hash chain does not verify "
+            "(--allow-unverified)",
+        )
     return CertificateFile(
         path=path, id=file_id, certificates=certs, uncertified=tuple(uncertified)
     )
@@ -389,7 +402,10 @@ def licence_for(policy: Policy, files: Sequence[CertificateFile]) -> Licence:
             for r, rung in f.uncertified
         )
         cited = ", ".join(str(f.path) for f in files) or "no calibration file"
-        if examined:
+        void = [f"{f.path}: {f.void}" for f in files if f.void]
+        if void:
+            why = "nothing cited licenses it; " + "; ".join(void)
+        elif examined:
             why = f"the calibration ({cited}) certified no λ for it"
         else:
             why = f"no certificate for it in {cited}"
