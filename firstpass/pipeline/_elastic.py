@@ -222,15 +222,18 @@ class ElasticRunner:
         if completion is None:
             return None, error
         texts = list(completion.texts[:k])
-        score_name = getattr(elastic, "score", "pass_share")
+        visible = req.checks.visible
+        if visible is None:  # the runners probe only requests with visible tests
+            raise FirstpassError("the probe needs visible tests")
+        score_name = elastic.score
         behavioural = score_name != "pass_share"
         # mutation is pure CPU (about a millisecond): off the event loop
         inputs = await asyncio.to_thread(self._probe_inputs, req) if behavioural else None
         t0 = time.perf_counter()
         if inputs:  # outputs on the probe inputs, recorded in the visible tests' process
-            results = await self.steps.sandbox.run_many(texts, req.checks.visible, probe=inputs)
+            results = await self.steps.sandbox.run_many(texts, visible, probe=inputs)
         else:
-            results = await self.steps.sandbox.run_many(texts, req.checks.visible)
+            results = await self.steps.sandbox.run_many(texts, visible)
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
         for i, result in enumerate(results):
             req.trace.check(rung_index=index, sample=i, kind="visible", result=result)
@@ -305,10 +308,11 @@ class ElasticRunner:
     async def _gate(
         self, req: RunRequest, probe: Probe, sample: int, purpose: str | None
     ) -> CheckResult:
+        hidden = req.checks.hidden
+        if hidden is None:  # the runners gate only requests that have a gate
+            raise FirstpassError("the gate needs hidden tests")
         t0 = time.perf_counter()
-        result = await self.steps.sandbox.run(
-            probe.answers[sample].completion.texts[0], req.checks.hidden
-        )
+        result = await self.steps.sandbox.run(probe.answers[sample].completion.texts[0], hidden)
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
         req.trace.check(
             rung_index=probe.rung_index, sample=sample, kind="gate", result=result, purpose=purpose

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from firstpass.probe import ProbeInputs
+from firstpass.sandbox import TestSpec
 
 __all__ = ["CheckResult", "ReceiptSink", "SandboxRunner", "SandboxService"]
 
@@ -37,10 +38,10 @@ class CheckResult(Protocol):
 class SandboxRunner(Protocol):
     """Runs untrusted answers against a test spec, off the event loop."""
 
-    async def run(self, answer: str, spec: Any) -> CheckResult: ...
+    async def run(self, answer: str, spec: TestSpec) -> CheckResult: ...
 
     async def run_many(
-        self, answers: list[str], spec: Any, *, probe: ProbeInputs | None = ...
+        self, answers: list[str], spec: TestSpec, *, probe: ProbeInputs | None = ...
     ) -> Sequence[CheckResult]: ...
 
 
