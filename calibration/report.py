@@ -194,6 +194,18 @@ def toml_block(cal: Calibration, *, out_path: str | None) -> str:
             '(keep the verified cascade, or keep mode = "shadow" to collect more labels)'
         )
         return "\n".join(lines) + "\n"
+    if not cal.source.verified:
+        lines.append(
+            "# no [escalation.elastic] block to enforce: the receipt logs' hash chain does not "
+            "verify (--allow-unverified), so the config will not enforce these certificates"
+        )
+        return "\n".join(lines) + "\n"
+    if any(c.model is None for c in issued):
+        lines.append(
+            "# no [escalation.elastic] block to enforce: the data names no model (a study: pass "
+            "--model PROVIDER/MODEL --temperature T), and a certificate holds for one model"
+        )
+        return "\n".join(lines) + "\n"
     ks = sorted({c.k for c in issued})
     lines.append("[escalation.elastic]")
     if cal.rung == 0:
@@ -211,8 +223,9 @@ def toml_block(cal: Calibration, *, out_path: str | None) -> str:
     if cal.score_name != PASS_SHARE:
         lines.append(f'score = "{cal.score_name}"')
     lines.append('mode = "enforce"   # from "shadow", once you accept these certificates')
-    if out_path is not None:
-        lines.append(f"calibration = {json.dumps(out_path, ensure_ascii=False)}")
+    if out_path is not None:  # absolute: the config resolves paths against its own directory
+        where = str(Path(out_path).expanduser().absolute())
+        lines.append(f"calibration = {json.dumps(where, ensure_ascii=False)}")
         if cal.rung:
             lines.append("# (with the lower rungs' calibration files: calibration = [...])")
     else:

@@ -15,7 +15,6 @@ import pytest
 import calibration
 from calibration.cli import main
 from firstpass.config import ElasticConfig, config_from_dict
-from firstpass.errors import ConfigError
 
 
 def _study(
@@ -120,7 +119,9 @@ def test_study_to_json_and_toml_end_to_end(
     stdout = capsys.readouterr().out
     assert "λ̂ = 3/5" in stdout and "regimes over 633 rows" in stdout
     elastic = _toml(stdout)["escalation"]["elastic"]  # type: ignore[index]
-    assert elastic == {"k": 5, "escalate_at": 0, "mode": "enforce", "calibration": "cal.json"}
+    assert elastic == {
+        "k": 5, "escalate_at": 0, "mode": "enforce", "calibration": str(tmp_path / "cal.json")
+    }  # fmt: skip  (absolute: it resolves the same from any config's directory)
     enforced = _elastic_with_block(stdout, tmp_path)
     assert enforced.mode == "enforce"
     assert enforced.lambda_for("code", 0, "enforce") == 0.6
@@ -132,22 +133,20 @@ def test_study_to_json_and_toml_end_to_end(
 def test_a_study_without_routes_certifies_the_pooled_rows_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rows naming no route give a certificate pooled over routes [null]: it covers no route a
-    config names, so its block loads in shadow (uncertified there) and enforce is refused,
-    naming the route, the rung and the file."""
+    """Rows naming no route (and no model) give a certificate pooled over routes [null] that no
+    config can enforce: the report says so and prints no enforce block, and a config citing the
+    file anyway runs it in shadow, uncertified."""
     monkeypatch.chdir(tmp_path)
     assert main(["--study", str(_study(tmp_path / "s.jsonl", GOOD)), "--out", "cal.json"]) == 0
     (cert,) = json.loads((tmp_path / "cal.json").read_text(encoding="utf-8"))["certificates"]
     assert cert["route"] is None and cert["routes"] == [None] and cert["lambda"] == 0.6
     stdout = capsys.readouterr().out
     assert "# certificate: route pooled routes [null], rung 0: λ = 0.6" in stdout
-    shadow = _elastic_with_block(stdout, tmp_path, mode="shadow")
-    assert shadow.mode == "shadow" and shadow.licence("code", 0).certificate is None
-    with pytest.raises(ConfigError) as info:
-        _elastic_with_block(stdout, tmp_path)
-    message = str(info.value)
-    assert message.startswith("escalation.elastic.mode")
-    assert "route 'code' rung 0: no certificate for it in" in message and "cal.json" in message
+    assert "# no [escalation.elastic] block to enforce: the data names no model" in stdout
+    assert "\n[escalation.elastic]" not in stdout
+    block = '\n[escalation.elastic]\nk = 5\nmode = "shadow"\ncalibration = "cal.json"\n'
+    config = config_from_dict(tomllib.loads(CONFIG + block), base_dir=tmp_path, env={})
+    assert config.elastic is not None and config.elastic.licence("code", 0).certificate is None
 
 
 def test_the_same_data_and_flags_give_the_same_calibration_id(
@@ -208,7 +207,9 @@ def test_escalate_at_sets_the_escalation_share(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--escalate-at 1 counts 0/k and 1/k rows as escalating at once, and the TOML says so."""
-    assert main(["--study", str(_study(tmp_path / "s.jsonl", GOOD)), "--escalate-at", "1"]) == 0
+    study = str(_study(tmp_path / "s.jsonl", GOOD, "code"))
+    argv = ["--study", study, "--escalate-at", "1", "--model", "p/a", "--temperature", "0.8"]
+    assert main(argv) == 0
     stdout = capsys.readouterr().out
     assert "escalate at once:      8.8% (visible pass count ≤ 1)" in stdout
     assert _toml(stdout)["escalation"]["elastic"]["escalate_at"] == 1  # type: ignore[index]

@@ -747,13 +747,28 @@ def test_an_unreadable_calibration_file_fails_at_start(
     assert error_of(base, tmp_path).startswith("escalation.elastic.calibration: cannot read ")
 
 
-def test_lambda_must_match_the_calibration_it_cites(base: dict[str, Any], tmp_path: Path) -> None:
-    """Under enforce, a hand-set λ the certificate did not certify fails naming both values."""
+def test_a_hand_set_lambda_applies_only_where_no_certificate_does(
+    base: dict[str, Any], tmp_path: Path
+) -> None:
+    """The block's λ is shadow's counterfactual where nothing is certified; where a certificate
+    applies its λ is in force, in both modes, and the block's λ does not turn it off."""
     write_calibration(tmp_path / "cal.json", certificate(lam=0.8, **REPLAY))
-    base["escalation"] = {"elastic": {"lambda": 0.6, "calibration": "cal.json", "mode": "enforce"}}
+    for mode in ("shadow", "enforce"):
+        base["escalation"] = {"elastic": {"lambda": 0.6, "calibration": "cal.json", "mode": mode}}
+        elastic = build(base, tmp_path).elastic
+        assert elastic is not None and elastic.lambda_for("code", 0, mode) == 0.8
+
+
+def test_a_route_temperature_other_than_the_certificates_fails_naming_it(
+    base: dict[str, Any], tmp_path: Path
+) -> None:
+    """The certificate was computed on probes drawn at 0.8; the route now draws at 0.5."""
+    write_calibration(tmp_path / "cal.json", certificate(lam=0.8, **REPLAY))
+    base["escalation"] = {"elastic": {"calibration": "cal.json", "mode": "enforce"}}
+    base["route"][0]["temperature"] = 0.5
     error = error_of(base, tmp_path)
-    assert error.startswith("escalation.elastic.lambda: ")
-    assert "lambda = 0.6 here" in error and "lambda = 0.8" in error
+    assert error.startswith("route[0].temperature: ")
+    assert "temperature = 0.5 here" in error and "temperature = 0.8" in error
 
 
 def test_a_hand_set_lambda_alone_cannot_be_enforced(base: dict[str, Any], tmp_path: Path) -> None:

@@ -401,7 +401,7 @@ def test_client_modes_in_the_config_are_validated_naming_the_key(tmp_path: Path)
          '"most_shared_code"'),
         ({"alpha": 0.2}, {"alpha": 0.1}, "alpha", "0.2", "0.1"),
         ({"method": "crc"}, {}, "method", '"crc"', '"ltt"'),
-        ({"method": "crc"}, {"method": "crc", "delta": 0.05}, "delta", "none (conformal", "0.05"),
+        ({"method": "crc"}, {"method": "crc", "delta": 0.05}, "delta", "no δ (conformal", "0.05"),
     ],
 )
 def test_a_certificate_for_another_context_is_refused_for_enforce_naming_the_key(

@@ -196,6 +196,8 @@ class Licence:
     problem: str | None = None
     #: the config key a mismatch is about (``escalation.elastic.k``), for the start-up error
     key: str | None = None
+    #: what to do about the mismatch
+    advice: str | None = None
 
 
 def _bad(where: str, path: Path, message: str) -> ConfigError:
@@ -377,7 +379,7 @@ class Policy:
     escalate_at: int
     alpha: float | None  # the operator's required α (None: whatever the certificate says)
     delta: float | None
-    lambda_: float | None  # a λ the block sets by hand (None: λ comes from the certificate)
+    temperature: float | None  # the route's: what its probes are drawn at
     given: tuple[Given, ...]
 
 
@@ -415,46 +417,81 @@ def licence_for(policy: Policy, files: Sequence[CertificateFile]) -> Licence:
     mismatch = _mismatch(cert, policy)
     if mismatch is None:
         return Licence(certificate=cert)
-    key, mine, theirs = mismatch
+    key, what, advice = mismatch
     return Licence(
         certificate=None,
         key=key,
         problem=(
-            f"route {policy.route!r} rung {policy.rung}: {key} = {mine} here, but the "
-            f"certificate {cert.id} ({cert.path}) was computed for {key} = {theirs}"
+            f"route {policy.route!r} rung {policy.rung}: {what} (certificate {cert.id}, "
+            f"{cert.path})"
         ),
+        advice=advice,
     )
 
 
+_RECALIBRATE = (
+    "Its guarantee holds for that setup only: set it back, or collect shadow receipts under "
+    'this block (mode = "shadow") and calibrate again'
+)
+
+
 def _show(value: Any) -> str:
+    if value is None:
+        return "none"
     if isinstance(value, tuple):
         return "[" + ", ".join(_show(v) for v in value) + "]" if value else "[] (no lower rung)"
     if isinstance(value, Given):
         cert = value.certificate or "no certificate"
         lam = "gates" if value.lambda_ is None else f"λ = {value.lambda_:g}"
-        return f"rung {value.rung}: {cert}, {lam}"
+        return (
+            f"rung {value.rung}: {cert}, {lam}, escalate_at {value.escalate_at}, "
+            f"max_gate_candidates {value.max_gate_candidates}"
+        )
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
 def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
+    """The first way the running policy differs from the certificate's context: the key, what
+    differs (both values), and what to do."""
     rule = candidate_rule(p.score)
     pairs: list[tuple[str, Any, Any]] = [
         ("model", p.model, cert.model),
+        ("temperature", p.temperature, cert.temperature),
         ("method", p.method, cert.method),
         ("score", p.score, cert.score),
         ("candidate_rule", rule, cert.candidate_rule),
         ("k", p.k, cert.k),
         ("escalate_at", p.escalate_at, cert.escalate_at),
-        ("given", p.given, cert.given),
     ]
     for key, mine, theirs in pairs:
         if mine != theirs:
-            return key, _show(mine), _show(theirs)
-    if p.lambda_ is not None and p.lambda_ != cert.lambda_:
-        return "lambda", _show(p.lambda_), _show(cert.lambda_)
+            what = f"{key} = {_show(mine)} here, but it was computed for {key} = {_show(theirs)}"
+            advice = _RECALIBRATE
+            if key == "model" and theirs is None:
+                advice = (
+                    "The calibration names no model (a study without --model): calibrate it "
+                    "again with --model PROVIDER/MODEL --temperature T"
+                )
+            return key, what, advice
+    if p.given != cert.given:
+        what = (
+            f"the lower rungs run as {_show(p.given)} here, but it was computed while they ran "
+            f"as {_show(cert.given)}: other requests reach this rung now"
+        )
+        running = {g.certificate for g in p.given}
+        named = {g.certificate for g in cert.given if g.certificate} - {None, *running}
+        advice = (
+            f"Cite the lower rungs' calibration files too ({', '.join(sorted(named))}), e.g. "
+            'calibration = ["rung0.json", "rung1.json"]'
+            if named
+            else _RECALIBRATE
+        )
+        return "given", what, advice
     if p.alpha is not None and cert.alpha > p.alpha:
-        return "alpha", _show(p.alpha), _show(cert.alpha)
+        what = f"the block requires alpha ≤ {p.alpha:g}, the certificate promises {cert.alpha:g}"
+        return "alpha", what, f"Calibrate again with --alpha {p.alpha:g}, or relax alpha"
     if p.delta is not None and (cert.delta is None or cert.delta > p.delta):
-        theirs = "none (conformal risk control)" if cert.delta is None else _show(cert.delta)
-        return "delta", _show(p.delta), theirs
+        theirs = "no δ (conformal risk control)" if cert.delta is None else f"{cert.delta:g}"
+        what = f"the block requires delta ≤ {p.delta:g}, the certificate promises {theirs}"
+        return "delta", what, f"Calibrate again with --delta {p.delta:g}, or relax delta"
     return None

@@ -120,7 +120,7 @@ def bind_licences(
                 escalate_at=elastic.escalate_at,
                 alpha=elastic.alpha,
                 delta=elastic.delta,
-                lambda_=elastic.lambda_ if elastic.lambda_set else None,
+                temperature=route.temperature,
                 given=tuple(given),
             )
             licence = licence_for(policy, elastic.files)
@@ -128,12 +128,9 @@ def bind_licences(
                 key = f"{ELASTIC_PATH}.{licence.key}"
                 if licence.key == "model":  # the rung's model changed since it was calibrated
                     key = f"route[{route_index}].ladder[{index}]"
-                raise ConfigError(
-                    key,
-                    f"{licence.problem}. Its guarantee holds for that setup only: set it back, "
-                    'or collect shadow receipts under this block (mode = "shadow") and '
-                    "calibrate again",
-                )
+                elif licence.key == "temperature":
+                    key = f"route[{route_index}].temperature"
+                raise ConfigError(key, f"{licence.problem}. {licence.advice}")
             licences[(route.name, index)] = licence
             cert = licence.certificate
             if cert is not None:

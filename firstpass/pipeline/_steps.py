@@ -328,10 +328,10 @@ def _response_summary(record: dict[str, Any]) -> dict[str, Any]:
         "mode": record["mode"],
         "route": record["route"],
         "action": decision["action"],
-        # the elastic probe's regime; without one, what the mode did: "cascade" (every served
-        # answer went through the gate) or "passthrough" (nothing was checked)
+        # the elastic probe's regime; without one (no visible tests, or the probe call failed)
+        # what ran instead: "cascade" (every served answer was checked) or "passthrough"
         "regime": (probe.get("regime") if probe else None)
-        or ("passthrough" if decision["action"] == "passthrough" else record["mode"]),
+        or ("passthrough" if decision["action"] == "passthrough" else "cascade"),
         "served_model": f"{served['provider']}/{served['model']}" if served else None,
         "verification": served.get("verification") if served else None,
         "visible": {"passed": visible["n_passed"], "total": visible["n_total"]}

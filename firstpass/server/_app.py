@@ -47,6 +47,19 @@ log = structlog.get_logger("firstpass.server")
 SandboxFactory = Callable[[Config], SandboxService]
 
 
+def _elastic_summary(config: Config) -> dict[str, object]:
+    """For the ready line: the elastic mode and, per probed route/rung, the certificate in
+    force or "gates" (so an operator sees what enforce will skip before any traffic)."""
+    elastic = config.elastic
+    if elastic is None:
+        return {"elastic": "off"}
+    licences = {
+        f"{route}/{rung}": (lic.certificate.id if lic.certificate is not None else "gates")
+        for (route, rung), lic in sorted(elastic.licences.items())
+    }
+    return {"elastic": elastic.mode, "certificates": licences}
+
+
 def _default_sandbox(config: Config) -> SandboxService:
     from firstpass.sandbox import Sandbox
 
@@ -154,6 +167,7 @@ def create_app(
             routes=[r.name for r in config.routes],
             isolation=getattr(app[SANDBOX], "isolation", None),
             receipts=str(config.receipts.path),
+            **_elastic_summary(config),
         )
         yield
         app[STATE].ready = False
