@@ -556,4 +556,4 @@ def test_a_request_at_another_temperature_gates_under_a_certificate(live_stack: 
     assert raw.parse().model_extra["firstpass"]["verification"] == "verified"
     (receipt,) = stack.receipts_list()
     assert receipt["probe"]["temperature"] == 0.0 and receipt["probe"]["certificate"] is None
-    assert "temperature 0.0" in receipt["probe"]["uncertified_because"]
+    assert "samples at temperature 0;" in receipt["probe"]["uncertified_because"]

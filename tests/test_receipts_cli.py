@@ -143,3 +143,13 @@ def test_receipts_without_an_action_prints_usage_and_exits_2(capsys):
     """``firstpass receipts`` alone prints the actions it offers and exits 2."""
     assert cli.main(["receipts"]) == 2
     assert "verify" in capsys.readouterr().err
+
+
+def test_show_without_a_log_here_says_to_pass_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --path, no config and no ./receipts.jsonl: one line naming where it looked and --path."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["receipts", "show", "rcpt_x"]) == 2
+    err = capsys.readouterr().err
+    assert "no receipt log at receipts.jsonl" in err and "--path LOG" in err

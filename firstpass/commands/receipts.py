@@ -91,6 +91,13 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     path = args.path if args.path is not None else _configured_path()
+    if args.path is None and not path.exists():
+        print(
+            f"no receipt log at {path} (the config's [receipts] path, or ./receipts.jsonl): "
+            "pass --path LOG",
+            file=sys.stderr,
+        )
+        return 2
     record = find_receipt(path, args.id)
     if record is None:
         print(f"no receipt {args.id} in {path}", file=sys.stderr)

@@ -166,6 +166,11 @@ def sampling(req: RunRequest) -> tuple[float | None, float | None]:
     )
 
 
+def _sampling_text(temperature: float | None, top_p: float | None) -> str:
+    shown = "the provider's default" if temperature is None else f"{temperature:g}"
+    return f"temperature {shown}" + ("" if top_p is None else f", top_p {top_p:g}")
+
+
 def _cert_id(cert: Certificate | None) -> str | None:
     return None if cert is None else cert.id
 
@@ -265,9 +270,9 @@ class ElasticRunner:
         if cert is not None and not cert.samples_like(temperature, top_p):
             # the request changed how samples are drawn: the certified rate is another draw's
             problem = (
-                f"this request samples at temperature {temperature}, top_p {top_p}; the "
-                f"certificate {cert.id} was computed at temperature {cert.temperature}, top_p "
-                f"{cert.top_p}"
+                f"this request samples at {_sampling_text(temperature, top_p)}; the "
+                f"certificate {cert.id} was computed at "
+                f"{_sampling_text(cert.temperature, cert.top_p)}"
             )
             cert = None
             lam = None if req.mode == "enforce" else elastic.lambda_

@@ -343,8 +343,9 @@ class ReceiptWriter:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     raise ReceiptError(
-                        f"{path}: another receipt writer has this log open; two writers would"
-                        " break the chain"
+                        f"{path}: another receipt writer has this log open (another firstpass "
+                        "serve?); two writers would break the chain. Stop the other process, or "
+                        "give this one its own log ([receipts] path or FIRSTPASS_RECEIPTS)"
                     ) from None
             try:
                 prev = read_tail_hash(path)
