@@ -18,8 +18,15 @@ from types import MappingProxyType
 from typing import Any
 
 from benchmarks.datasets import Task
-from firstpass.config import Config, config_digest, config_from_dict
-from firstpass.config._certificate import Certificate, Given, Licence, candidate_rule
+from firstpass.config import (
+    Certificate,
+    Config,
+    Given,
+    Licence,
+    candidate_rule,
+    config_digest,
+    config_from_dict,
+)
 from firstpass.pipeline import Checks, Pipeline
 from firstpass.providers import build_provider
 from firstpass.receipts import ReceiptWriter

@@ -144,7 +144,7 @@ def context_key(
 
 
 def _given_json(path: Path | str, lineno: int, raw: Any) -> str:
-    from firstpass.config._certificate import Given
+    from firstpass.config._certificate import Given  # light: the pool workers import it
 
     if raw is None:
         raw = []

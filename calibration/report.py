@@ -11,7 +11,7 @@ from typing import Any
 from calibration.data import PASS_SHARE
 from calibration.fit import Calibration, Fit
 from calibration.stats import ProportionRow
-from firstpass.config._certificate import Certificate, Given, calibration_id, candidate_rule
+from firstpass.config import Certificate, Given, calibration_id, candidate_rule
 
 __all__ = ["guarantee_text", "text_report", "to_json_dict", "to_json_text", "toml_block"]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firstpass.config._certificate import Certificate, Given, calibration_id, candidate_rule
+from firstpass.config import Certificate, Given, calibration_id, candidate_rule
 
 
 def certificate(

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from calibration.cli import main as calibrate_main
-from firstpass.config import config_from_dict
-from firstpass.config._certificate import calibration_id
+from firstpass.config import calibration_id, config_from_dict
 from firstpass.errors import ConfigError
 from tests.certificates import certificate, file_id, write_calibration
 from tests.test_calibration_receipts import shadow as _shadow

@@ -9,8 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from firstpass.config import config_from_dict
-from firstpass.config._certificate import Given, calibration_id
+from firstpass.config import Given, calibration_id, config_from_dict
 from firstpass.errors import ConfigError
 from tests.add_task import GOOD, GOOD2, TESTS, VISIBLE_ONLY, WRONG
 from tests.certificates import certificate, elastic_block, file_id, write_calibration

@@ -11,6 +11,15 @@ key path (``route[0].ladder[1]: unknown provider "opnai" (known: replay, openai)
 from __future__ import annotations
 
 from firstpass.config._build import config_from_dict
+from firstpass.config._certificate import (
+    Certificate,
+    CertificateFile,
+    Given,
+    Licence,
+    calibration_id,
+    candidate_rule,
+    read_certificates,
+)
 from firstpass.config._digest import config_digest, public_dict
 from firstpass.config._env import (
     ENV_CONFIG,
@@ -42,8 +51,12 @@ __all__ = [
     "ENV_HOST",
     "ENV_PORT",
     "ENV_RECEIPTS",
+    "Certificate",
+    "CertificateFile",
     "Config",
     "ElasticConfig",
+    "Given",
+    "Licence",
     "Price",
     "ProviderConfig",
     "ReceiptsConfig",
@@ -52,9 +65,12 @@ __all__ = [
     "Rung",
     "SandboxSettings",
     "ServerConfig",
+    "calibration_id",
+    "candidate_rule",
     "config_digest",
     "config_from_dict",
     "load_config",
     "public_dict",
+    "read_certificates",
     "resolve_config_path",
 ]

@@ -23,7 +23,6 @@ from typing import Any
 
 from firstpass.config import _fields as f
 from firstpass.config._certificate import (
-    CertificateFile,
     Given,
     Licence,
     Policy,
@@ -188,17 +187,3 @@ def _check_enforceable(
         "(0/k escalates at once, everything else is gated), or drop [escalation.elastic] for "
         "the plain verified cascade",
     )
-
-
-def describe_licence(licence: Licence) -> str:
-    """One line for logs and errors: the certificate in force, or why none is."""
-    cert = licence.certificate
-    if cert is None:
-        return licence.problem or "no certificate"
-    delta = "CRC, no δ" if cert.delta is None else f"δ = {cert.delta:g}"
-    return f"{cert.id}: λ = {cert.lambda_:g}, α = {cert.alpha:g}, {delta} ({cert.where()})"
-
-
-def files_summary(files: Sequence[CertificateFile]) -> str:
-    """For the start-up log: how many certificates each cited file holds."""
-    return ", ".join(f"{cf.path} ({len(cf.certificates)} certificates)" for cf in files)

@@ -25,8 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from firstpass.config import ElasticConfig, Rung
-from firstpass.config._certificate import Certificate, Given, candidate_rule
+from firstpass.config import Certificate, ElasticConfig, Given, Rung, candidate_rule
 from firstpass.errors import FirstpassError, UpstreamError
 from firstpass.pipeline._cascade import CascadeRunner
 from firstpass.pipeline._seams import CheckResult
