@@ -134,7 +134,9 @@ def test_summary_json_is_machine_readable(log: Path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["n"] == 3
     assert data["actions"] == {"served": 2, "escalated": 1}
-    assert data["checks"]["visible"] == {"passed": 2, "total": 3, "rate": pytest.approx(2 / 3)}
+    assert data["checks"]["visible"] == {
+        "passed": 2, "total": 3, "rate": pytest.approx(2 / 3), "failures": {"(missing)": 1}
+    }  # fmt: skip
     assert data["latency_ms"]["p50"] == pytest.approx(20.0)
     assert data["cost"]["top_rung_usd"] == pytest.approx(0.03)
 

@@ -302,3 +302,34 @@ def test_summary_of_a_log_with_a_torn_last_line_counts_the_rest_and_warns(
     assert status == 0 and "2 receipts" in out
     assert "line 3: truncated" in err
     assert "1 line was not a JSON object and left out" in err
+
+
+def test_summary_shows_failures_by_category_and_skips_by_certificate() -> None:
+    """Failed check runs are counted by category per kind; served answers by how they were
+    vouched for, and gate skips by the certificate (of the serving rung) that licensed them."""
+    records = [
+        {
+            "checks": [
+                {"kind": "visible", "passed": False, "category": "timeout"},
+                {"kind": "visible", "passed": False, "category": "timeout"},
+                {"kind": "gate", "passed": False, "category": "wrong_output"},
+                {"kind": "gate", "passed": True, "category": None},
+            ],
+            "served": {"rung": 0, "verification": "verified"},
+        },
+        {
+            "probe": {"rung": 0, "certificate": "cal_a"},
+            "served": {"rung": 0, "verification": "gate_skipped"},
+        },
+        {
+            "probe": {"rung": 0, "certificate": "cal_a", "later": [{"rung": 1, "certificate": "cal_b"}]},
+            "served": {"rung": 1, "verification": "gate_skipped"},
+        },
+    ]
+    summary = summarize(records)
+    assert summary.failures == {"visible": {"timeout": 2}, "gate": {"wrong_output": 1}}
+    assert summary.verifications == {"gate_skipped": 2, "verified": 1}
+    assert summary.skips_by_certificate == {"cal_a": 1, "cal_b": 1}
+    data = summary.to_dict()
+    assert data["checks"]["gate"]["failures"] == {"wrong_output": 1}
+    assert data["skips_by_certificate"] == {"cal_a": 1, "cal_b": 1}

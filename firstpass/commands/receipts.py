@@ -163,8 +163,16 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
     for name, rate in (("visible", summary.visible), ("gate", summary.gate)):
         if rate.rate is None:
             lines.append(f"{name} checks: none")
-        else:
-            lines.append(f"{name} checks: {rate.passed}/{rate.total} passed ({rate.rate:.1%})")
+            continue
+        line = f"{name} checks: {rate.passed}/{rate.total} passed ({rate.rate:.1%})"
+        failed = summary.failures.get(name)
+        if failed:
+            line += f"; failures by category: {_counts(failed)}"
+        lines.append(line)
+    if summary.verifications:
+        lines.append(f"served answers: {_counts(summary.verifications)}")
+    if summary.skips_by_certificate:
+        lines.append(f"gate skipped, by certificate: {_counts(summary.skips_by_certificate)}")
     cost = f"cost: ${summary.cost_usd:.4f}"
     if summary.top_rung_usd > 0:
         saved = 1 - summary.cost_usd / summary.top_rung_usd

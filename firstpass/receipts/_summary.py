@@ -66,6 +66,12 @@ class ReceiptSummary:
     label_passed: int = 0
     chain: VerifyReport | None = None
     unreadable: int = 0
+    #: per check kind, the failure categories of the runs that failed (``timeout``...)
+    failures: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: how the served answers were vouched for (``verified``, ``gate_skipped``...)
+    verifications: Mapping[str, int] = field(default_factory=dict)
+    #: served with the gate skipped, per certificate that licensed it
+    skips_by_certificate: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def warning(self) -> str | None:
@@ -97,9 +103,16 @@ class ReceiptSummary:
             "modes": dict(self.modes),
             "actions": dict(self.actions),
             "checks": {
-                name: {"passed": rate.passed, "total": rate.total, "rate": rate.rate}
+                name: {
+                    "passed": rate.passed,
+                    "total": rate.total,
+                    "rate": rate.rate,
+                    "failures": dict(self.failures.get(name, {})),
+                }
                 for name, rate in (("visible", self.visible), ("gate", self.gate))
             },
+            "verifications": dict(self.verifications),
+            "skips_by_certificate": dict(self.skips_by_certificate),
             "cost": {
                 "total_usd": self.cost_usd,
                 "top_rung_usd": self.top_rung_usd,
@@ -138,6 +151,9 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
     regimes: Counter[str] = Counter()
     counterfactuals: Counter[str] = Counter()
     checks = {"visible": [0, 0], "gate": [0, 0]}
+    failures: dict[str, Counter[str]] = {"visible": Counter(), "gate": Counter()}
+    verifications: Counter[str] = Counter()
+    skips: Counter[str] = Counter()
     cost = top = probe_cost = 0.0
     latencies: list[float] = []
     labelled = label_passed = 0
@@ -158,10 +174,13 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
             if not isinstance(check, dict):
                 continue
             kind = check.get("kind")
-            tally = checks[kind] if kind in ("visible", "gate") else None
-            if tally is not None and isinstance(check.get("passed"), bool):
-                tally[0] += check["passed"]
-                tally[1] += 1
+            if kind not in ("visible", "gate") or not isinstance(check.get("passed"), bool):
+                continue
+            tally = checks[str(kind)]
+            tally[0] += check["passed"]
+            tally[1] += 1
+            if not check["passed"]:
+                failures[str(kind)][_label(check.get("category"))] += 1
         costs = _dict(record.get("cost"))
         cost += _number(costs.get("total_usd")) or 0.0
         top += _number(costs.get("top_rung_usd")) or 0.0
@@ -172,6 +191,12 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
         probe = record.get("probe")
         if isinstance(probe, dict):
             regimes[_label(probe.get("regime"))] += 1
+        served = record.get("served")
+        if isinstance(served, dict):
+            verification = _label(served.get("verification"))
+            verifications[verification] += 1
+            if verification == "gate_skipped":
+                skips[_label(_skip_certificate(record, served))] += 1
     latencies.sort()
     return ReceiptSummary(
         n=n,
@@ -189,7 +214,20 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
         counterfactuals=dict(counterfactuals.most_common()),
         labelled=labelled,
         label_passed=label_passed,
+        failures={kind: dict(c.most_common()) for kind, c in failures.items() if c},
+        verifications=dict(verifications.most_common()),
+        skips_by_certificate=dict(skips.most_common()),
     )
+
+
+def _skip_certificate(record: Mapping[str, Any], served: Mapping[str, Any]) -> Any:
+    """The certificate of the probe whose rung served the answer without the gate."""
+    probe = _dict(record.get("probe"))
+    rung = served.get("rung")
+    for entry in [probe, *(probe.get("later") or [])]:
+        if isinstance(entry, dict) and entry.get("rung") == rung:
+            return entry.get("certificate")
+    return None
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
