@@ -193,7 +193,7 @@ class ElasticConfig:
 
     k: int = 5
     lambda_: float = 1.0
-    #: ``lambda`` was written in the block (under enforce it must equal the certificates')
+    #: ``lambda`` was written in the block (enforce refuses it where no certificate applies)
     lambda_set: bool = False
     escalate_at: int = 0
     mode: ElasticMode = "shadow"

@@ -224,7 +224,8 @@ def _skip_certificate(record: Mapping[str, Any], served: Mapping[str, Any]) -> A
     """The certificate of the probe whose rung served the answer without the gate."""
     probe = _dict(record.get("probe"))
     rung = served.get("rung")
-    for entry in [probe, *(probe.get("later") or [])]:
+    later = probe.get("later")
+    for entry in [probe, *(later if isinstance(later, list) else ())]:
         if isinstance(entry, dict) and entry.get("rung") == rung:
             return entry.get("certificate")
     return None
