@@ -61,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from firstpass.logs import configure_logging
 
     configure_logging()
+    for stream in (sys.stdout, sys.stderr):  # a log may hold lone surrogates: show, never crash
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

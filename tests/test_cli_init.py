@@ -216,3 +216,17 @@ def test_serve_with_a_missing_config_file_names_it_and_how_to_create_it(tmp_path
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith(f"firstpass serve: {missing}: config file not found")
         assert f"firstpass init --path {missing}" in line
+
+
+def test_init_on_a_path_it_cannot_use_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file name too long for the filesystem, or a file used as a directory: one line, exit 2."""
+    from firstpass.cli import main
+
+    (tmp_path / "file").write_text("x")
+    for path in (tmp_path / ("a" * 300 + ".toml"), tmp_path / "file" / "x.toml"):
+        assert main(["init", "--path", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    assert "is not a directory" in err

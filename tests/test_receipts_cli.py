@@ -155,3 +155,30 @@ def test_show_without_a_log_here_says_to_pass_path(
     assert cli.main(["receipts", "show", "rcpt_x"]) == 2
     err = capsys.readouterr().err
     assert "no receipt log at receipts.jsonl" in err and "--path LOG" in err
+
+
+@pytest.mark.parametrize(
+    ("line", "action"),
+    [
+        ("[" * 100_000, "summary"),
+        ("[" * 100_000, "verify"),
+        ('{"id": "rcpt_s", "mode": "\\udc00", "cost": {"total_usd": 1' + "0" * 400 + "}}", "summary"),
+        ('{"id": "a", "cost": {"total_usd": 1e308}}\n{"id": "b", "cost": {"total_usd": 1e308}}', "summary"),
+    ],
+    ids=["deep-summary", "deep-verify", "surrogate-and-huge-int", "sum-overflow"],
+)
+def test_hostile_log_lines_give_a_verdict_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, action: str
+) -> None:
+    """A log nested 100,000 deep, a lone surrogate, a 401-digit cost, or costs whose sum
+    overflows: verify says the chain is broken, summary prints (valid JSON too), no traceback."""
+    log = tmp_path / "r.jsonl"
+    log.write_text(line + "\n", encoding="utf-8", errors="surrogatepass")
+    code = cli.main(["receipts", action, str(log)] + (["--json"] if action == "summary" else []))
+    out = capsys.readouterr().out
+    if action == "verify":
+        assert code == 1
+    else:
+        assert code == 0
+        data = json.loads(out)  # strict JSON: no Infinity
+        assert data["cost"]["total_usd"] is not None

@@ -77,12 +77,16 @@ def _write_atomically(target: Path, text: str, *, force: bool) -> None:
     """Write ``text`` to ``target`` via a temporary file and a rename; no clobber unless forced."""
     directory = target.parent
     if not directory.is_dir():
-        raise ConfigError(str(target), f"directory {directory} does not exist")
+        why = "is not a directory" if directory.exists() else "does not exist"
+        raise ConfigError(str(target), f"directory {directory} {why}")
     if target.exists() and not force:
         raise ConfigError(
             str(target), "already exists; pass --force to overwrite it, or --path FILE for another"
         )
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise ConfigError(str(target), f"cannot write: {exc.strerror or exc}") from exc
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
@@ -112,10 +116,16 @@ def _run(args: argparse.Namespace) -> int:
     from firstpass.config import ENV_CONFIG
 
     target: Path = args.path.expanduser()
-    if target.is_dir():
-        target = target / DEFAULT_PATH.name
+    try:
+        if target.is_dir():
+            target = target / DEFAULT_PATH.name
+    except OSError as exc:  # a name too long for the filesystem, say
+        raise ConfigError(str(target), f"cannot use this path: {exc.strerror or exc}") from exc
     text = starter_config(demo_samples_path())
-    _write_atomically(target, text, force=args.force)
+    try:
+        _write_atomically(target, text, force=args.force)
+    except OSError as exc:  # probing the path itself failed (a name too long, say)
+        raise ConfigError(str(target), f"cannot write: {exc.strerror or exc}") from exc
     shown = target.absolute()
     serve = f"{invoked_as()} serve"
     if shown != DEFAULT_PATH.absolute() or os.environ.get(ENV_CONFIG, "").strip():

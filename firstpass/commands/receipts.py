@@ -128,7 +128,7 @@ def _readable_records(path: Path, unreadable: list[int]) -> Iterator[dict[str, A
             for raw in fh:
                 try:
                     record = json.loads(raw)
-                except ValueError:  # JSONDecodeError and UnicodeDecodeError
+                except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deeply
                     record = None
                 if isinstance(record, dict):
                     yield record

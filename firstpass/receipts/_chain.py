@@ -86,6 +86,8 @@ def check_line(raw: bytes, *, strict: bool = False) -> dict[str, Any]:
         raise BadLine(f"not UTF-8 text (byte {exc.start + 1})") from exc
     except json.JSONDecodeError as exc:
         raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from exc
+    except RecursionError as exc:
+        raise BadLine("not a receipt: JSON nested too deeply to read") from exc
     if not isinstance(record, dict):
         raise BadLine(f"not a receipt: a JSON {type(record).__name__}, not an object")
     for key in ("hash", "prev_hash"):

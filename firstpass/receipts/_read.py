@@ -49,7 +49,7 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
 def _parse(raw: bytes, line_no: int, path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         record = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deeply
         raise ReceiptError(
             f"{os.fspath(path)}: line {line_no} is not JSON ({exc}); run"
             f" `firstpass receipts verify {os.fspath(path)}`"

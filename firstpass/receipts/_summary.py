@@ -253,7 +253,14 @@ def _label(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
+#: a cost or a latency beyond this is no measurement: left out, so sums stay finite (and
+#: ``--json`` valid JSON) whatever a hand-edited log holds
+_IMPLAUSIBLE = 1e200
+
+
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    if isinstance(value, int):
+        return float(value) if abs(value) <= _IMPLAUSIBLE else None
+    return value if math.isfinite(value) and abs(value) <= _IMPLAUSIBLE else None
