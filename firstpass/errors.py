@@ -3,6 +3,7 @@
     FirstpassError                 base; ``str(exc)`` is one line telling the user what to do
     ├── ConfigError                a bad config file or override; names the key path
     ├── SpecError                  a malformed test spec; names the bad field
+    ├── CheckSpecError             a malformed check (kind, options); names the bad field
     ├── SandboxError               the sandbox itself could not run (not a verdict on a sample)
     ├── UpstreamError              a provider failed after its retries            → HTTP 502
     │   └── UpstreamTimeout        ... by timing out                              → HTTP 504
@@ -21,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "CalibrationError",
     "ChainError",
+    "CheckSpecError",
     "ConfigError",
     "FirstpassError",
     "ReceiptError",
@@ -61,6 +63,17 @@ class SpecError(FirstpassError, ValueError):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class CheckSpecError(FirstpassError, ValueError):
+    """A check's definition is malformed (unknown kind, bad option, invalid JSON Schema);
+    ``field`` names the offending option (``schema``, ``pattern``); the config turns it into a
+    key path, the server into a 400 naming ``firstpass.checks[i]``."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
         super().__init__(f"{field}: {message}" if field else message)
 
 

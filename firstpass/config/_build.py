@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from firstpass.checks import CheckDef, field_path, parse_checks
 from firstpass.config import _fields as f
 from firstpass.config._checks import validate_checks
 from firstpass.config._digest import config_digest
@@ -28,13 +29,14 @@ from firstpass.config._model import (
     Price,
     ProviderConfig,
     ReceiptsConfig,
+    Revision,
     RouteChecks,
     RouteConfig,
     Rung,
     SandboxSettings,
     ServerConfig,
 )
-from firstpass.errors import ConfigError
+from firstpass.errors import CheckSpecError, ConfigError
 from firstpass.sandbox._limits import MAX_SECONDS
 
 _TOP_KEYS = ("server", "sandbox", "receipts", "provider", "route", "price", "escalation")
@@ -51,8 +53,9 @@ _PROVIDER_COMMON = (
 _PROVIDER_ONLY = {"openai": ("base_url", "api_key_env"), "replay": ("samples", "seed")}
 _ROUTE_KEYS = (
     "name", "models", "ladder", "temperature", "on_exhausted", "without_checks", "checks",
-    "client_modes",
+    "client_modes", "visible_checks", "gate_checks", "revision",
 )  # fmt: skip
+_REVISION_KEYS = ("max_revisions", "max_cost_usd", "feedback_chars")
 _CHECKS_KEYS = ("visible", "hidden", "setup", "entry_point")
 _PRICE_KEYS = ("model", "input_per_mtok", "output_per_mtok")
 
@@ -81,6 +84,7 @@ def config_from_dict(
     providers = _providers(f.get_tables(data, "provider", ""), base_dir, env)
     prices = _prices(f.get_tables(data, "price", ""), providers)
     routes = _routes(f.get_tables(data, "route", ""), providers, prices)
+    _check_judges(routes, providers, prices)
     elastic = build_elastic(f.get_table(data, "escalation", "", {}), base_dir)
     server, receipts, elastic = apply_env(env, server, receipts, elastic)
     mode_key = ENV_ELASTIC_MODE if ENV_ELASTIC_MODE in env else f"{ELASTIC_PATH}.mode"
@@ -346,9 +350,81 @@ def _routes(
                 ),
                 without_checks=without,
                 checks=checks,
+                visible_checks=_check_list(table, "visible_checks", p),
+                gate_checks=_check_list(table, "gate_checks", p),
+                revision=_revision(table, p),
             )
         )
     return tuple(out)
+
+
+def _check_list(table: Mapping[str, Any], key: str, p: str) -> tuple[CheckDef, ...]:
+    """``[[route.visible_checks]]`` / ``[[route.gate_checks]]``: validated now, built by the
+    server (a judge needs its provider)."""
+    raw = table.get(key)
+    if raw is None:
+        return ()
+    try:
+        return parse_checks(_plain(raw), origin="config")
+    except CheckSpecError as exc:
+        raise ConfigError(field_path(f"{p}.{key}", exc.field), exc.message) from exc
+
+
+def _revision(table: Mapping[str, Any], p: str) -> Revision | None:
+    raw = f.get_table(table, "revision", p, None)
+    if raw is None:
+        return None
+    where = f"{p}.revision"
+    f.check_keys(raw, where, _REVISION_KEYS)
+    default = Revision()
+    cost = f.get_float(raw, "max_cost_usd", where, None, lo=0.0)
+    return Revision(
+        max_revisions=f.get_int(raw, "max_revisions", where, default.max_revisions, lo=0, hi=10),
+        max_cost_usd=cost,
+        feedback_chars=f.get_int(
+            raw, "feedback_chars", where, default.feedback_chars, lo=200, hi=100_000
+        ),
+    )
+
+
+def _check_judges(
+    routes: tuple[RouteConfig, ...],
+    providers: tuple[ProviderConfig, ...],
+    prices: Mapping[str, Price],
+) -> None:
+    """A judge is a configured provider's model with a price, and never a rung of the ladder
+    it judges: maker is not checker."""
+    ids = {prov.id for prov in providers}
+    for i, route in enumerate(routes):
+        rungs = {rung.name for rung in route.ladder}
+        for key in ("visible_checks", "gate_checks"):
+            for j, defn in enumerate(getattr(route, key)):
+                where = f"route[{i}].{key}[{j}].model"
+                if defn.judges and key == "visible_checks":
+                    raise ConfigError(
+                        where,
+                        "a judge is a gate check (visible checks run on every probe sample and "
+                        "must be cheap and deterministic): move it to [[route.gate_checks]]",
+                    )
+                for judge in defn.judges:
+                    provider = judge.split("/", 1)[0]
+                    if provider not in ids:
+                        raise ConfigError(
+                            where,
+                            f'no [[provider]] with id "{provider}" '
+                            f"(known: {', '.join(sorted(ids))})",
+                        )
+                    if judge in rungs:
+                        raise ConfigError(
+                            where,
+                            f'"{judge}" is a rung of this route\'s ladder: a model may not judge '
+                            "its own ladder's answers; pick a judge outside the ladder",
+                        )
+                    if judge not in prices:
+                        raise ConfigError(
+                            where,
+                            f'no [[price]] for the judge "{judge}" (its cost goes on receipts)',
+                        )
 
 
 def _client_modes(table: Mapping[str, Any], p: str, without: str) -> tuple[str, ...]:

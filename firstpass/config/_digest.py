@@ -9,13 +9,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from firstpass.config._model import Config
+from firstpass.config._model import Config, RouteConfig
 
 
 def config_digest(config: Config) -> str:
     """``sha256:`` + hex over the canonical JSON of the effective config, secrets left out."""
     body = public_dict(config)
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    canonical = json.dumps(
+        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -46,11 +48,21 @@ def public_dict(config: Config) -> dict[str, Any]:
             "sandbox": dataclasses.asdict(config.sandbox),
             "receipts": dataclasses.asdict(config.receipts),
             "providers": providers,
-            "routes": [dataclasses.asdict(r) for r in config.routes],
+            "routes": [_route(r) for r in config.routes],
             "prices": {k: dataclasses.asdict(v) for k, v in config.prices.items()},
             "elastic": None if config.elastic is None else _elastic(config),
         }
     )
+    return body
+
+
+def _route(route: RouteConfig) -> dict[str, Any]:
+    """A route; the check lists and the revision loop only when set, so a route without them
+    keeps the digest it had before they existed."""
+    body = dataclasses.asdict(route)
+    for key in ("visible_checks", "gate_checks", "revision"):
+        if not body[key]:
+            del body[key]
     return body
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
+from firstpass.checks import CheckDef
 from firstpass.config._certificate import CertificateFile, Licence
 from firstpass.errors import ConfigError
 from firstpass.sandbox._limits import Limits
@@ -159,6 +160,18 @@ class RouteChecks:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Revision:
+    """``[route.revision]``: when a rung's answer fails its checks, ask the same rung again with
+    the reasons, at most ``max_revisions`` times (so at most ``max_revisions + 1`` attempts per
+    rung), only while the request's deadline and ``max_cost_usd`` (its whole spend) allow."""
+
+    max_revisions: int = 2
+    max_cost_usd: float | None = None
+    #: characters of feedback (reasons, failing tests) quoted back to the model, at most
+    feedback_chars: int = 4000
+
+
+@dataclass(frozen=True, kw_only=True)
 class RouteConfig:
     """Which requested models a route serves, and the ladder of rungs it climbs, cheapest first."""
 
@@ -169,6 +182,13 @@ class RouteConfig:
     on_exhausted: OnExhausted = "unverified"
     without_checks: WithoutChecks = "passthrough"
     checks: RouteChecks | None = None
+    #: ``[[route.visible_checks]]``: cheap, deterministic, run on every answer (and every probe
+    #: sample: a sample passes when all of them and the visible tests pass)
+    visible_checks: tuple[CheckDef, ...] = ()
+    #: ``[[route.gate_checks]]``: the expensive gate, beside any hidden tests
+    gate_checks: tuple[CheckDef, ...] = ()
+    #: ``[route.revision]``; None: no revision loop (a failed answer escalates at once)
+    revision: Revision | None = None
     #: the modes a request may ask for besides the configured one (``client_modes``); never
     #: ``enforce`` without a certificate: see ``firstpass.server`` ``resolve_mode``
     client_modes: tuple[str, ...] = ("cascade", "shadow", "passthrough")

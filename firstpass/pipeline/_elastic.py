@@ -28,9 +28,10 @@ from typing import Any
 from firstpass.config import Certificate, ElasticConfig, Given, Rung, candidate_rule
 from firstpass.errors import FirstpassError, UpstreamError
 from firstpass.pipeline._cascade import CascadeRunner
-from firstpass.pipeline._seams import CheckResult
+from firstpass.pipeline._seams import SandboxVerdict
 from firstpass.pipeline._state import Answer, LadderResult, LadderState, RunRequest
 from firstpass.pipeline._steps import Concluded, Steps, summary_of
+from firstpass.pipeline._verify import StageResult
 from firstpass.policy import (
     Attempt,
     Regime,
@@ -56,13 +57,15 @@ class Probe:
     rung: Rung
     k: int
     answers: tuple[Answer, ...]  # one per sample, each holding its own choice
-    visible: tuple[CheckResult, ...]  # one verdict per sample
+    visible: tuple[StageResult, ...]  # one verdict per sample (tests and listed checks)
     pass_count: int
     regime: Regime
     order: tuple[int, ...]  # passing samples, best candidate first
     cost_usd: float
     calls: int
     score_name: str = "pass_share"
+    #: what a sample had to pass: ``tests`` and the listed visible checks, by name
+    visible_checks: tuple[str, ...] = ("tests",)
     #: λ in force at this (route, rung) for this request's mode; None: no certificate, it gates
     lam: float | None = None
     #: the certificate λ comes from (None: uncertified, see ``licence_problem``)
@@ -123,6 +126,11 @@ class Probe:
             "top_p": self.top_p,
             **({"logit_bias": True} if self.logit_bias else {}),
             "k": self.k,
+            **(
+                {"visible_checks": list(self.visible_checks)}
+                if self.visible_checks != ("tests",)
+                else {}
+            ),
             "pass_count": self.pass_count,
             "regime": self.regime,
             "score": {"name": self.score_name, "value": self.score},
@@ -152,6 +160,8 @@ class Labelled:
     counterfactual: str | None
     escalates: bool
     attempt: Attempt
+    #: the cascade's gate on sample 0 (what a revision of it would be told), if it ran
+    gate0: StageResult | None = None
 
 
 def sampling(req: RunRequest) -> tuple[float | None, float | None]:
@@ -174,7 +184,7 @@ def _cert_id(cert: Certificate | None) -> str | None:
     return None if cert is None else cert.id
 
 
-def _share(result: CheckResult) -> float:
+def _share(result: StageResult) -> float:
     return result.n_passed / result.n_total if result.n_total else 0.0
 
 
@@ -226,21 +236,35 @@ class ElasticRunner:
         if completion is None:
             return None, error
         texts = list(completion.texts[:k])
-        visible = req.checks.visible
-        if visible is None:  # the runners probe only requests with visible tests
-            raise FirstpassError("the probe needs visible tests")
+        if not req.checks.has_visible:  # the runners probe only requests with visible checks
+            raise FirstpassError("the probe needs visible checks")
+        spec = req.checks.visible
         score_name = elastic.score
         behavioural = score_name != "pass_share"
         # mutation is pure CPU (about a millisecond): off the event loop
-        inputs = await asyncio.to_thread(self._probe_inputs, req) if behavioural else None
+        inputs = (
+            await asyncio.to_thread(self._probe_inputs, req)
+            if behavioural and spec is not None
+            else None
+        )
         t0 = time.perf_counter()
-        if inputs:  # outputs on the probe inputs, recorded in the visible tests' process
-            results = await self.steps.sandbox.run_many(texts, visible, probe=inputs)
+        runs: list[SandboxVerdict | None] = [None] * len(texts)
+        if spec is None:
+            pass
+        elif inputs:  # outputs on the probe inputs, recorded in the visible tests' process
+            runs = list(await self.steps.sandbox.run_many(texts, spec, probe=inputs))
         else:
-            results = await self.steps.sandbox.run_many(texts, visible)
+            runs = list(await self.steps.sandbox.run_many(texts, spec))
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
+        staged = await asyncio.gather(
+            *(
+                self.steps.verify(req, "visible", t, tests=r)
+                for t, r in zip(texts, runs, strict=True)
+            )
+        )
+        results: list[StageResult] = [r for r in staged if r is not None]
         for i, result in enumerate(results):
-            req.trace.check(rung_index=index, sample=i, kind="visible", result=result)
+            self.steps.record_check(req, index, i, "visible", result)
         passed = [bool(r.passed) for r in results]
         c = sum(passed)
         if behavioural:
@@ -261,6 +285,15 @@ class ElasticRunner:
         problem = licence.problem
         temperature, top_p = sampling(req)
         biased = bool(req.body.get("logit_bias"))
+        if cert is not None and req.checks.from_request:
+            # the request's own visible checks change what a passing sample means
+            problem = (
+                "this request adds visible checks ("
+                + ", ".join(req.checks.from_request)
+                + "), which no certificate is computed under"
+            )
+            cert = None
+            lam = None if req.mode == "enforce" else elastic.lambda_
         if cert is not None and biased:
             # a bias can make every draw the same: k agreeing samples would then be one sample
             problem = "this request sets logit_bias, which no certificate is computed under"
@@ -293,6 +326,7 @@ class ElasticRunner:
             cost_usd=cost,
             calls=completion.calls,
             score_name=score_name,
+            visible_checks=tuple(req.checks.names("visible")),
             lam=lam,
             certificate=cert,
             licence_problem=problem,
@@ -311,16 +345,11 @@ class ElasticRunner:
 
     async def _gate(
         self, req: RunRequest, probe: Probe, sample: int, purpose: str | None
-    ) -> CheckResult:
-        hidden = req.checks.hidden
-        if hidden is None:  # the runners gate only requests that have a gate
-            raise FirstpassError("the gate needs hidden tests")
-        t0 = time.perf_counter()
-        result = await self.steps.sandbox.run(probe.answers[sample].completion.texts[0], hidden)
-        req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
-        req.trace.check(
-            rung_index=probe.rung_index, sample=sample, kind="gate", result=result, purpose=purpose
-        )
+    ) -> StageResult:
+        result = await self.steps.verify(req, "gate", probe.answers[sample].completion.texts[0])
+        if result is None:  # the runners gate only requests that have a gate
+            raise FirstpassError("the gate needs gate checks")
+        self.steps.record_check(req, probe.rung_index, sample, "gate", result, purpose)
         return result
 
     def _probe_record(self, probe: Probe) -> dict[str, Any]:
@@ -333,7 +362,7 @@ class ElasticRunner:
 
     async def enforce(self, req: RunRequest) -> Concluded:
         """Probe rung 0 (and any higher rung with its own ``k``); other rungs the cascade way."""
-        if req.checks.visible is None:
+        if not req.checks.has_visible:
             req.trace.step("probe:skipped:no_visible_tests")
             return await self.cascade.cascade(req)
         probes: list[Probe] = []
@@ -377,9 +406,9 @@ class ElasticRunner:
                 action="served_without_gate" if first else "escalated",
                 served=probe.answers[probe.candidate].served("gate_skipped"),
             )
-        gate_results: dict[int, CheckResult] = {}
+        gate_results: dict[int, StageResult] = {}
         if probe.regime == "gate":
-            if req.checks.hidden is None:  # the visible tests were the whole check
+            if not req.checks.has_gate:  # the visible checks were the whole check
                 req.trace.step(f"serve:{index}:{probe.candidate}")
                 return LadderResult(
                     action="served_after_gate" if first else "escalated",
@@ -421,7 +450,7 @@ class ElasticRunner:
         that probe's sample 0; where only elastic would, the probe is drawn for the label alone
         (its cost is in ``cost.probe_usd``).
         """
-        if req.checks.visible is None:
+        if not req.checks.has_visible:
             req.trace.step("probe:skipped:no_visible_tests")
             return await self.cascade.cascade(req)
         probe, error = await self._probe(req, 0)
@@ -431,6 +460,8 @@ class ElasticRunner:
             return self.steps.conclude(req, result, probe={"rung": 0, "error": str(error)})
         labelled = await self._label_probe(req, probe, cascade=True)
         state = LadderState(attempts=[labelled.attempt], answers=[probe.answers[0]])
+        # the cascade's attempt is sample 0: it revises it as the cascade would
+        await self.steps.revise(req, state, probe.visible[0], labelled.gate0)
         later: list[dict[str, Any]] = []
         reach: dict[int, bool] = {1: labelled.escalates}
         ran: dict[int, Given] = {0: self._given(probe)}  # the probed rungs as they ran
@@ -500,6 +531,7 @@ class ElasticRunner:
         if state is not None:
             state.attempts.append(labelled.attempt)
             state.answers.append(probe.answers[0])
+            await self.steps.revise(req, state, probe.visible[0], labelled.gate0)
         reach[index + 1] = labelled.escalates
         later.append(
             {
@@ -526,7 +558,7 @@ class ElasticRunner:
         """Gate what shadow needs: sample 0 as the cascade would (``cascade``), and elastic's
         candidate for the label; with ``max_gate_candidates`` > 1 and a failed label, the next
         candidates too, so the counterfactual says what enforce would really have done."""
-        has_gate = req.checks.hidden is not None
+        has_gate = req.checks.has_gate
         first = probe.visible[0]
         cascade_gate = cascade and needs_gate(summary_of(first), has_gate)
         candidate = probe.candidate
@@ -569,6 +601,7 @@ class ElasticRunner:
                 visible=summary_of(first),
                 gate=summary_of(gate0) if gate0 is not None else None,
             ),
+            gate0=gate0,
         )
 
     # -- counterfactual costs (estimates, documented in docs/receipts.md) ---------------------

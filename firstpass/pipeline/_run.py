@@ -9,11 +9,13 @@ exactly one receipt by the time it returns (``finally``), whatever happened. The
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
+from firstpass.checks import Check, JudgeBinding, build_check
 from firstpass.config import Config, RouteConfig
 from firstpass.errors import FirstpassError, UpstreamTimeout
 from firstpass.pipeline._cascade import CascadeRunner
@@ -24,9 +26,28 @@ from firstpass.pipeline._steps import Steps
 from firstpass.pipeline._trace import Trace
 from firstpass.providers import Provider
 
-__all__ = ["Checks", "Outcome", "Pipeline"]
+__all__ = ["Checks", "Outcome", "Pipeline", "route_checks"]
 
 log = structlog.get_logger("firstpass.pipeline")
+
+
+def route_checks(
+    config: Config, providers: Mapping[str, Provider]
+) -> dict[str, tuple[tuple[Check, ...], tuple[Check, ...]]]:
+    """Each route's ``visible_checks`` and ``gate_checks``, runnable (validated at load)."""
+
+    def judge(label: str) -> JudgeBinding:
+        provider, model = label.split("/", 1)
+        return JudgeBinding(grader=providers[provider], model=model, price=config.prices.get(label))
+
+    return {
+        route.name: (
+            tuple(build_check(d, judge) for d in route.visible_checks),
+            tuple(build_check(d, judge) for d in route.gate_checks),
+        )
+        for route in config.routes
+        if route.visible_checks or route.gate_checks
+    }
 
 
 class Pipeline:
@@ -43,6 +64,8 @@ class Pipeline:
         self.config = config
         self.writer = writer
         self.steps = Steps(config=config, providers=providers, sandbox=sandbox)
+        #: each route's listed checks, built once (a judge bound to its provider)
+        self.route_checks = route_checks(config, providers)
         self.cascade = CascadeRunner(self.steps)
         # built only with [escalation.elastic]: without it no request reaches shadow or enforce
         self.elastic = (
@@ -65,6 +88,13 @@ class Pipeline:
         prompt_text: str = "",
         started: float | None = None,
     ) -> Outcome:
+        listed = self.route_checks.get(route.name)
+        if listed is not None and mode != "passthrough":
+            checks = dataclasses.replace(
+                checks,
+                visible_checks=listed[0] + checks.visible_checks,
+                gate_checks=listed[1] + checks.gate_checks,
+            )
         trace = Trace(
             receipt_id=receipt_id,
             config=self.config,

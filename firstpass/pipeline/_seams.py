@@ -13,10 +13,10 @@ from typing import Any, Protocol
 from firstpass.probe import ProbeInputs
 from firstpass.sandbox import TestSpec
 
-__all__ = ["CheckResult", "ReceiptSink", "SandboxRunner", "SandboxService"]
+__all__ = ["ReceiptSink", "SandboxRunner", "SandboxService", "SandboxVerdict"]
 
 
-class CheckResult(Protocol):
+class SandboxVerdict(Protocol):
     """One sample's verdict on one test spec (``firstpass.sandbox.SampleResult``)."""
 
     @property
@@ -38,11 +38,11 @@ class CheckResult(Protocol):
 class SandboxRunner(Protocol):
     """Runs untrusted answers against a test spec, off the event loop."""
 
-    async def run(self, answer: str, spec: TestSpec) -> CheckResult: ...
+    async def run(self, answer: str, spec: TestSpec) -> SandboxVerdict: ...
 
     async def run_many(
         self, answers: list[str], spec: TestSpec, *, probe: ProbeInputs | None = ...
-    ) -> Sequence[CheckResult]: ...
+    ) -> Sequence[SandboxVerdict]: ...
 
 
 class SandboxService(SandboxRunner, Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstpass.checks import Check, CheckRequest
 from firstpass.config import RouteConfig, Rung
 from firstpass.errors import FirstpassError, UpstreamError
 from firstpass.pipeline._trace import Served, Trace
@@ -17,7 +18,12 @@ __all__ = ["Answer", "Checks", "LadderResult", "LadderState", "Outcome", "RunReq
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Checks:
-    """The tests one request is verified with (sandbox ``TestSpec`` objects, or ``None``)."""
+    """What one request is verified with, per stage: the tests (sandbox ``TestSpec`` objects,
+    or ``None``) and the listed checks (``firstpass.checks``: the route's, then the request's).
+
+    The visible stage runs on every answer and every probe sample; the gate only on answers
+    that passed it. ``request`` is what the listed checks see of the request.
+    """
 
     visible: TestSpec | None = None
     hidden: TestSpec | None = None
@@ -26,10 +32,32 @@ class Checks:
     #: the request's own probe inputs (``firstpass.probe_inputs``): one plain-JSON argument list
     #: per call of the entry point, run for behavioural agreement and never judged
     probe_inputs: tuple[tuple[Any, ...], ...] = ()
+    visible_checks: tuple[Check, ...] = ()
+    gate_checks: tuple[Check, ...] = ()
+    #: names of the visible checks the request itself added (no certificate covers them)
+    from_request: tuple[str, ...] = ()
+    request: CheckRequest = field(default_factory=CheckRequest)
 
     @property
     def any(self) -> bool:
-        return self.visible is not None or self.hidden is not None
+        return self.has_visible or self.has_gate
+
+    @property
+    def has_visible(self) -> bool:
+        return self.visible is not None or bool(self.visible_checks)
+
+    @property
+    def has_gate(self) -> bool:
+        return self.hidden is not None or bool(self.gate_checks)
+
+    def names(self, stage: str) -> list[str]:
+        """The stage's checks by name (``tests`` for its test spec), as receipts list them."""
+        spec, listed = (
+            (self.visible, self.visible_checks)
+            if stage == "visible"
+            else (self.hidden, self.gate_checks)
+        )
+        return (["tests"] if spec is not None else []) + [c.name for c in listed]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +101,8 @@ class Answer:
     rung: Rung
     completion: Completion
     sample: int = 0
+    #: 0 for the rung's first answer, n for its n-th revision
+    revision: int = 0
 
     def served(self, verification: str) -> Served:
         return Served(
@@ -83,6 +113,7 @@ class Answer:
             verification=verification,
             completion=self.completion,
             sample=self.sample,
+            revision=self.revision,
         )
 
 

@@ -9,15 +9,17 @@ each other's. Every step records what it did on the request's ``Trace``; ``finis
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 
+from firstpass.checks import CheckResult, run_all
 from firstpass.config import Config, Rung
 from firstpass.errors import FirstpassError, RequestError, UpstreamError
-from firstpass.pipeline._seams import CheckResult, SandboxRunner
+from firstpass.pipeline._seams import SandboxRunner, SandboxVerdict
 from firstpass.pipeline._state import (
     Answer,
     LadderResult,
@@ -25,7 +27,8 @@ from firstpass.pipeline._state import (
     Outcome,
     RunRequest,
 )
-from firstpass.pipeline._trace import Served
+from firstpass.pipeline._trace import Served, usd
+from firstpass.pipeline._verify import Stage, StageResult, feedback_for, stage_result
 from firstpass.policy import (
     Attempt,
     CallRung,
@@ -37,7 +40,6 @@ from firstpass.policy import (
     next_step,
 )
 from firstpass.providers import Completion, Provider
-from firstpass.sandbox import TestSpec
 
 __all__ = ["RungRunner", "Steps", "summary_of"]
 
@@ -45,6 +47,12 @@ log = structlog.get_logger("firstpass.pipeline")
 
 #: runs one rung in place of a plain cascade attempt (see ``Steps.run_ladder``)
 RungRunner = Callable[[RunRequest, LadderState, int], Awaitable[LadderResult | None]]
+
+#: the turn that asks a rung to revise its answer (``{feedback}``: what failed, truncated)
+REVISION_PROMPT = (
+    "Your previous answer did not pass verification:\n\n{feedback}\n\n"
+    "Fix these problems and reply with the complete corrected answer only."
+)
 
 #: what ``conclude``, ``finish`` and ``error`` return: the response, and the receipt to write
 Concluded = tuple[Outcome, dict[str, Any]]
@@ -117,7 +125,9 @@ class Steps:
     async def attempt_rung(
         self, req: RunRequest, state: LadderState, index: int, *, purpose: str = "attempt"
     ) -> None:
-        """One cascade attempt: call the rung for one answer, check it, record the attempt.
+        """One cascade attempt: call the rung for one answer, check it, record the attempt; a
+        failed answer is then revised on the same rung while the route allows
+        (``[route.revision]``).
 
         ``purpose = "label"``: shadow trying a rung only elastic would reach, for its verdict.
         """
@@ -131,8 +141,123 @@ class Steps:
             return
         label = None if purpose == "attempt" else purpose
         visible, gate = await self.check(req, index, 0, completion.texts[0], purpose=label)
-        state.attempts.append(Attempt(rung=index, visible=visible, gate=gate))
-        state.answers.append(Answer(rung_index=index, rung=rung, completion=completion))
+        self.record_attempt(state, index, rung, completion, visible, gate)
+        if purpose == "attempt":
+            await self.revise(req, state, visible, gate)
+
+    @staticmethod
+    def record_attempt(
+        state: LadderState,
+        index: int,
+        rung: Rung,
+        completion: Completion,
+        visible: StageResult | None,
+        gate: StageResult | None,
+        *,
+        sample: int = 0,
+        revision: int = 0,
+    ) -> None:
+        state.attempts.append(
+            Attempt(
+                rung=index,
+                visible=None if visible is None else summary_of(visible),
+                gate=None if gate is None else summary_of(gate),
+            )
+        )
+        state.answers.append(
+            Answer(
+                rung_index=index,
+                rung=rung,
+                completion=completion,
+                sample=sample,
+                revision=revision,
+            )
+        )
+
+    async def revise(
+        self,
+        req: RunRequest,
+        state: LadderState,
+        visible: StageResult | None,
+        gate: StageResult | None,
+    ) -> None:
+        """The bounded revision loop on the rung of ``state``'s last attempt.
+
+        While that attempt failed a check the model could fix, the route has revisions left, and
+        the deadline and ``max_cost_usd`` leave room for one more call like the last, ask the
+        same rung again: the conversation so far, its answer, and what failed. Every attempt
+        is recorded (``Attempt``, a ``revision`` upstream call, its checks); the loop ends after
+        ``max_revisions`` however the checks answer.
+        """
+        policy = req.route.revision
+        attempt, answer = state.attempts[-1], state.answers[-1]
+        if policy is None or answer is None or attempt.verified or attempt.upstream_failed:
+            return
+        index = attempt.rung
+        record: dict[str, Any] = {"rung": index, "attempts": [], "stopped": None}
+        req.trace.revisions.append(record)
+        messages = list(req.body.get("messages") or [])
+        current = answer.completion.texts[0]
+        for n in range(1, policy.max_revisions + 2):
+            failed: tuple[Stage, StageResult] | None = (
+                ("visible", visible)
+                if visible is not None and not visible.passed
+                else ("gate", gate)
+                if gate is not None and not gate.passed
+                else None
+            )
+            if failed is None:
+                return
+            if n > policy.max_revisions:
+                record["stopped"] = "max_revisions"
+                return
+            stage, result = failed
+            if not result.needs_revision:
+                record["stopped"] = "not_revisable"
+                return
+            stop = self._revision_room(req, policy.max_cost_usd)
+            if stop is not None:
+                record["stopped"] = stop
+                return
+            spec = req.checks.visible if stage == "visible" else req.checks.hidden
+            feedback = feedback_for(stage, result, spec, limit=policy.feedback_chars)
+            messages += [
+                {"role": "assistant", "content": current},
+                {"role": "user", "content": REVISION_PROMPT.format(feedback=feedback)},
+            ]
+            rung = req.route.ladder[index]
+            req.trace.step(f"revise:{index}:{n}")
+            cost_before = req.trace.cost_usd
+            completion, error = await self.call(
+                req, index, rung, purpose="revision", n=1, body={**req.body, "messages": messages}
+            )
+            entry: dict[str, Any] = {"revision": n, "stage": stage, "feedback_chars": len(feedback)}
+            record["attempts"].append(entry)
+            if completion is None:
+                entry.update(error=str(error), passed=False)
+                record["stopped"] = "upstream_error"
+                return
+            current = completion.texts[0]
+            visible, gate = await self.check(req, index, 0, current, purpose=f"revision:{n}")
+            self.record_attempt(state, index, rung, completion, visible, gate, revision=n)
+            entry.update(
+                passed=state.attempts[-1].verified,
+                cost_usd=usd(req.trace.cost_usd - cost_before),
+            )
+
+    def _revision_room(self, req: RunRequest, max_cost_usd: float | None) -> str | None:
+        """Why one more revision does not fit (``deadline``, ``budget``), or None when it does.
+        The next call is assumed to take as long and cost as much as the rung's last one."""
+        last = req.trace.upstream_calls[-1] if req.trace.upstream_calls else None
+        if last is None:
+            return None
+        expected_s = (last["latency_ms"] + req.trace.last_check_ms) / 1000.0
+        left = self.config.server.request_timeout_s - req.trace.elapsed_ms() / 1000.0
+        if expected_s >= left:
+            return "deadline"
+        if max_cost_usd is not None and req.trace.cost_usd + last["cost_usd"] > max_cost_usd:
+            return "budget"
+        return None
 
     def conclude(
         self,
@@ -163,10 +288,18 @@ class Steps:
         )
 
     async def call(
-        self, req: RunRequest, rung_index: int, rung: Rung, *, purpose: str, n: int
+        self,
+        req: RunRequest,
+        rung_index: int,
+        rung: Rung,
+        *,
+        purpose: str,
+        n: int,
+        body: Mapping[str, Any] | None = None,
     ) -> tuple[Completion | None, UpstreamError | None]:
         provider = self.providers[rung.provider]
-        body = req.body  # providers copy what they send; copy here only to change a field
+        # providers copy what they send; copy here only to change a field
+        body = req.body if body is None else body
         if "temperature" not in body and req.mode != "passthrough":
             body = {**body, "temperature": req.route.temperature}
         if purpose == "probe" and "seed" in body:
@@ -197,32 +330,73 @@ class Steps:
 
     async def check(
         self, req: RunRequest, rung_index: int, sample: int, answer: str, purpose: str | None = None
-    ) -> tuple[CheckSummary | None, CheckSummary | None]:
-        """Visible tests, then the gate only if the visible tests passed."""
-        visible: CheckSummary | None = None
-        if req.checks.visible is not None:
-            result = await self.sandbox_run(req, answer, req.checks.visible)
-            req.trace.check(
-                rung_index=rung_index, sample=sample, kind="visible", result=result, purpose=purpose
-            )
-            visible = summary_of(result)
+    ) -> tuple[StageResult | None, StageResult | None]:
+        """The visible stage, then the gate only if the visible stage passed."""
+        visible = await self.verify(req, "visible", answer)
+        if visible is not None:
+            self.record_check(req, rung_index, sample, "visible", visible, purpose)
             req.trace.step(f"visible:{rung_index}:{'pass' if visible.passed else 'fail'}")
-        gate: CheckSummary | None = None
-        hidden = req.checks.hidden
-        if hidden is not None and needs_gate(visible, True):
-            result = await self.sandbox_run(req, answer, hidden)
-            req.trace.check(
-                rung_index=rung_index, sample=sample, kind="gate", result=result, purpose=purpose
-            )
-            gate = summary_of(result)
-            req.trace.step(f"gate:{rung_index}:{'pass' if gate.passed else 'fail'}")
+        gate: StageResult | None = None
+        if needs_gate(None if visible is None else summary_of(visible), req.checks.has_gate):
+            gate = await self.verify(req, "gate", answer)
+            if gate is not None:
+                self.record_check(req, rung_index, sample, "gate", gate, purpose)
+                req.trace.step(f"gate:{rung_index}:{'pass' if gate.passed else 'fail'}")
         return visible, gate
 
-    async def sandbox_run(self, req: RunRequest, answer: str, spec: TestSpec) -> CheckResult:
+    async def verify(
+        self,
+        req: RunRequest,
+        stage: Stage,
+        answer: str,
+        *,
+        tests: SandboxVerdict | None = None,
+    ) -> StageResult | None:
+        """One stage on one answer: its tests in the sandbox (unless ``tests`` already ran, as
+        in the probe's batch) and its listed checks, concurrently; None when the stage is empty."""
+        spec = req.checks.visible if stage == "visible" else req.checks.hidden
+        listed = req.checks.visible_checks if stage == "visible" else req.checks.gate_checks
+        if spec is None and not listed:
+            return None
         t0 = time.perf_counter()
-        result = await self.sandbox.run(answer, spec)
+        run_tests = spec is not None and tests is None
+
+        async def listed_checks() -> tuple[list[CheckResult], float]:
+            c0 = time.perf_counter()
+            results = await run_all(listed, answer, req.checks.request) if listed else []
+            return results, (time.perf_counter() - c0) * 1000.0
+
+        if run_tests:
+            assert spec is not None
+            tests, (results, ms) = await asyncio.gather(
+                self.sandbox.run(answer, spec), listed_checks()
+            )
+        else:
+            results, ms = await listed_checks()
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
-        return result
+        return stage_result(tests, results, answer, ms)
+
+    def record_check(
+        self,
+        req: RunRequest,
+        rung_index: int,
+        sample: int,
+        kind: str,
+        result: StageResult,
+        purpose: str | None = None,
+    ) -> None:
+        req.trace.check(
+            rung_index=rung_index,
+            sample=sample,
+            kind=kind,
+            result=result,
+            purpose=purpose,
+            results=[
+                r.to_dict(with_reasons=self.config.receipts.store_content) for r in result.results
+            ],
+        )
+        if result.cost_usd:
+            req.trace.check_cost(result.cost_usd)
 
     def content(self, req: RunRequest, served: Served | None) -> dict[str, str] | None:
         if not self.config.receipts.store_content:
@@ -299,8 +473,8 @@ class Steps:
         )
 
 
-def summary_of(result: CheckResult) -> CheckSummary:
-    """The policy's view of a sandbox verdict."""
+def summary_of(result: SandboxVerdict | StageResult) -> CheckSummary:
+    """The policy's view of a stage's verdict."""
     return CheckSummary(
         passed=bool(result.passed), n_passed=int(result.n_passed), n_total=int(result.n_total)
     )
@@ -310,12 +484,16 @@ def _response_summary(record: dict[str, Any]) -> dict[str, Any]:
     """The ``firstpass`` object of the response: the receipt's gist, no hashes of content."""
     served = record.get("served") or {}
     where = (served.get("rung"), served.get("sample", 0))
+    revision = served.get("revision", 0)
+    purpose = f"revision:{revision}" if revision else None
 
     def last(kind: str) -> dict[str, Any] | None:
         found = [
             c
             for c in record["checks"]
-            if c["kind"] == kind and (c["rung"], c["sample"]) == where and not c.get("purpose")
+            if c["kind"] == kind
+            and (c["rung"], c["sample"]) == where
+            and c.get("purpose") == purpose
         ]
         return found[-1] if found else None
 

@@ -30,6 +30,7 @@ class Served:
     verification: str  # "verified" | "unverified" | "unchecked" | "gate_skipped"
     completion: Completion
     sample: int = 0  # which sample of the rung's call (the elastic probe draws several)
+    revision: int = 0  # which revision of the rung's answer (0: the first answer)
 
 
 def usd(value: Any) -> Any:
@@ -88,6 +89,11 @@ class Trace:
         self.upstream_ms = 0.0
         self.sandbox_ms = 0.0
         self.input_tokens_seen: int | None = None
+        #: one entry per rung the revision loop ran on (``Steps.revise``)
+        self.revisions: list[dict[str, Any]] = []
+        self.checks_cost_usd = 0.0
+        #: how long the last stage verification took (a revision must fit another like it)
+        self.last_check_ms = 0.0
 
     # -- what happened -------------------------------------------------------------------------
 
@@ -148,13 +154,22 @@ class Trace:
         return cost
 
     def check(
-        self, *, rung_index: int, sample: int, kind: str, result: Any, purpose: str | None = None
+        self,
+        *,
+        rung_index: int,
+        sample: int,
+        kind: str,
+        result: Any,
+        purpose: str | None = None,
+        results: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Record one sandbox run (``result`` is a ``firstpass.sandbox.SampleResult``).
+        """Record one stage's verdict on one answer (``result``: a ``StageResult`` or the
+        sandbox's ``SampleResult``); ``results`` are its listed checks' own, when it has any.
 
-        ``purpose = "label"`` marks a gate run made only to label a shadow receipt.
+        ``purpose = "label"`` marks a gate run made only to label a shadow receipt,
+        ``"revision:N"`` the checks of a rung's N-th revision.
         """
-        entry = {
+        entry: dict[str, Any] = {
             "rung": rung_index,
             "sample": sample,
             "kind": kind,
@@ -167,7 +182,15 @@ class Trace:
         }
         if purpose is not None:
             entry["purpose"] = purpose
+        if results:
+            entry["results"] = results
+        self.last_check_ms = float(result.wall_ms)
         self.checks.append(entry)
+
+    def check_cost(self, usd_spent: float) -> None:
+        """What a check spent upstream (a judge's call): part of the request's cost."""
+        self.cost_usd += usd_spent
+        self.checks_cost_usd += usd_spent
 
     def sandbox_wall(self, ms: float) -> None:
         """Wall time spent waiting for the sandbox (a parallel batch counts once)."""
@@ -242,6 +265,7 @@ class Trace:
                 "model": served.model,
                 "answer_sha256": sha256_text(served.text),
                 "verification": served.verification,
+                **({"revision": served.revision} if served.revision else {}),
             },
             "cost": {
                 key: usd(value)
@@ -249,6 +273,7 @@ class Trace:
                     "total_usd": self.cost_usd,
                     "top_rung_usd": self.top_rung_cost(served),
                     "probe_usd": self.probe_cost_usd,
+                    **({"checks_usd": self.checks_cost_usd} if self.checks_cost_usd else {}),
                     **(extra_cost or {}),
                 }.items()
             },
@@ -260,6 +285,8 @@ class Trace:
             },
             "error": error,
         }
+        if self.revisions:
+            record["revisions"] = self.revisions
         if content is not None:
             record["content"] = content
         return record

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import time
@@ -233,8 +234,23 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 )
             checks = chat.checks
             if not checks.any and route.without_checks == "route_checks":
-                checks = app[ROUTE_CHECKS].get(route.name) or checks
-            if not checks.any and route.without_checks == "reject" and chat.mode != "passthrough":
+                own = app[ROUTE_CHECKS].get(route.name)
+                if own is not None:
+                    checks = dataclasses.replace(own, request=checks.request)
+            # the route's own listed checks apply to every verified request (the pipeline adds
+            # them): a request on such a route always has checks
+            routed = bool(route.visible_checks or route.gate_checks)
+            if routed and chat.n != 1 and chat.mode != "passthrough":
+                raise RequestError(
+                    f"route {route.name!r} verifies every answer: n must be 1",
+                    param="n",
+                    code="invalid_value",
+                )
+            if (
+                not (checks.any or routed)
+                and route.without_checks == "reject"
+                and chat.mode != "passthrough"
+            ):
                 raise RequestError(
                     f"route {route.name!r} serves only verified answers: send tests in "
                     "firstpass.tests (extra_body in the openai SDK)",
@@ -245,7 +261,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 chat.mode,
                 route=route,
                 config=config,
-                has_checks=checks.any,
+                has_checks=checks.any or routed,
                 param=chat.mode_param,
             )
             if mode == "passthrough":

@@ -12,13 +12,15 @@ would be forwarded may hold a non-finite number anywhere (``tools[0].function.pa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from firstpass.checks import Check, CheckRequest, build_check, field_path, parse_checks
 from firstpass.config._model import REQUEST_MODES
-from firstpass.errors import RequestError, SpecError
+from firstpass.errors import CheckSpecError, RequestError, SpecError
 from firstpass.pipeline import Checks
 from firstpass.providers import message_text, prompt_sha256
 
@@ -28,7 +30,11 @@ __all__ = ["MAX_PROBE_INPUTS", "MODES", "ChatRequest", "parse_chat_body"]
 MODES = REQUEST_MODES
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-_FIRSTPASS_KEYS = frozenset({"tests", "setup", "entry_point", "mode", "task_id", "probe_inputs"})
+_FIRSTPASS_KEYS = frozenset(
+    {"tests", "setup", "entry_point", "mode", "task_id", "probe_inputs", "checks", "context"}
+)
+#: at most this many checks a request may add
+MAX_REQUEST_CHECKS = 32
 #: at most this many request-supplied probe inputs, nested at most this deep
 MAX_PROBE_INPUTS = 64
 _MAX_PROBE_DEPTH = 32
@@ -174,7 +180,73 @@ def _path(node: tuple[Any, Any]) -> str:
     return "".join(reversed(parts)).lstrip(".")
 
 
-def _parse_checks(fp: Mapping[str, Any], parse_spec: Any) -> Checks:
+def _parse_checks(
+    fp: Mapping[str, Any], parse_spec: Any, messages: list[Any] | None = None
+) -> Checks:
+    listed = _listed_checks(fp.get("checks"))
+    request = CheckRequest.from_messages(messages or [], _context(fp.get("context")))
+    tests = _parse_tests(fp, parse_spec)
+    return dataclasses.replace(
+        tests,
+        visible_checks=listed["visible"],
+        gate_checks=listed["gate"],
+        from_request=tuple(c.name for c in (*listed["visible"], *listed["gate"])),
+        request=request,
+    )
+
+
+def _context(raw: Any) -> tuple[str, ...]:
+    """``firstpass.context``: the retrieved passages the answer should stay close to."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        return (raw,)
+    if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
+        raise _bad("firstpass.context", "expected a string or an array of strings")
+    return tuple(raw)
+
+
+def _listed_checks(raw: Any) -> dict[str, tuple[Check, ...]]:
+    """``firstpass.checks``: ``{"visible": [...], "gate": [...]}``, or a bare list (visible).
+
+    Only the safe kinds (``firstpass.checks.REQUEST_KINDS``); each is named ``request:NAME`` on
+    receipts so it never passes for a route's check of the same name.
+    """
+    out: dict[str, tuple[Check, ...]] = {"visible": (), "gate": ()}
+    if raw is None:
+        return out
+    if isinstance(raw, list):
+        raw = {"visible": raw}
+    if not isinstance(raw, Mapping):
+        raise _bad("firstpass.checks", 'expected {"visible": [...], "gate": [...]} or a list')
+    unknown = set(raw) - {"visible", "gate"}
+    if unknown:
+        raise _bad(
+            f"firstpass.checks.{sorted(unknown)[0]}", 'unknown key (use "visible" or "gate")'
+        )
+    total = sum(len(v) for v in raw.values() if isinstance(v, list))
+    if total > MAX_REQUEST_CHECKS:
+        raise _bad("firstpass.checks", f"at most {MAX_REQUEST_CHECKS} checks, got {total}")
+    for stage in ("visible", "gate"):
+        if raw.get(stage) is None:
+            continue
+        where = f"firstpass.checks.{stage}"
+        try:
+            defs = parse_checks(raw[stage], origin="request")
+        except CheckSpecError as exc:
+            field = field_path(where, exc.field)
+            raise RequestError(
+                f"{field}: {exc.message}", param=field, code="invalid_checks"
+            ) from exc
+        except RecursionError:
+            raise _bad(where, "nested too deeply") from None
+        out[stage] = tuple(
+            build_check(dataclasses.replace(d, name=f"request:{d.name}")) for d in defs
+        )
+    return out
+
+
+def _parse_tests(fp: Mapping[str, Any], parse_spec: Any) -> Checks:
     tests = fp.get("tests")
     if tests is None:
         return Checks(visible=None, hidden=None, n_visible=0, n_hidden=0)
@@ -310,9 +382,9 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
     task_id = fp.get("task_id")
     if task_id is not None and not isinstance(task_id, str):
         raise _bad("firstpass.task_id", "expected a string")
-    checks = _parse_checks(fp, parse_spec)
+    checks = _parse_checks(fp, parse_spec, messages)
     if checks.any and n != 1:
-        raise _bad("n", "a verified request returns one answer: n must be 1 when tests are given")
+        raise _bad("n", "a verified request returns one answer: n must be 1 when checks are given")
 
     upstream = {k: v for k, v in body.items() if k not in _NOT_FORWARDED}
     if n != 1:
