@@ -119,16 +119,25 @@ def rung_probe(path: Path | str, lineno: int, probe: dict[str, Any], rung: int) 
     return None
 
 
-#: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON); the
-#: parts after the route are the context its certificate records, and must be one per route
-ContextKey = tuple[str | None, str | None, float | None, float | None, str]
+#: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON, the
+#: route's listed visible checks' digest); the parts after the route are the context its
+#: certificate records, and must be one per route
+ContextKey = tuple[str | None, str | None, float | None, float | None, str, str | None]
 
 
 def context_key(
-    route: Any, provider: Any, model: Any, temperature: Any, top_p: Any, given: str = "[]"
+    route: Any,
+    provider: Any,
+    model: Any,
+    temperature: Any,
+    top_p: Any,
+    given: str = "[]",
+    checks: Any = None,
 ) -> ContextKey | None:
     """The slice key of a row; None when a part has the wrong type (the full parse names it)."""
     if route is not None and type(route) is not str:
+        return None
+    if checks is not None and type(checks) is not str:
         return None
     for x in (temperature, top_p):
         if x is not None and not is_number(x):
@@ -140,6 +149,7 @@ def context_key(
         None if temperature is None else float(temperature),
         None if top_p is None else float(top_p),
         given,
+        checks,
     )
 
 
@@ -224,7 +234,13 @@ def receipt_values(
         probe.get("temperature"),
         probe.get("top_p"),
         _given_json(path, lineno, probe.get("given")) if rung else "[]",
+        probe.get("visible_checks_digest"),
     )
     if key is None:
-        raise bad(path, lineno, '"probe.temperature" and "probe.top_p" must be numbers or null')
+        raise bad(
+            path,
+            lineno,
+            '"probe.temperature" and "probe.top_p" must be numbers or null, '
+            '"probe.visible_checks_digest" a string or absent',
+        )
     return value, not label, k, c, key

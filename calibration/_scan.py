@@ -62,6 +62,7 @@ class _Probe(msgspec.Struct, gc=False):
     temperature: Any = None
     top_p: Any = None
     logit_bias: Any = None
+    visible_checks_digest: Any = None
 
 
 class _Decision(msgspec.Struct, gc=False):
@@ -103,7 +104,15 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             and _pass_share_recorded(probe.score)
             and probe.logit_bias is None
         ):
-            key = context_key(route, probe.provider, probe.model, probe.temperature, probe.top_p)
+            key = context_key(
+                route,
+                probe.provider,
+                probe.model,
+                probe.temperature,
+                probe.top_p,
+                "[]",
+                probe.visible_checks_digest,
+            )
             if key is not None:
                 return c / k, not label, k, c, key
     record: dict[str, Any] = {"mode": r.mode, "route": r.route}
@@ -119,6 +128,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             "temperature": probe.temperature,
             "top_p": probe.top_p,
             "logit_bias": probe.logit_bias,
+            "visible_checks_digest": probe.visible_checks_digest,
         }
     if decision is not None:
         record["decision"] = {"gate_label": decision.gate_label}
@@ -138,7 +148,7 @@ _k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_lab
 _pscore, _name = attrgetter("score"), attrgetter("name")
 _provider, _model = attrgetter("provider"), attrgetter("model")
 _temperature, _top_p = attrgetter("temperature"), attrgetter("top_p")
-_logit_bias = attrgetter("logit_bias")
+_logit_bias, _digest = attrgetter("logit_bias"), attrgetter("visible_checks_digest")
 
 
 def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
@@ -182,6 +192,7 @@ def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[Any]:
     common shape (string route, provider and model; float or null sampling), else row by row."""
     routes, provs = list(map(_route, rows)), list(map(_provider, probes))
     models, temps, tops = (list(map(get, probes)) for get in (_model, _temperature, _top_p))
+    digests = list(map(_digest, probes))
     if (
         set(map(type, routes)) <= {str, _NONE}
         and set(map(type, provs)) == {str}
@@ -190,10 +201,11 @@ def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[Any]:
         and set(map(type, tops)) <= {float, _NONE}
         and all(map(math.isfinite, filter(None, temps)))
         and all(map(math.isfinite, filter(None, tops)))
+        and set(map(type, digests)) <= {str, _NONE}
     ):
         names = list(map("{}/{}".format, provs, models))
-        return list(zip(routes, names, temps, tops, repeat("[]")))
-    return list(map(context_key, routes, provs, models, temps, tops))
+        return list(zip(routes, names, temps, tops, repeat("[]"), digests))
+    return list(map(context_key, routes, provs, models, temps, tops, repeat("[]"), digests))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -97,6 +97,8 @@ class RouteContext:
     model: str | None
     temperature: float | None
     top_p: float | None
+    #: the digest of the route's listed visible checks (None: tests only)
+    checks: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -617,21 +619,30 @@ def _only_drawn_with(
 def _split_context(
     keys: tuple[Any, ...], rung: int
 ) -> tuple[tuple[str | None, ...], tuple[RouteContext, ...], tuple[dict[str, Any], ...]]:
-    """Receipt rows are keyed by (route, model, temperature, top_p, given): split them into the
-    routes, each route's one context (model and sampling), and the one lower-rung policy.
+    """Receipt rows are keyed by (route, model, temperature, top_p, given, visible checks):
+    split them into the routes, each route's one context (model, sampling, the digest of its
+    listed visible checks), and the one lower-rung policy.
 
-    A route whose rows mix models or sampling settings is refused (a certified rate is one
-    model's at one setting), and so is a higher rung whose rows were collected under different
-    lower-rung policies (they reached the rung by different rules: no one population)."""
-    routes: dict[str | None, set[tuple[str | None, float | None, float | None]]] = {}
+    A route whose rows mix models, sampling settings or visible checks is refused (a certified
+    rate is one model's at one setting, scored one way), and so is a higher rung whose rows
+    were collected under different lower-rung policies (they reached the rung by different
+    rules: no one population)."""
+    routes: dict[str | None, set[tuple[str | None, float | None, float | None, str | None]]] = {}
     givens: set[str] = set()
-    for route, model, temperature, top_p, given in keys:
-        routes.setdefault(route, set()).add((model, temperature, top_p))
+    for route, model, temperature, top_p, given, checks in keys:
+        routes.setdefault(route, set()).add((model, temperature, top_p, checks))
         givens.add(given)
     for route, seen in routes.items():
+        if len({c for *_, c in seen}) > 1:
+            raise CalibrationError(
+                f"route {route!r} rung {rung}: the receipts were scored by "
+                f"{len({c for *_, c in seen})} different sets of visible checks (the route's "
+                "[[route.visible_checks]] changed while they were collected); a certified rate "
+                "holds for one. Calibrate the receipts written since the last change"
+            )
         if len(seen) > 1:
             shown = "; ".join(
-                f"{m} at temperature {t}, top_p {p}" for m, t, p in sorted(seen, key=str)
+                f"{m} at temperature {t}, top_p {p}" for m, t, p, _ in sorted(seen, key=str)
             )
             raise CalibrationError(
                 f"route {route!r} rung {rung}: the receipts mix {len(seen)} models or sampling "
@@ -651,7 +662,10 @@ def _split_context(
         raise CalibrationError(f"rung {rung}: a route appears under two keys")
     names = tuple(key[0] for key in keys)
     contexts = tuple(
-        RouteContext(route=key[0], model=key[1], temperature=key[2], top_p=key[3]) for key in keys
+        RouteContext(
+            route=key[0], model=key[1], temperature=key[2], top_p=key[3], checks=key[5]
+        )
+        for key in keys
     )
     given = json.loads(givens.pop()) if givens else []
     return names, contexts, tuple(given)

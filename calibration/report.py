@@ -82,7 +82,9 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, An
         route = fit.route if cal.routes else (names[0] if len(names) == 1 else None)
         routes = (fit.route,) if cal.routes else names
         drawn = {
-            (c.model, c.temperature, c.top_p) for c in cal.contexts if c.route in set(routes)
+            (c.model, c.temperature, c.top_p, c.checks)
+            for c in cal.contexts
+            if c.route in set(routes)
         }
         why = None
         if fit.lam is None:
@@ -90,11 +92,14 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, An
         elif fit.k is None:
             why = "the rows mix k values"
         elif len(drawn) > 1:
-            why = "its routes ran different models or sampling settings: calibrate --by-route"
+            why = (
+                "its routes ran different models, sampling settings or visible checks: "
+                "calibrate --by-route"
+            )
         if why is not None or fit.lam is None or fit.k is None:
             refused.append({"route": route, "rung": cal.rung, "reason": why})
             continue
-        model, temperature, top_p = drawn.pop() if drawn else (None, None, None)
+        model, temperature, top_p, checks = drawn.pop() if drawn else (None, None, None, None)
         issued.append(
             Certificate(
                 id="",
@@ -117,6 +122,7 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, An
                 n=fit.n,
                 skipped=fit.skipped,
                 failures=_failures_at(fit),
+                visible_checks=checks,
             )
         )
     return issued, refused

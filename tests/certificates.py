@@ -33,6 +33,7 @@ def certificate(
     model: str | None = "stub/cheap-model",
     temperature: float | None = 0.7,
     top_p: float | None = None,
+    visible_checks: str | None = None,
 ) -> Certificate:
     """One certificate entry for (route, rung) in the given context."""
     return Certificate(
@@ -56,6 +57,7 @@ def certificate(
         n=500,
         skipped=400,
         failures=3,
+        visible_checks=visible_checks,
     )
 
 
@@ -76,17 +78,18 @@ def file_id(path: Path) -> str:
     return str(json.loads(path.read_text("utf-8"))["id"])
 
 
-def elastic_block(mode: str, **kw: Any) -> dict[str, Any]:
+def elastic_block(mode: str, *, checks: str | None = None, **kw: Any) -> dict[str, Any]:
     """An ``[escalation.elastic]`` block for the test harness's route "code"; under enforce
     (unless a calibration is cited) λ comes from a certificate for rung 0 computed in this very
-    context (score, k, escalate_at), written to a fresh calibration file."""
+    context (score, k, escalate_at, ``checks``: the route's visible checks' digest), written to
+    a fresh calibration file."""
     block = {"k": 5, "lambda": 0.9, "escalate_at": 0, "mode": mode, **kw}
     if mode == "enforce" and "calibration" not in block:
         lam = block.pop("lambda")
         path = Path(tempfile.mkdtemp()) / "calibration.json"
         cert = certificate(
             lam=lam, k=block["k"], escalate_at=block["escalate_at"],
-            score=block.get("score", "pass_share"),
+            score=block.get("score", "pass_share"), visible_checks=checks,
         )  # fmt: skip
         block["calibration"] = str(write_calibration(path, cert))
     return block

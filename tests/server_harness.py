@@ -46,8 +46,12 @@ def stack_config(
     strong_k: int | None = None,
     client_modes: list[str] | None = None,
     request_timeout_s: float = 120.0,
+    route_extra: dict[str, Any] | None = None,
+    prices_extra: list[dict[str, Any]] | None = None,
 ) -> Config:
-    """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts."""
+    """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts;
+    ``route_extra`` adds keys to the route (its checks, a revision loop), ``prices_extra``
+    prices (a judge's)."""
     data: dict[str, Any] = {
         "server": {
             "host": "127.0.0.1",
@@ -86,11 +90,13 @@ def stack_config(
                 "on_exhausted": on_exhausted,
                 "without_checks": without_checks,
                 **({"client_modes": client_modes} if client_modes is not None else {}),
+                **(route_extra or {}),
             }
         ],
         "price": [
             {"model": f"stub/{CHEAP}", "input_per_mtok": 0.10, "output_per_mtok": 0.40},
             {"model": f"stub/{STRONG}", "input_per_mtok": 3.00, "output_per_mtok": 15.00},
+            *(prices_extra or []),
         ],
     }
     if elastic is not None:

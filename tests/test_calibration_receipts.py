@@ -297,3 +297,27 @@ def test_a_negative_seed_is_refused_before_any_data_is_read() -> None:
     """--seed must be a non-negative integer (numpy's generator would raise later)."""
     with pytest.raises(CalibrationError, match="--seed must be an integer >= 0"):
         Settings(seed=-1)
+
+
+def test_a_certificate_records_the_visible_checks_its_probes_were_scored_by(
+    tmp_path: Path,
+) -> None:
+    """Receipts of a route with listed visible checks carry their digest; so does the
+    certificate, and the proxy refuses it for a route whose visible checks changed."""
+    digest = "sha256:" + "cd" * 32
+    extra = {"provider": "stub", "model": "cheap", "temperature": 0.7}
+    records = [shadow(5, 5, True, visible_checks_digest=digest, **extra)] * 400
+    records += [shadow(5, 2, False, visible_checks_digest=digest, **extra)] * 50
+    path = write_chain(tmp_path / "r.jsonl", records)
+    out = tmp_path / "cal.json"
+    assert main(["--receipts", str(path), "--out", str(out), "--alpha", "0.1"]) == 0
+    (cert,) = json.loads(out.read_text(encoding="utf-8"))["certificates"]
+    assert cert["visible_checks"] == digest
+
+
+def test_receipts_scored_by_two_sets_of_visible_checks_are_refused(tmp_path: Path) -> None:
+    records = [shadow(5, 5, True, visible_checks_digest="sha256:" + "a" * 64)] * 50
+    records += [shadow(5, 5, True, visible_checks_digest="sha256:" + "b" * 64)] * 50
+    path = write_chain(tmp_path / "r.jsonl", records)
+    with pytest.raises(CalibrationError, match="2 different sets of visible checks"):
+        calibrate(read_receipts([path]), Settings(alpha=0.1, delta=0.05))

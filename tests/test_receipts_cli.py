@@ -182,3 +182,50 @@ def test_hostile_log_lines_give_a_verdict_not_a_traceback(
         assert code == 0
         data = json.loads(out)  # strict JSON: no Infinity
         assert data["cost"]["total_usd"] is not None
+
+
+def test_summary_shows_taxonomy_failures_per_check_rates_revisions_and_checks_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log with listed checks, a label run and a revision: the text and the JSON show the
+    failures in the one taxonomy per stage, the pass rate per check (label runs apart), the
+    revision rate with its stops, and what the checks cost."""
+    revised = make("served", 10.0)
+    revised["checks"] = [
+        {"kind": "visible", "passed": False, "n_passed": 1, "n_total": 2,
+         "category": "schema_violation",
+         "results": [{"name": "schema", "passed": False, "category": "schema_violation"}]},
+        {"kind": "visible", "passed": True, "n_passed": 2, "n_total": 2, "category": None,
+         "purpose": "revision:1",
+         "results": [{"name": "schema", "passed": True, "category": None}]},
+        {"kind": "gate", "passed": False, "n_passed": 0, "n_total": 3,
+         "category": "memory_limit", "purpose": "label"},
+    ]  # fmt: skip
+    revised["revisions"] = [
+        {"rung": 0, "attempts": [{"revision": 1, "stage": "visible", "passed": True}],
+         "stopped": None},
+        {"rung": 1, "attempts": [], "stopped": "budget"},
+    ]  # fmt: skip
+    revised["served"] = {"rung": 0, "verification": "verified", "revision": 1}
+    revised["cost"]["checks_usd"] = 0.002
+    log = tmp_path / "receipts.jsonl"
+    write_log(log, [revised, make("escalated", 20.0, visible=False)])
+    assert cli.main(["receipts", "summary", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "visible failures by taxonomy category: schema_violation 1, (missing) 1" in out
+    assert "gate failures by taxonomy category: sandbox_violation 1" in out
+    assert "  tests: 2/3 passed (66.7%)" in out
+    assert "  schema: 1/2 passed (50.0%)" in out
+    assert "  hidden tests: no runs; shadow label runs 0/1 passed (0.0%)" in out
+    assert (
+        "revisions: 1 of 2 requests revised (50.0%), 1 attempt (1 passed), "
+        "1 served a revised answer; stopped: budget 1"
+    ) in out
+    assert "; checks $0.0020" in out
+    assert cli.main(["receipts", "summary", str(log), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["failures_by_category"]["gate"] == {"sandbox_violation": 1}
+    assert data["by_check"]["schema"] == {"passed": 1, "total": 2, "rate": 0.5}
+    assert data["by_check_label"] == {"hidden tests": {"passed": 0, "total": 1, "rate": 0.0}}
+    assert data["revisions"]["requests"] == 1 and data["revisions"]["stops"] == {"budget": 1}
+    assert data["cost"]["checks_usd"] == pytest.approx(0.002)

@@ -333,3 +333,244 @@ def test_summary_shows_failures_by_category_and_skips_by_certificate() -> None:
     data = summary.to_dict()
     assert data["checks"]["gate"]["failures"] == {"wrong_output": 1}
     assert data["skips_by_certificate"] == {"cal_a": 1, "cal_b": 1}
+
+
+# --- listed checks, the failure taxonomy, revisions ---------------------------------------------
+
+
+def stage(
+    kind: str,
+    passed: bool,
+    n_passed: int,
+    n_total: int,
+    category: str | None,
+    results: list[dict[str, Any]] | None = None,
+    purpose: str | None = None,
+) -> dict[str, Any]:
+    """One ``checks[]`` entry as ``Trace.check`` writes it."""
+    entry: dict[str, Any] = {
+        "rung": 0,
+        "sample": 0,
+        "kind": kind,
+        "passed": passed,
+        "n_passed": n_passed,
+        "n_total": n_total,
+        "category": category,
+        "isolation": "netns+uid",
+        "ms": 5.0,
+    }
+    if purpose is not None:
+        entry["purpose"] = purpose
+    if results is not None:
+        entry["results"] = results
+    return entry
+
+
+def listed(name: str, passed: bool, category: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One listed check's result as ``CheckResult.to_dict`` writes it."""
+    return {
+        "name": name,
+        "kind": extra.pop("kind", "regex"),
+        "verdict": "pass" if passed else "fail",
+        "passed": passed,
+        "score": float(passed),
+        "category": category,
+        "severity": "error",
+        "needs_revision": not passed,
+        **extra,
+    }
+
+
+#: a request whose schema failure was revised away and served revised; one whose tests and
+#: judge failed, revision running out; a shadow request with a label run
+CHECKED = [
+    {
+        "id": "rcpt_revised",
+        "mode": "cascade",
+        "checks": [
+            stage(
+                "visible", False, 4, 5, "schema_violation",
+                [listed("schema", False, "schema_violation", kind="json_schema"),
+                 listed("request:regex", True)],
+            ),
+            stage(
+                "visible", True, 5, 5, None,
+                [listed("schema", True, kind="json_schema"), listed("request:regex", True)],
+                purpose="revision:1",
+            ),
+            stage("gate", True, 10, 10, None, purpose="revision:1"),
+        ],
+        "revisions": [
+            {
+                "rung": 0,
+                "attempts": [
+                    {"revision": 1, "stage": "visible", "feedback_chars": 80, "passed": True,
+                     "cost_usd": 0.001},
+                ],
+                "stopped": None,
+            }
+        ],
+        "served": {"rung": 0, "verification": "verified", "revision": 1},
+        "cost": {"total_usd": 0.003, "top_rung_usd": 0.01, "probe_usd": 0.0, "checks_usd": 0.0005},
+    },
+    {
+        "id": "rcpt_exhausted",
+        "mode": "cascade",
+        "checks": [
+            stage("visible", False, 1, 2, "wrong_output"),
+            stage("visible", False, 0, 2, "timeout", purpose="revision:1"),
+            stage(
+                "gate", False, 2, 5, "assertion_failed",
+                [listed("judge", False, "judge_rejected", kind="judge", cost_usd=0.002)],
+            ),
+        ],
+        "revisions": [
+            {
+                "rung": 0,
+                "attempts": [{"revision": 1, "stage": "visible", "feedback_chars": 50,
+                              "passed": False, "cost_usd": 0.001}],
+                "stopped": "max_revisions",
+            },
+            {"rung": 1, "attempts": [], "stopped": "not_revisable"},
+        ],
+        "served": {"rung": 1, "verification": "unverified"},
+        "cost": {"total_usd": 0.02, "top_rung_usd": 0.01, "probe_usd": 0.0, "checks_usd": 0.002},
+    },
+    {
+        "id": "rcpt_shadow",
+        "mode": "shadow",
+        "checks": [
+            stage("gate", False, 0, 3, "memory_limit", purpose="label"),
+            stage("gate", True, 3, 3, None),
+        ],
+        "served": {"rung": 0, "verification": "verified"},
+        "cost": {"total_usd": 0.001, "top_rung_usd": 0.01, "probe_usd": 0.0},
+    },
+]  # fmt: skip
+
+
+def test_failed_check_runs_are_counted_in_the_one_taxonomy_per_stage() -> None:
+    """Tests failures map through category_of_test_run (wrong_output → tests_failed,
+    memory_limit → sandbox_violation), listed checks count under their own category, a stage
+    whose tests and a listed check both failed counts both, and label runs count too; the
+    per-kind sandbox categories stay as they were."""
+    summary = summarize(CHECKED)
+    assert summary.category_failures == {
+        "visible": {"schema_violation": 1, "tests_failed": 1, "timeout": 1},
+        "gate": {"tests_failed": 1, "judge_rejected": 1, "sandbox_violation": 1},
+    }
+    assert summary.failures == {
+        "visible": {"schema_violation": 1, "wrong_output": 1, "timeout": 1},
+        "gate": {"assertion_failed": 1, "memory_limit": 1},
+    }
+    assert (summary.visible.passed, summary.visible.total) == (1, 4)
+    assert (summary.gate.passed, summary.gate.total) == (2, 4)
+
+
+def test_pass_rate_per_check_counts_revision_runs_and_keeps_label_runs_apart() -> None:
+    """Per check name: a stage's tests as ``tests`` / ``hidden tests`` (read from the counts when
+    the stage also lists checks), listed checks by name; revision runs count, shadow label runs
+    are counted on their own."""
+    summary = summarize(CHECKED)
+    rates = {name: (r.passed, r.total) for name, r in summary.by_check.items()}
+    assert rates == {
+        "tests": (2, 4),
+        "schema": (1, 2),
+        "request:regex": (2, 2),
+        "hidden tests": (2, 3),
+        "judge": (0, 1),
+    }
+    assert summary.by_check["schema"].rate == pytest.approx(0.5)
+    label = {name: (r.passed, r.total) for name, r in summary.by_check_label.items()}
+    assert label == {"hidden tests": (0, 1)}
+
+
+def test_revision_rate_attempts_served_revised_and_stops() -> None:
+    """Two of three requests made a revision attempt (two attempts, one passed); one served a
+    revised answer; the loops that ended without a pass are counted by why."""
+    summary = summarize(CHECKED)
+    assert (summary.revised, summary.revision_attempts) == (2, 2)
+    assert summary.revision_rate == pytest.approx(2 / 3)
+    assert summary.revision_attempts_passed == 1
+    assert summary.served_revised == 1
+    assert summary.revision_stops == {"max_revisions": 1, "not_revisable": 1}
+    assert summarize(RECORDS).revised == 0 and summarize([]).revision_rate is None
+
+
+def test_checks_cost_is_the_sum_of_cost_checks_usd() -> None:
+    """What judges spent is summed apart from (and still inside) the total."""
+    summary = summarize(CHECKED)
+    assert summary.checks_usd == pytest.approx(0.0025)
+    assert summary.cost_usd == pytest.approx(0.024)
+    assert summarize(RECORDS).checks_usd == 0.0
+
+
+def test_to_dict_carries_the_taxonomy_per_check_rates_revisions_and_checks_cost() -> None:
+    """``--json`` has every new number, and stays strict JSON."""
+    data = json.loads(json.dumps(summarize(CHECKED).to_dict(), allow_nan=False))
+    assert data["failures_by_category"]["gate"] == {
+        "tests_failed": 1, "judge_rejected": 1, "sandbox_violation": 1
+    }  # fmt: skip
+    assert data["by_check"]["hidden tests"] == {
+        "passed": 2, "total": 3, "rate": pytest.approx(2 / 3)
+    }  # fmt: skip
+    assert data["by_check_label"] == {"hidden tests": {"passed": 0, "total": 1, "rate": 0.0}}
+    assert data["revisions"] == {
+        "requests": 2,
+        "rate": pytest.approx(2 / 3),
+        "attempts": 2,
+        "attempts_passed": 1,
+        "served_revised": 1,
+        "stops": {"max_revisions": 1, "not_revisable": 1},
+    }
+    assert data["cost"]["checks_usd"] == pytest.approx(0.0025)
+    empty = summarize([]).to_dict()
+    assert empty["failures_by_category"] == {"visible": {}, "gate": {}}
+    assert empty["by_check"] == {} and empty["revisions"]["rate"] is None
+
+
+def test_malformed_results_revisions_and_costs_are_skipped_not_guessed() -> None:
+    """A ``results`` that is not a list, results entries that are not checks, counts that are
+    not numbers or do not add up, revisions of the wrong shape, and non-numeric or absurd
+    ``served.revision`` / ``cost.checks_usd``: each is left out of what it would feed."""
+    records: list[dict[str, Any]] = [
+        # results not a list: the stage still counts by kind, but stands for no named runs
+        {"checks": [{"kind": "gate", "passed": False, "category": "timeout", "results": "x"}]},
+        # a malformed entry among the results and string counts: the tests cannot be read
+        # from the counts, the well-formed listed check still counts
+        {
+            "checks": [
+                stage("visible", False, 4, 5, "wrong_output",
+                      [listed("schema", False, "schema_violation"), None,
+                       listed("odd", True) | {"passed": "yes"}])
+                | {"n_total": "5"}
+            ]
+        },
+        # counts that do not add up, a listed check without a name or a category
+        {"checks": [stage("visible", False, 9, 3, None, [{"passed": False}])]},
+        # tests alone without a category; an entry without passed; an unknown kind
+        {"checks": [{"kind": "visible", "passed": False}, {"kind": "visible"},
+                    {"kind": "probe", "passed": False, "category": "timeout"}]},
+        {"revisions": "many"},
+        {"revisions": [None, {"attempts": "x", "stopped": None},
+                       {"attempts": [None, 3, {"passed": "yes"}], "stopped": 7}]},
+        {"served": {"revision": True}, "cost": {"checks_usd": "0.1"}},
+        {"served": {"revision": "2"}, "cost": {"checks_usd": True}},
+        {"served": {"revision": -1}, "cost": {"checks_usd": float("inf")}},
+        {"served": {"revision": 0}, "cost": {"checks_usd": 1e300}},
+        {"served": "revised", "cost": []},
+    ]  # fmt: skip
+    summary = summarize(records)
+    assert summary.n == len(records)
+    assert summary.category_failures == {
+        "visible": {"schema_violation": 1, MISSING: 2},
+    }
+    rates = {name: (r.passed, r.total) for name, r in summary.by_check.items()}
+    assert rates == {"schema": (0, 1), MISSING: (0, 1), "tests": (0, 1)}
+    assert summary.failures == {"gate": {"timeout": 1}, "visible": {"wrong_output": 1, MISSING: 2}}
+    assert summary.revised == summary.revision_attempts == 1
+    assert summary.revision_attempts_passed == 0
+    assert summary.revision_stops == {"7": 1}
+    assert summary.served_revised == 0
+    assert summary.checks_usd == 0.0
+    json.dumps(summary.to_dict(), allow_nan=False)

@@ -11,7 +11,9 @@ they come from the operator's config alone.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +32,7 @@ __all__ = [
     "CheckDef",
     "JudgeBinding",
     "build_check",
+    "checks_digest",
     "field_path",
     "parse_check",
     "parse_checks",
@@ -180,6 +183,17 @@ def field_path(parent: str, field: str) -> str:
     if not parent or field.startswith("["):
         return f"{parent}{field}"
     return f"{parent}.{field}"
+
+
+def checks_digest(defs: Sequence[CheckDef]) -> str | None:
+    """``sha256:`` over the definitions as written (None for none): what a certificate records
+    of the visible checks its probes were scored by, so changing them voids it."""
+    if not defs:
+        return None
+    canonical = json.dumps(
+        [d.raw for d in defs], sort_keys=True, separators=(",", ":"), default=str
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def build_check(defn: CheckDef, judges: JudgeResolver | None = None) -> Check:

@@ -39,7 +39,7 @@ import json, os, resource, sys
 lim = json.loads(sys.argv[1])
 for name, value in lim.items():
     resource.setrlimit(getattr(resource, name), (value, value))
-os.execv(sys.argv[2], sys.argv[2:])
+os.execve(sys.argv[2], sys.argv[2:], {})  # not os.environ: Python may have set LC_CTYPE
 """
 
 #: stdout beyond this is not a verdict

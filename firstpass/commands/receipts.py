@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from firstpass.errors import FirstpassError, ReceiptError
-from firstpass.receipts import ReceiptSummary, find_receipt, summarize, verify_chain
+from firstpass.receipts import CheckRate, ReceiptSummary, find_receipt, summarize, verify_chain
 
 #: where ``show`` looks when neither ``--path`` nor a loadable config says
 DEFAULT_PATH = Path("receipts.jsonl")
@@ -63,9 +63,10 @@ def register(subparsers: Any) -> None:
 
     summary = actions.add_parser(
         "summary",
-        help="counts by action, check pass rates, cost, latency percentiles",
-        description="Summarise a receipt log: actions, check pass rates, cost against the "
-        "top-rung counterfactual, p50/p95 latency, probe regimes and labels. The hash chain is "
+        help="counts by action, check pass rates, failures, revisions, cost, latency",
+        description="Summarise a receipt log: actions, check pass rates (per stage and per "
+        "check), failures by category, the revision rate, cost against the top-rung "
+        "counterfactual, p50/p95 latency, probe regimes and labels. The hash chain is "
         "verified as well: when it does not hold, the summary still prints, with a warning on "
         "stderr naming the first bad line.",
     )
@@ -169,6 +170,20 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
         if failed:
             line += f"; failures by category: {_counts(failed)}"
         lines.append(line)
+    for name in ("visible", "gate"):
+        taxonomy = summary.category_failures.get(name)
+        if taxonomy:
+            lines.append(f"{name} failures by taxonomy category: {_counts(taxonomy)}")
+    if summary.by_check or summary.by_check_label:
+        lines.append("pass rate by check:")
+        for name in {**summary.by_check, **summary.by_check_label}:
+            counted = summary.by_check.get(name)
+            line = f"  {name}: " + ("no runs" if counted is None else _rate(counted))
+            label = summary.by_check_label.get(name)
+            if label is not None:
+                line += f"; shadow label runs {_rate(label)}"
+            lines.append(line)
+    lines.append(_revisions(summary))
     if summary.verifications:
         lines.append(f"served answers: {_counts(summary.verifications)}")
     if summary.skips_by_certificate:
@@ -179,6 +194,8 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
         cost += f" vs ${summary.top_rung_usd:.4f} always calling the top rung ({saved:.1%} saved)"
     if summary.probe_usd:
         cost += f"; probes ${summary.probe_usd:.4f}"
+    if summary.checks_usd:
+        cost += f"; checks ${summary.checks_usd:.4f}"
     lines.append(cost)
     if summary.latency_p50_ms is None or summary.latency_p95_ms is None:
         lines.append("latency: no timings")
@@ -196,6 +213,29 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
             f"gate labels: {summary.labelled} labelled, {summary.label_passed} passed the gate"
         )
     return "\n".join(lines)
+
+
+def _rate(rate: CheckRate) -> str:
+    share = f" ({rate.rate:.1%})" if rate.rate is not None else ""
+    return f"{rate.passed}/{rate.total} passed{share}"
+
+
+def _revisions(summary: ReceiptSummary) -> str:
+    """The revision loop in one line: how many requests it revised, attempts, served revised
+    answers, and why loops stopped short."""
+    if not (summary.revised or summary.served_revised or summary.revision_stops):
+        return "revisions: none"
+    rate = summary.revision_rate
+    share = f" ({rate:.1%})" if rate is not None else ""
+    attempts = "attempt" if summary.revision_attempts == 1 else "attempts"
+    line = (
+        f"revisions: {summary.revised} of {summary.n} requests revised{share}, "
+        f"{summary.revision_attempts} {attempts} ({summary.revision_attempts_passed} passed), "
+        f"{summary.served_revised} served a revised answer"
+    )
+    if summary.revision_stops:
+        line += f"; stopped: {_counts(summary.revision_stops)}"
+    return line
 
 
 def _counts(counts: Any) -> str:

@@ -131,6 +131,9 @@ class Certificate:
     n: int = 0
     skipped: int = 0
     failures: int = 0
+    #: the digest of the route's listed visible checks the probes were scored by (None: tests
+    #: only); ``RouteConfig.visible_checks_digest``
+    visible_checks: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The entry of the calibration file's ``certificates`` list (``id`` and ``path`` are
@@ -151,6 +154,7 @@ class Certificate:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "given": [g.to_dict() for g in self.given],
+            **({"visible_checks": self.visible_checks} if self.visible_checks else {}),
             "n": self.n,
             "skipped": self.skipped,
             "failures": self.failures,
@@ -363,6 +367,7 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: Any) -> Certif
         n=_count(c.get("n")),
         skipped=_count(c.get("skipped")),
         failures=_count(c.get("failures")),
+        visible_checks=_optional(c, "visible_checks", where, path, at, str),
     )
 
 
@@ -381,6 +386,7 @@ class Policy:
     delta: float | None
     temperature: float | None  # the route's: what its probes are drawn at
     given: tuple[Given, ...]
+    visible_checks: str | None = None  # the route's listed visible checks' digest
 
 
 def licence_for(policy: Policy, files: Sequence[CertificateFile]) -> Licence:
@@ -462,11 +468,17 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
         ("candidate_rule", rule, cert.candidate_rule),
         ("k", p.k, cert.k),
         ("escalate_at", p.escalate_at, cert.escalate_at),
+        ("visible_checks", p.visible_checks, cert.visible_checks),
     ]
     for key, mine, theirs in pairs:
         if mine != theirs:
             what = f"{key} = {_show(mine)} here, but it was computed for {key} = {_show(theirs)}"
             advice = _RECALIBRATE
+            if key == "visible_checks":
+                what = (
+                    "the route's visible checks are not the ones its probes were scored by "
+                    f"(digest {_show(mine)} here, {_show(theirs)} in the certificate)"
+                )
             if key == "model" and theirs is None:
                 advice = (
                     "The calibration names no model (a study without --model): calibrate it "

@@ -121,6 +121,7 @@ def bind_licences(
                 delta=elastic.delta,
                 temperature=route.temperature,
                 given=tuple(given),
+                visible_checks=route.visible_checks_digest,
             )
             licence = licence_for(policy, elastic.files)
             if elastic.mode == "enforce" and licence.key is not None:
@@ -129,6 +130,8 @@ def bind_licences(
                     key = f"route[{route_index}].ladder[{index}]"
                 elif licence.key == "temperature":
                     key = f"route[{route_index}].temperature"
+                elif licence.key == "visible_checks":
+                    key = f"route[{route_index}].visible_checks"
                 raise ConfigError(key, f"{licence.problem}. {licence.advice}")
             licences[(route.name, index)] = licence
             cert = licence.certificate

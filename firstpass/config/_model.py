@@ -7,6 +7,7 @@ these objects out. Every field has the default a user gets when the key is absen
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-from firstpass.checks import CheckDef
+from firstpass.checks import CheckDef, checks_digest
 from firstpass.config._certificate import CertificateFile, Licence
 from firstpass.errors import ConfigError
 from firstpass.sandbox._limits import Limits
@@ -192,6 +193,12 @@ class RouteConfig:
     #: the modes a request may ask for besides the configured one (``client_modes``); never
     #: ``enforce`` without a certificate: see ``firstpass.server`` ``resolve_mode``
     client_modes: tuple[str, ...] = ("cascade", "shadow", "passthrough")
+
+    @functools.cached_property
+    def visible_checks_digest(self) -> str | None:
+        """The digest of ``visible_checks`` (``firstpass.checks.checks_digest``): probes record
+        it, certificates carry it, and a certificate made under other visible checks gates."""
+        return checks_digest(self.visible_checks)
 
     def matches(self, model: str) -> bool:
         """True when ``model`` is listed, or the route lists ``*``."""

@@ -66,6 +66,8 @@ class Probe:
     score_name: str = "pass_share"
     #: what a sample had to pass: ``tests`` and the listed visible checks, by name
     visible_checks: tuple[str, ...] = ("tests",)
+    #: the route's listed visible checks' digest (certificates carry it; None: none listed)
+    checks_digest: str | None = None
     #: λ in force at this (route, rung) for this request's mode; None: no certificate, it gates
     lam: float | None = None
     #: the certificate λ comes from (None: uncertified, see ``licence_problem``)
@@ -129,6 +131,11 @@ class Probe:
             **(
                 {"visible_checks": list(self.visible_checks)}
                 if self.visible_checks != ("tests",)
+                else {}
+            ),
+            **(
+                {"visible_checks_digest": self.checks_digest}
+                if self.checks_digest is not None
                 else {}
             ),
             "pass_count": self.pass_count,
@@ -327,6 +334,7 @@ class ElasticRunner:
             calls=completion.calls,
             score_name=score_name,
             visible_checks=tuple(req.checks.names("visible")),
+            checks_digest=req.route.visible_checks_digest,
             lam=lam,
             certificate=cert,
             licence_problem=problem,

@@ -4,6 +4,16 @@ Pure: it takes records (any iterable of dicts, e.g. ``iter_receipts(path)``) and
 Only ``id`` and ``mode`` are guaranteed on a receipt, so every other field is optional here: a
 missing or non-numeric value is left out of the statistic it would feed, never guessed.
 
+Check runs are counted three ways. By stage (``visible``, ``gate``): one run per ``checks[]``
+entry, its ``passed``, and its ``category`` as the receipt has it (the sandbox's finer names for
+tests). By the one failure taxonomy (``firstpass.checks.categories()``), per stage: every failed
+check run inside an entry, its tests under ``category_of_test_run`` of the entry's category and
+each listed check (``results[]``) under its own ``category``. By check name: the stage's tests as
+``tests`` (visible) or ``hidden tests`` (gate), listed checks by their ``name``. The first two
+count every run, shadow label runs (``purpose: "label"``) included; the per-name pass rates leave
+label runs out (``by_check``) and count them apart (``by_check_label``). Revision runs
+(``purpose: "revision:N"``) count everywhere.
+
 Numbers from a log whose hash chain does not verify describe lines nobody vouches for: the
 caller attaches the ``verify_chain`` report (``ReceiptSummary.chain``), and ``warning`` then
 says so, naming the first bad line.
@@ -17,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstpass.checks import category_of_test_run
 from firstpass.receipts._chain import VerifyReport
 
 #: the bucket for receipts that lack the field being counted
@@ -47,6 +58,12 @@ class ReceiptSummary:
 
     ``chain`` is the log's ``verify_chain`` report when the caller checked it (``None``: not
     checked); ``unreadable`` counts lines left out because they are not JSON objects.
+
+    Inside an entry that has ``results``, its tests are read from the counts: ``n_total`` minus
+    the listed checks is how many tests ran, ``n_passed`` minus the listed checks that passed how
+    many of them passed (an entry whose counts or results are malformed contributes no tests run
+    and only its well-formed listed checks). A listed check is counted whatever its severity (a
+    failed ``warning`` is a failed run), as itself: a composite's parts are not runs of their own.
     """
 
     n: int
@@ -72,6 +89,30 @@ class ReceiptSummary:
     verifications: Mapping[str, int] = field(default_factory=dict)
     #: served with the gate skipped, per certificate that licensed it
     skips_by_certificate: Mapping[str, int] = field(default_factory=dict)
+    #: per stage, the failed check runs (tests and listed checks) by taxonomy category
+    category_failures: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: per check name (``tests``, ``hidden tests``, a listed check's name), shadow label runs
+    #: left out
+    by_check: Mapping[str, CheckRate] = field(default_factory=dict)
+    #: the same over shadow label runs only
+    by_check_label: Mapping[str, CheckRate] = field(default_factory=dict)
+    #: receipts where the revision loop made at least one attempt
+    revised: int = 0
+    revision_attempts: int = 0
+    #: revision attempts whose answer then passed its checks
+    revision_attempts_passed: int = 0
+    #: receipts that served a revised answer (``served.revision`` ≥ 1)
+    served_revised: int = 0
+    #: why a rung's revision loop ended without a passing answer (``max_revisions``,
+    #: ``not_revisable``, ``deadline``, ``budget``, ``upstream_error``), per loop
+    revision_stops: Mapping[str, int] = field(default_factory=dict)
+    #: what the checks spent upstream (``cost.checks_usd``: a judge's calls)
+    checks_usd: float = 0.0
+
+    @property
+    def revision_rate(self) -> float | None:
+        """The share of receipts the revision loop made an attempt on (``None``: no receipts)."""
+        return self.revised / self.n if self.n else None
 
     @property
     def warning(self) -> str | None:
@@ -111,12 +152,28 @@ class ReceiptSummary:
                 }
                 for name, rate in (("visible", self.visible), ("gate", self.gate))
             },
+            "failures_by_category": {
+                kind: dict(self.category_failures.get(kind, {})) for kind in ("visible", "gate")
+            },
+            "by_check": {name: _rate_dict(rate) for name, rate in self.by_check.items()},
+            "by_check_label": {
+                name: _rate_dict(rate) for name, rate in self.by_check_label.items()
+            },
+            "revisions": {
+                "requests": self.revised,
+                "rate": self.revision_rate,
+                "attempts": self.revision_attempts,
+                "attempts_passed": self.revision_attempts_passed,
+                "served_revised": self.served_revised,
+                "stops": dict(self.revision_stops),
+            },
             "verifications": dict(self.verifications),
             "skips_by_certificate": dict(self.skips_by_certificate),
             "cost": {
                 "total_usd": self.cost_usd,
                 "top_rung_usd": self.top_rung_usd,
                 "probe_usd": self.probe_usd,
+                "checks_usd": self.checks_usd,
             },
             "latency_ms": {
                 "p50": self.latency_p50_ms,
@@ -152,6 +209,12 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
     counterfactuals: Counter[str] = Counter()
     checks = {"visible": [0, 0], "gate": [0, 0]}
     failures: dict[str, Counter[str]] = {"visible": Counter(), "gate": Counter()}
+    taxonomy: dict[str, Counter[str]] = {"visible": Counter(), "gate": Counter()}
+    by_check: dict[str, list[int]] = {}
+    by_check_label: dict[str, list[int]] = {}
+    revised = revision_attempts = revision_attempts_passed = served_revised = 0
+    revision_stops: Counter[str] = Counter()
+    checks_usd = 0.0
     verifications: Counter[str] = Counter()
     skips: Counter[str] = Counter()
     cost = top = probe_cost = 0.0
@@ -174,17 +237,32 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
             if not isinstance(check, dict):
                 continue
             kind = check.get("kind")
-            if kind not in ("visible", "gate") or not isinstance(check.get("passed"), bool):
+            if kind not in ("visible", "gate"):
+                continue
+            per_name = by_check_label if check.get("purpose") == "label" else by_check
+            for name, passed, category in _runs(check, str(kind)):
+                rate = per_name.setdefault(name, [0, 0])
+                rate[0] += passed
+                rate[1] += 1
+                if not passed:
+                    taxonomy[str(kind)][category] += 1
+            if not isinstance(check.get("passed"), bool):
                 continue
             tally = checks[str(kind)]
             tally[0] += check["passed"]
             tally[1] += 1
             if not check["passed"]:
                 failures[str(kind)][_label(check.get("category"))] += 1
+        attempted, passed_attempts, stops = _revisions(record.get("revisions"))
+        revised += attempted > 0
+        revision_attempts += attempted
+        revision_attempts_passed += passed_attempts
+        revision_stops.update(stops)
         costs = _dict(record.get("cost"))
         cost += _number(costs.get("total_usd")) or 0.0
         top += _number(costs.get("top_rung_usd")) or 0.0
         probe_cost += _number(costs.get("probe_usd")) or 0.0
+        checks_usd += _number(costs.get("checks_usd")) or 0.0
         total_ms = _number(_dict(record.get("timings_ms")).get("total"))
         if total_ms is not None:
             latencies.append(total_ms)
@@ -197,6 +275,7 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
             verifications[verification] += 1
             if verification == "gate_skipped":
                 skips[_label(_skip_certificate(record, served))] += 1
+            served_revised += (_count(served.get("revision")) or 0) > 0
     latencies.sort()
     return ReceiptSummary(
         n=n,
@@ -217,7 +296,83 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
         failures={kind: dict(c.most_common()) for kind, c in failures.items() if c},
         verifications=dict(verifications.most_common()),
         skips_by_certificate=dict(skips.most_common()),
+        category_failures={kind: dict(c.most_common()) for kind, c in taxonomy.items() if c},
+        by_check={name: CheckRate(passed=p, total=t) for name, (p, t) in by_check.items()},
+        by_check_label={
+            name: CheckRate(passed=p, total=t) for name, (p, t) in by_check_label.items()
+        },
+        revised=revised,
+        revision_attempts=revision_attempts,
+        revision_attempts_passed=revision_attempts_passed,
+        served_revised=served_revised,
+        revision_stops=dict(revision_stops.most_common()),
+        checks_usd=checks_usd,
     )
+
+
+#: what a stage's tests are called among the checks, per stage
+_TESTS_NAME = {"visible": "tests", "gate": "hidden tests"}
+
+
+def _runs(check: Mapping[str, Any], kind: str) -> list[tuple[str, bool, str]]:
+    """The check runs one ``checks[]`` entry stands for: ``(name, passed, category)``, the
+    category in the taxonomy (meaningful only on a failure). Without ``results`` the entry is
+    its tests alone; with them, the tests (when the counts say any ran) and each listed check.
+    """
+    results = check.get("results")
+    if results is None or results == []:
+        passed = check.get("passed")
+        if not isinstance(passed, bool):
+            return []
+        return [(_TESTS_NAME[kind], passed, _test_category(check.get("category")))]
+    if not isinstance(results, list):
+        return []
+    listed = [r for r in results if isinstance(r, dict) and isinstance(r.get("passed"), bool)]
+    runs: list[tuple[str, bool, str]] = []
+    n_total, n_passed = _count(check.get("n_total")), _count(check.get("n_passed"))
+    if len(listed) == len(results) and n_total is not None and n_passed is not None:
+        tests_total = n_total - len(listed)
+        tests_passed = n_passed - sum(r["passed"] for r in listed)
+        if tests_total > 0 and 0 <= tests_passed <= tests_total:
+            passed = tests_passed == tests_total
+            runs.append((_TESTS_NAME[kind], passed, _test_category(check.get("category"))))
+    runs.extend((_label(r.get("name")), r["passed"], _label(r.get("category"))) for r in listed)
+    return runs
+
+
+def _test_category(sandbox_category: Any) -> str:
+    """A failed test run's sandbox category in the taxonomy (``MISSING`` when there is none)."""
+    return category_of_test_run(sandbox_category) if isinstance(sandbox_category, str) else MISSING
+
+
+def _revisions(loops: Any) -> tuple[int, int, Counter[str]]:
+    """Of a receipt's ``revisions``: attempts made, attempts that passed, loops by why they
+    stopped (a loop that stopped on a pass, ``stopped: null``, is not counted)."""
+    attempts = passed = 0
+    stops: Counter[str] = Counter()
+    for loop in loops if isinstance(loops, list) else ():
+        if not isinstance(loop, dict):
+            continue
+        tries = loop.get("attempts")
+        for attempt in tries if isinstance(tries, list) else ():
+            if isinstance(attempt, dict):
+                attempts += 1
+                passed += attempt.get("passed") is True
+        stopped = loop.get("stopped")
+        if stopped is not None:
+            stops[_label(stopped)] += 1
+    return attempts, passed, stops
+
+
+def _rate_dict(rate: CheckRate) -> dict[str, Any]:
+    return {"passed": rate.passed, "total": rate.total, "rate": rate.rate}
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative integer count, else ``None``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def _skip_certificate(record: Mapping[str, Any], served: Mapping[str, Any]) -> Any:
