@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -31,6 +33,16 @@ from firstpass.checks import (
 from firstpass.errors import CheckSpecError
 
 REQ = CheckRequest(prompt="task")
+
+
+@pytest.fixture(autouse=True)
+def _loop_never_blocks(request: pytest.FixtureRequest) -> object:
+    """Every async test here fails if a check blocks the event loop (``blockbuster``)."""
+    if not request.node.get_closest_marker("asyncio") and not getattr(
+        request.node.obj, "__code__", None
+    ).co_flags & 0x80:  # not a coroutine function: nothing runs on a loop
+        return None
+    return request.getfixturevalue("blockbuster")
 
 
 def opts(name: str = "c", **kw: object) -> Options:
@@ -220,6 +232,16 @@ def _script(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
+async def command_check(**kw: Any) -> CommandCheck:
+    """Built off the loop, as the server builds it at start (it resolves ``argv[0]``)."""
+    return await asyncio.to_thread(lambda: CommandCheck(**kw))
+
+
+async def script(tmp_path: Path, body: str) -> str:
+    """An executable Python grader (written off the loop: the tests run under blockbuster)."""
+    return await asyncio.to_thread(_script, tmp_path, body)
+
+
 GRADER = """
 import json, os, sys
 doc = json.load(sys.stdin)
@@ -233,7 +255,7 @@ async def test_a_command_decides_from_the_answer_and_the_request_on_stdin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    check = CommandCheck(options=opts(), argv=[_script(tmp_path, GRADER)])
+    check = await command_check(options=opts(), argv=[await script(tmp_path, GRADER)])
     good = await check.run("the answer is 42", CheckRequest(prompt="p"))
     assert good.passed and good.score == 1.0
     bad = await check.run("no", CheckRequest(prompt="p"))
@@ -251,23 +273,26 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 open({str(marker)!r}, "w").write(str(child.pid))
 time.sleep(60)
 """
-    check = CommandCheck(options=opts(), argv=[_script(tmp_path, body)], timeout_s=1.0)
+    check = await command_check(options=opts(), argv=[await script(tmp_path, body)], timeout_s=1.0)
     t0 = time.perf_counter()
     result = await check.run("x", REQ)
     assert time.perf_counter() - t0 < 5
     assert result.verdict == "abstain" and result.category == "timeout" and not result.passed
+    assert await asyncio.to_thread(_reaped, marker), "the command's child outlived the timeout"
+
+
+def _reaped(marker: Path) -> bool:
+    """The process whose pid ``marker`` holds is gone (or a zombie: killed, not yet reaped)."""
     pid = int(marker.read_text())
     for _ in range(50):
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            break
-        # a zombie (killed, not yet reaped by init) is gone for our purpose
+            return True
         if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            break
+            return True
         time.sleep(0.05)
-    else:
-        pytest.fail("the command's child outlived the timeout")
+    return False
 
 
 @pytest.mark.parametrize(
@@ -281,19 +306,19 @@ time.sleep(60)
     ],
 )
 async def test_a_command_that_gives_no_verdict_abstains(tmp_path: Path, body: str, words: str) -> None:
-    check = CommandCheck(options=opts(on_abstain="fail_closed"), argv=[_script(tmp_path, body)])
+    check = await command_check(options=opts(on_abstain="fail_closed"), argv=[await script(tmp_path, body)])
     result = await check.run("x", REQ)
     assert result.verdict == "abstain" and not result.passed and words in result.reason
 
 
 async def test_a_fail_open_command_passes_when_it_abstains(tmp_path: Path) -> None:
-    check = CommandCheck(options=opts(on_abstain="fail_open"), argv=[_script(tmp_path, "raise SystemExit(1)")])
+    check = await command_check(options=opts(on_abstain="fail_open"), argv=[await script(tmp_path, "raise SystemExit(1)")])
     assert (await check.run("x", REQ)).passed
 
 
 async def test_a_command_cannot_use_more_memory_than_its_limit(tmp_path: Path) -> None:
     body = "x = bytearray(900 * 1024 * 1024)\nprint('{\"verdict\": \"pass\"}')"
-    check = CommandCheck(options=opts(), argv=[_script(tmp_path, body)], memory_mb=256)
+    check = await command_check(options=opts(), argv=[await script(tmp_path, body)], memory_mb=256)
     assert (await check.run("x", REQ)).verdict == "abstain"
 
 

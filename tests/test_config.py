@@ -113,11 +113,12 @@ def test_default_toml_labels_demo_prices_as_made_up() -> None:
 
 
 def test_default_toml_shows_every_promised_example() -> None:
-    """Commented examples exist for elastic, OpenAI, vLLM, Ollama, Groq and route checks."""
+    """Commented examples exist for elastic, OpenAI, vLLM, Ollama, Groq, route checks and listed
+    checks with revision."""
     names = set(example_blocks())
     assert names == {
         "elastic verification", "OpenAI", "a local vLLM server", "Ollama", "Groq",
-        "a route with its own checks",
+        "a route with its own checks", "a route with listed checks and revision",
     }  # fmt: skip
     assert 'base_url = "http://127.0.0.1:11434/v1"' in example_blocks()["Ollama"]
     assert "honours_n = false" in example_blocks()["Ollama"]

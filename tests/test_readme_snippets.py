@@ -51,6 +51,7 @@ RUN = {
     "test-spec-shapes",
     "config-errors",
     "calibration",
+    "checks-python",
 }
 
 PORT_IN_README = "127.0.0.1:8787"
@@ -325,3 +326,18 @@ def test_calibration_snippet_labels_the_demo_and_reports_what_it_certifies(clone
     assert "hash chain verified" in report and "none certified" in report, report
     doc = json.loads((clone / "calibration.json").read_text())
     assert doc["certificates"] == [] and doc["uncertified"], doc
+
+
+def test_checks_python_snippet_prints_what_its_comment_says(clone: Path) -> None:
+    """The library example runs as printed and prints the line its last comment shows."""
+    block = snippet("checks-python")
+    expected = block.text.strip().splitlines()[-1].removeprefix("# ")
+    done = subprocess.run(
+        [str(clone / ".venv" / "bin" / "python"), "-c", block.text],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected

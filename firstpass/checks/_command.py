@@ -102,32 +102,39 @@ class CommandCheck:
 
     async def run(self, answer: str, request: CheckRequest) -> CheckResult:
         payload = json.dumps({"answer": answer, "request": request.to_json()}).encode()
-        with tempfile.TemporaryDirectory(prefix="firstpass-command-") as workdir:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-c",
-                    _LAUNCHER,
-                    json.dumps(self._limits()),
-                    *self.argv,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.DEVNULL,
-                    env={},
-                    cwd=workdir,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                return self._abstain(f"could not start {self.argv[0]}: {exc.strerror}")
-            try:
-                out = await asyncio.wait_for(self._talk(proc, payload), self.timeout_s)
-            except TimeoutError:
-                return self._abstain(f"no verdict within {self.timeout_s:g} s", "timeout")
-            finally:
-                _kill_group(proc.pid)
-                await proc.wait()
+        # a fresh empty working directory, made and removed off the event loop
+        workdir = await asyncio.to_thread(tempfile.mkdtemp, prefix="firstpass-command-")
+        try:
+            return await self._run_in(workdir, payload)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+
+    async def _run_in(self, workdir: str, payload: bytes) -> CheckResult:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _LAUNCHER,
+                json.dumps(self._limits()),
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                env={},
+                cwd=workdir,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return self._abstain(f"could not start {self.argv[0]}: {exc.strerror}")
+        try:
+            out = await asyncio.wait_for(self._talk(proc, payload), self.timeout_s)
+        except TimeoutError:
+            return self._abstain(f"no verdict within {self.timeout_s:g} s", "timeout")
+        finally:
+            _kill_group(proc.pid)
+            await proc.wait()
         if len(out) > OUTPUT_MAX:
             return self._abstain(f"printed more than {OUTPUT_MAX} bytes")
         if proc.returncode != 0:
