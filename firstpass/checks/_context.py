@@ -9,11 +9,11 @@ catch answers that ignore the context altogether, and a judge or a schema for mo
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 
 from firstpass.checks._base import CheckRequest, Options
+from firstpass.checks._offload import off_loop
 from firstpass.checks._result import CheckResult
 from firstpass.errors import CheckSpecError
 
@@ -78,7 +78,7 @@ class ContextCheck:
                 reasons=("no context in the request: nothing to compare (not a verification)",),
             )
         if len(answer) + sum(map(len, request.context)) > 100_000:  # tokenizing is CPU work
-            return await asyncio.to_thread(self._compare, answer, request.context)
+            return await off_loop(self._compare, answer, request.context)
         return self._compare(answer, request.context)
 
     def _compare(self, answer: str, context: tuple[str, ...]) -> CheckResult:

@@ -27,6 +27,7 @@ from jsonschema import ValidationError, validators
 from jsonschema.protocols import Validator
 
 from firstpass.checks._base import CheckRequest, Options
+from firstpass.checks._offload import off_loop
 from firstpass.checks._result import CheckResult
 from firstpass.checks._text import REGEX_TIMEOUT_S
 from firstpass.errors import CheckSpecError
@@ -146,7 +147,7 @@ class JsonSchemaCheck:
     async def run(self, answer: str, request: CheckRequest) -> CheckResult:
         try:
             return await asyncio.wait_for(
-                asyncio.to_thread(self._run, answer), timeout=VALIDATE_TIMEOUT_S
+                off_loop(self._run, answer), timeout=VALIDATE_TIMEOUT_S
             )
         except TimeoutError:
             return self.options.result(

@@ -7,13 +7,13 @@ forever. Matching runs off the event loop.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import regex
 
 from firstpass.checks._base import CheckRequest, Options
+from firstpass.checks._offload import off_loop
 from firstpass.checks._result import CheckResult
 from firstpass.errors import CheckSpecError
 
@@ -115,7 +115,7 @@ class RegexCheck:
         return self.options.name
 
     async def run(self, answer: str, request: CheckRequest) -> CheckResult:
-        return await asyncio.to_thread(self._run, answer)
+        return await off_loop(self._run, answer)
 
     def _run(self, answer: str) -> CheckResult:
         compiled: tuple[tuple[str, int, regex.Pattern[str]], ...] = self.__dict__["_compiled"]
