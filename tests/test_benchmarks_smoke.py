@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from benchmarks import ablation, datasets, elastic_vs_uniform, probe_study
+from benchmarks import (
+    ablation,
+    checks_bench,
+    datasets,
+    elastic_vs_uniform,
+    probe_study,
+    revision_study,
+)
 
 pytestmark = [pytest.mark.data, pytest.mark.timeout(240)]
 
@@ -131,3 +138,52 @@ def test_ablation_reports_each_step_against_the_one_before(
         assert split["policies"]["B + visible tests"]["gate_runs"] == 0
         assert {"B + visible tests - A model only", "C + gate - B + visible tests"} <= set(split["paired"])
     assert "E + revision loop" in doc["steps"]
+
+
+def test_revision_study_walks_the_ladder_for_every_r_under_both_check_settings(
+    converted: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    """revision_study reports r = 0..2 per check setting, paired: more retries never lower the
+    cheap rung's pass chance, the gate-as-oracle setting serves nothing wrong as verified."""
+    out = tmp_path / "revision.json"
+    argv = [
+        "--converted", str(converted), "--ladder", f"{CHEAP},{TOP}", "--max-r", "2",
+        "--draws", "20", "--seed", "0", "--json", str(out), "--cache-dir", str(cache_dir),
+    ]
+    assert revision_study.main(argv) == 0
+    doc = json.loads(out.read_text())
+    (ladder,) = doc["ladders"]
+    assert ladder["ladder"] == [CHEAP, TOP] and ladder["n_tasks"] >= 1
+    table = ladder["table"]
+    assert set(table) == {f"{s}|{r}" for s in revision_study.SETTINGS for r in range(3)}
+    for setting in revision_study.SETTINGS:
+        rows = [table[f"{setting}|{r}"] for r in range(3)]
+        assert rows[0]["served_retry"] == 0 and rows[0]["d_correct"] == 0
+        assert rows[0]["rung0_verified"] == rows[0]["first_verified"]
+        within = [row["rung0_verified"] for row in rows]
+        assert within == sorted(within), "a further attempt on rung 0 can only add passes"
+        assert all(1 <= row["calls"] <= 2 * (1 + r) for r, row in enumerate(rows))
+    assert all(table[f"visible+gate|{r}"]["wrong_verified"] == 0 for r in range(3))
+    assert all(table[f"visible|{r}"]["gate_runs"] == 0 for r in range(3))
+
+
+def test_checks_bench_times_every_kind_and_the_paired_proxy_paths(tmp_path: Path) -> None:
+    """checks_bench gives every check its expected verdict, and each end-to-end path is answered
+    200 the way it is meant to be (pass-through vs. served after checks)."""
+    out = tmp_path / "checks.json"
+    argv = [
+        "--iters", "20", "--command-iters", "2", "--requests", "40", "--rounds", "2",
+        "--concurrency", "1,4", "--json", str(out),
+    ]
+    assert checks_bench.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert len(doc["micro"]) >= 8
+    for row in doc["micro"]:
+        assert row["verdict"] == row["expected"], row["case"]
+        assert row["n"] >= 1 and row["p50_us"] > 0
+    assert doc["e2e_seen"]["passthrough"] == "200 passthrough"
+    for path in checks_bench.PATHS[2:]:
+        assert doc["e2e_seen"][path] == "200 served", path
+    for by_path in doc["e2e"].values():
+        assert set(by_path) == set(checks_bench.PATHS)
+        assert all(set(r["statuses"]) == {"200"} for r in by_path.values())

@@ -84,6 +84,20 @@ def _pattern_properties(
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
+def _is_pattern(value: object) -> bool:
+    if isinstance(value, str):
+        regex.compile(value)  # raises regex.error: the metaschema check reports it
+    return True
+
+
+def _metaschema_formats() -> jsonschema.FormatChecker:
+    """The metaschema check's formats, with ``regex`` judged by the engine that will run the
+    patterns: Python's ``re`` refuses ``\\p{Letter}``, which ``regex`` (and ECMA 262) accept."""
+    checker = jsonschema.FormatChecker()
+    checker.checks("regex", raises=regex.error)(_is_pattern)
+    return checker
+
+
 def _validator_class(schema: Mapping[str, Any]) -> type[Validator]:
     named = schema.get("$schema", _NOT_FOUND)
     cls: Any = validators.validator_for(schema, default=_NOT_FOUND)
@@ -129,7 +143,7 @@ class JsonSchemaCheck:
             raise CheckSpecError("assert_formats", "expected true or false")
         base = _validator_class(schema)
         try:
-            base.check_schema(schema)
+            base.check_schema(schema, format_checker=_metaschema_formats())
         except jsonschema.SchemaError as exc:
             where = "schema" + "".join(
                 f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path
