@@ -204,6 +204,8 @@ def receipt_values(
         raise bad(path, lineno, f'"{where}.gate_label" must be true, false or null, got {label!r}')
     if probe.get("logit_bias"):
         return "drawn with logit_bias (no certificate covers it)"
+    if probe.get("request_checks"):
+        return "scored with the request's own checks (no certificate covers it)"
     recorded = recorded_score(probe)
     if not isinstance(recorded, str):
         raise bad(path, lineno, f'"probe.score.name" must be a string, got {recorded!r}')

@@ -63,6 +63,7 @@ class _Probe(msgspec.Struct, gc=False):
     top_p: Any = None
     logit_bias: Any = None
     visible_checks_digest: Any = None
+    request_checks: Any = None
 
 
 class _Decision(msgspec.Struct, gc=False):
@@ -103,6 +104,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             and 1 <= k <= MAX_K
             and _pass_share_recorded(probe.score)
             and probe.logit_bias is None
+            and probe.request_checks is None
         ):
             key = context_key(
                 route,
@@ -129,6 +131,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             "top_p": probe.top_p,
             "logit_bias": probe.logit_bias,
             "visible_checks_digest": probe.visible_checks_digest,
+            "request_checks": probe.request_checks,
         }
     if decision is not None:
         record["decision"] = {"gate_label": decision.gate_label}
@@ -149,6 +152,7 @@ _pscore, _name = attrgetter("score"), attrgetter("name")
 _provider, _model = attrgetter("provider"), attrgetter("model")
 _temperature, _top_p = attrgetter("temperature"), attrgetter("top_p")
 _logit_bias, _digest = attrgetter("logit_bias"), attrgetter("visible_checks_digest")
+_request_checks = attrgetter("request_checks")
 
 
 def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
@@ -166,7 +170,7 @@ def _columns(rows: list[_Receipt]) -> tuple[list[Any], ...] | None:
             return None
     elif set(map(_name, scores)) != {PASS_SHARE}:
         return None
-    if set(map(_logit_bias, probes)) != {None}:
+    if set(map(_logit_bias, probes)) != {None} or set(map(_request_checks, probes)) != {None}:
         return None
     ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
     keys = _keys(rows, probes)

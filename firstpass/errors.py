@@ -145,4 +145,3 @@ class ChainError(ReceiptError):
 
 class CalibrationError(FirstpassError):
     """Calibration cannot run on this input or with these parameters."""
-

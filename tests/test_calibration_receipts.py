@@ -321,3 +321,12 @@ def test_receipts_scored_by_two_sets_of_visible_checks_are_refused(tmp_path: Pat
     path = write_chain(tmp_path / "r.jsonl", records)
     with pytest.raises(CalibrationError, match="2 different sets of visible checks"):
         calibrate(read_receipts([path]), Settings(alpha=0.1, delta=0.05))
+
+
+def test_probes_scored_with_a_requests_own_checks_are_left_out(tmp_path: Path) -> None:
+    """A client could add checks that every sample passes and so push λ down for everyone."""
+    records = [shadow(5, 5, True)] * 300 + [shadow(5, 5, False, request_checks=["request:basic"])] * 50
+    path = write_chain(tmp_path / "r.jsonl", records)
+    data = read_receipts([path])
+    assert data.n == 300
+    assert data.source.skipped == {"scored with the request's own checks (no certificate covers it)": 50}

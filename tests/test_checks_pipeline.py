@@ -245,7 +245,9 @@ def test_revision_is_bounded_when_the_model_never_improves(live_stack: Any) -> N
     second = stack.stub.completions[1].body["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert second[1]["content"] == INVALID
-    assert "$.id: 'seven' is not of type 'integer'" in second[2]["content"]
+    # a gate's reasons can hold the answer: the model hears which check failed and how, only
+    assert "order (json_schema) failed: the answer's JSON does not validate" in second[2]["content"]
+    assert "seven" not in second[2]["content"]
     assert len(stack.stub.completions[2].body["messages"]) == 5
     (receipt,) = stack.receipts_list()
     (loop,) = [r for r in receipt["revisions"] if r["rung"] == 0]
@@ -254,6 +256,30 @@ def test_revision_is_bounded_when_the_model_never_improves(live_stack: Any) -> N
     assert all(a["feedback_chars"] > 0 and a["cost_usd"] > 0 for a in loop["attempts"])
     calls = [(c["rung"], c["purpose"]) for c in receipt["upstream_calls"]]
     assert calls == [(0, "attempt"), (0, "revision"), (0, "revision"), (1, "attempt")]
+
+
+def test_a_route_may_let_revision_quote_its_gate_reasons(live_stack: Any) -> None:
+    route = {**SCHEMA_GATE, "revision": {"max_revisions": 1, "gate_reasons": True}}
+    stack = live_stack(route_extra=route)
+    stack.stub.script(Reply.ok(INVALID), Reply.ok(VALID), model=CHEAP)
+    text, _ = served(ask(stack))
+    assert text == VALID
+    feedback = stack.stub.completions[1].body["messages"][-1]["content"]
+    assert "$.id: 'seven' is not of type 'integer'" in feedback
+
+
+def test_a_const_in_a_gate_schema_never_reaches_the_model(live_stack: Any) -> None:
+    """The gate's expected value must not be handed to the model it is checking."""
+    route = {
+        "gate_checks": [{"kind": "json_schema", "schema": {"properties": {"total": {"const": 4217}}}}],
+        "revision": {"max_revisions": 1},
+    }
+    stack = live_stack(route_extra=route)
+    stack.stub.script(Reply.ok('{"total": 1}'), Reply.ok('{"total": 2}'), model=CHEAP)
+    stack.stub.script(Reply.ok('{"total": 3}'), Reply.ok('{"total": 4}'), model=STRONG)
+    ask(stack)
+    for call in stack.stub.completions:
+        assert "4217" not in json.dumps(call.body)
 
 
 def test_revision_serves_the_answer_fixed_on_the_second_try(live_stack: Any) -> None:
@@ -440,3 +466,46 @@ def test_shadow_receipts_record_the_visible_checks_digest_for_calibration(
     ask(stack)
     (receipt,) = stack.receipts_list()
     assert receipt["probe"]["visible_checks_digest"] == SCHEMA_DIGEST
+
+
+def test_shadow_revises_within_a_budget_exactly_as_the_cascade_does(live_stack: Any) -> None:
+    """The budget counts what the cascade would have spent: one sample of the k-sample probe,
+    so shadow serves what the cascade serves even with max_cost_usd set."""
+    route = {**SCHEMA_VISIBLE, "revision": {"max_revisions": 2, "max_cost_usd": 0.0012}}
+    loops = []
+    for mode in ("cascade", "shadow"):
+        elastic = elastic_block("shadow") if mode == "shadow" else None
+        stack = live_stack(route_extra=route, elastic=elastic)
+        first = (
+            Reply.ok(*[INVALID] * 5, usage=(1000, 5000))  # the probe: $0.00042 a sample
+            if mode == "shadow"
+            else Reply.ok(INVALID, usage=(1000, 1000))  # one cascade call: $0.0005
+        )
+        stack.stub.script(first, *[Reply.ok(INVALID, usage=(1000, 1000))] * 2, model=CHEAP)
+        stack.stub.script(Reply.ok(VALID), model=STRONG)
+        text, _ = served(ask(stack))
+        assert text == VALID
+        (receipt,) = stack.receipts_list()
+        loops.append([(r["rung"], len(r["attempts"]), r["stopped"]) for r in receipt["revisions"]])
+    assert loops[0] == loops[1] == [(0, 1, "budget")]
+
+
+def test_a_request_adding_checks_on_a_route_checks_route_still_gets_the_route_tests(
+    live_stack: Any,
+) -> None:
+    """Adding a check must not drop the route's own tests (a wrong answer would then pass)."""
+    from tests.add_task import GOOD, TESTS, WRONG
+
+    route = {
+        "without_checks": "route_checks",
+        "checks": {"visible": TESTS["tests"]["visible"], "entry_point": "add"},
+    }
+    stack = live_stack(route_extra=route)
+    stack.stub.script(Reply.ok(WRONG), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    text, fp = served(ask(stack, {"checks": [{"kind": "basic"}]}))
+    assert text == GOOD and fp["action"] == "escalated"
+    (receipt,) = stack.receipts_list()
+    first = receipt["checks"][0]
+    assert first["passed"] is False and first["category"] == "assertion_failed"
+    assert [r["name"] for r in first["results"]] == ["request:basic"]

@@ -27,6 +27,7 @@ from firstpass.checks._command import CommandCheck
 from firstpass.checks._composite import Composite, run_all
 from firstpass.checks._context import ContextCheck, content_words
 from firstpass.checks._judge import JUDGE_SYSTEM, Grader, JudgeCheck, judge_messages
+from firstpass.checks._offload import off_loop
 from firstpass.checks._result import CheckResult, OnAbstain, Severity, Verdict, combine
 from firstpass.checks._schema import JsonSchemaCheck, extract_json
 from firstpass.checks._taxonomy import (
@@ -72,6 +73,7 @@ __all__ = [
     "field_path",
     "is_category",
     "judge_messages",
+    "off_loop",
     "parse_check",
     "parse_checks",
     "register_category",

@@ -125,19 +125,20 @@ def combine(
     severity: Severity = "error",
 ) -> CheckResult:
     """Several results as one: with ``all`` it passes when no part fails blockingly (a
-    ``warning`` part never fails it), with ``any`` when one part passes. Scores average,
-    reasons concatenate (each prefixed by its part's name), and the category is the first
-    blocking part's. Nothing to combine passes vacuously under ``all`` and fails under ``any``.
+    ``warning`` part never fails it), with ``any`` when one part passes (or every part is a
+    warning). Each part's ``passed`` already applies its own ``on_abstain``, so the whole is
+    ``pass`` or ``fail``, never an abstention whose rule would override theirs. Scores
+    average, reasons concatenate (each prefixed by its part's name), and the category is the
+    first blocking part's. Nothing to combine passes under ``all`` and fails under ``any``.
     """
-    counted = [r for r in results if r.severity == "error"] or list(results)
+    errors = [r for r in results if r.severity == "error"]
     if mode == "all":
-        failing = [r for r in counted if not r.passed]
+        failing = [r for r in errors if not r.passed]
         passed = not failing
     else:
-        failing = [] if any(r.passed for r in counted) else list(counted)
-        passed = bool(counted) and not failing
-    abstained = not passed and all(r.verdict == "abstain" for r in failing)
-    verdict: Verdict = "pass" if passed else ("abstain" if abstained else "fail")
+        passed = any(r.passed for r in results) or (bool(results) and not errors)
+        failing = [] if passed else errors
+    verdict: Verdict = "pass" if passed else "fail"
     reasons = tuple(f"{r.name}: {reason}" for r in results for reason in r.reasons)
     score = sum(r.score for r in results) / len(results) if results else float(passed)
     first = failing[0] if failing else None

@@ -16,83 +16,93 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 import referencing.exceptions
 import regex
-from jsonschema import ValidationError, validators
+from jsonschema import validators
 from jsonschema.protocols import Validator
 
 from firstpass.checks._base import CheckRequest, Options
 from firstpass.checks._offload import off_loop
+from firstpass.checks._patterns import REGEX_TIMEOUT_S, compile_pattern, install_in_jsonschema
 from firstpass.checks._result import CheckResult
-from firstpass.checks._text import REGEX_TIMEOUT_S
 from firstpass.errors import CheckSpecError
 
 __all__ = ["JsonSchemaCheck", "extract_json"]
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-#: the longest validation may take before the check abstains (a backstop to the regex limit)
+#: the longest validation may take before the check abstains (a backstop to the pattern limit)
 VALIDATE_TIMEOUT_S = 5.0
 _NOT_FOUND = object()
 
+# every pattern jsonschema matches goes through the cost check and the time limit
+install_in_jsonschema()
+
+
+class _NotJson(ValueError):
+    """Text ``json.loads`` accepts that is not JSON (``NaN``), or an object with a key twice."""
+
+
+def _no_constant(name: str) -> object:
+    raise _NotJson(f"{name} is not JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _NotJson(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _strict_loads(text: str) -> object:
+    """``json.loads`` of strict JSON: no ``NaN``/``Infinity`` (they pass any numeric bound),
+    no duplicate keys (the last would silently win)."""
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+
 
 def extract_json(answer: str) -> tuple[bool, Any]:
-    """``(True, value)`` for the answer's JSON (whole, else the first fenced block that parses;
-    ```json blocks before other ones), ``(False, None)`` when there is none."""
+    """``(True, value)`` for the answer's one JSON value: the whole answer, else its one fenced
+    block (```json or ```) that parses; ``(False, reason)`` when there is none, when it is not
+    strict JSON, or when several fenced blocks parse (which one is the answer is ambiguous)."""
     text = answer.strip()
     try:
-        return True, json.loads(text)
+        return True, _strict_loads(text)
+    except _NotJson as exc:
+        return False, str(exc)
     except (ValueError, RecursionError):
         pass
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(answer)]
-    blocks.sort(key=lambda b: b[0] != "json")  # stable: ```json first, then the rest in order
-    for _, body in blocks:
+    found: list[Any] = []
+    problem = "the answer is not JSON (nor does a fenced block hold JSON)"
+    for m in _FENCE.finditer(answer):
         try:
-            return True, json.loads(body)
+            found.append(_strict_loads(m.group(2)))
+        except _NotJson as exc:
+            problem = str(exc)
         except (ValueError, RecursionError):
             continue
-    return False, None
-
-
-def _search(pattern: str, text: str) -> bool:
-    try:
-        return regex.search(pattern, text, timeout=REGEX_TIMEOUT_S) is not None
-    except regex.error:
-        return False
-
-
-def _pattern(
-    validator: Validator, patrn: str, instance: object, schema: object
-) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not _search(patrn, str(instance)):
-        yield ValidationError(f"{instance!r} does not match {patrn!r}")
-
-
-def _pattern_properties(
-    validator: Validator, patterns: Mapping[str, object], instance: object, schema: object
-) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    assert isinstance(instance, Mapping)
-    for pattern, subschema in patterns.items():
-        for key, value in instance.items():
-            if _search(pattern, key):
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+    if len(found) == 1:
+        return True, found[0]
+    if len(found) > 1:
+        return False, f"{len(found)} fenced blocks hold JSON: an answer must hold one"
+    return False, problem
 
 
 def _is_pattern(value: object) -> bool:
     if isinstance(value, str):
-        regex.compile(value)  # raises regex.error: the metaschema check reports it
+        compile_pattern(value)  # raises regex.error: the metaschema check reports it
     return True
 
 
 def _metaschema_formats() -> jsonschema.FormatChecker:
     """The metaschema check's formats, with ``regex`` judged by the engine that will run the
-    patterns: Python's ``re`` refuses ``\\p{Letter}``, which ``regex`` (and ECMA 262) accept."""
+    patterns (Python's ``re`` refuses ``\\p{Letter}``, which ``regex`` and ECMA 262 accept),
+    after its cost check."""
     checker = jsonschema.FormatChecker()
     checker.checks("regex", raises=regex.error)(_is_pattern)
     return checker
@@ -103,21 +113,15 @@ def _validator_class(schema: Mapping[str, Any]) -> type[Validator]:
     cls: Any = validators.validator_for(schema, default=_NOT_FOUND)
     if cls is _NOT_FOUND:
         if named is _NOT_FOUND:
-            cls = jsonschema.Draft202012Validator
-        else:
-            raise CheckSpecError(
-                "schema.$schema",
-                f"unknown dialect {named!r}; name a JSON Schema draft (e.g. "
-                '"https://json-schema.org/draft/2020-12/schema") or leave $schema out for 2020-12',
-            )
-    keywords = cls.VALIDATORS
-    overrides: dict[str, Any] = {}
-    if "pattern" in keywords:
-        overrides["pattern"] = _pattern
-    if "patternProperties" in keywords:
-        overrides["patternProperties"] = _pattern_properties
-    extended: type[Validator] = validators.extend(cls, overrides)
-    return extended
+            default: type[Validator] = jsonschema.Draft202012Validator
+            return default
+        raise CheckSpecError(
+            "schema.$schema",
+            f"unknown dialect {named!r}; name a JSON Schema draft (e.g. "
+            '"https://json-schema.org/draft/2020-12/schema") or leave $schema out for 2020-12',
+        )
+    found: type[Validator] = cls
+    return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +156,10 @@ class JsonSchemaCheck:
         except RecursionError as exc:
             raise CheckSpecError("schema", "nested too deeply to be checked") from exc
         checker = base.FORMAT_CHECKER if self.assert_formats else None
-        object.__setattr__(self, "_validator", base(schema, format_checker=checker))
+        # an empty registry: a $ref the schema does not hold is never fetched (jsonschema would
+        # otherwise urlopen it, file:// included)
+        validator = base(schema, format_checker=checker, registry=referencing.Registry())
+        object.__setattr__(self, "_validator", validator)
 
     @property
     def name(self) -> str:
@@ -160,15 +167,15 @@ class JsonSchemaCheck:
 
     async def run(self, answer: str, request: CheckRequest) -> CheckResult:
         try:
-            return await asyncio.wait_for(
-                off_loop(self._run, answer), timeout=VALIDATE_TIMEOUT_S
-            )
+            return await asyncio.wait_for(off_loop(self._run, answer), timeout=VALIDATE_TIMEOUT_S)
         except TimeoutError:
             return self.options.result(
                 self.kind,
                 verdict="abstain",
                 score=0.0,
-                reasons=(f"validation took over {VALIDATE_TIMEOUT_S:g} s",),
+                reasons=(
+                    f"validation took over {VALIDATE_TIMEOUT_S:g} s (still queued or running)",
+                ),
                 category="timeout",
             )
 
@@ -179,7 +186,7 @@ class JsonSchemaCheck:
                 self.kind,
                 verdict="fail",
                 score=0.0,
-                reasons=("the answer is not JSON (nor does a fenced block hold JSON)",),
+                reasons=(str(value),),
                 category="invalid_format",
                 needs_revision=True,
             )
@@ -187,20 +194,20 @@ class JsonSchemaCheck:
         try:
             errors = sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path)))
         except referencing.exceptions.Unresolvable as exc:
-            return self.options.result(
-                self.kind,
-                verdict="abstain",
-                score=0.0,
-                reasons=(f"the schema refers to {exc} which is not in it (never fetched)",),
-                category="check_error",
+            return self._abstain(
+                f"the schema refers to {exc} which is not in it (never fetched)", "check_error"
+            )
+        except TimeoutError:
+            return self._abstain(
+                f"a pattern took over {REGEX_TIMEOUT_S:g} s to search the answer", "timeout"
             )
         except RecursionError:
-            return self.options.result(
-                self.kind,
-                verdict="abstain",
-                score=0.0,
-                reasons=("the answer's JSON is nested too deeply to validate",),
-                category="check_error",
+            return self._abstain(
+                "the answer's JSON is nested too deeply to validate", "check_error"
+            )
+        except Exception as exc:  # a schema jsonschema cannot apply: never a 500
+            return self._abstain(
+                f"the schema could not be applied ({type(exc).__name__}: {exc})", "check_error"
             )
         if not errors:
             return self.options.result(self.kind, verdict="pass", score=1.0)
@@ -212,4 +219,9 @@ class JsonSchemaCheck:
             category="schema_violation",
             needs_revision=True,
             details={"violations": len(errors)},
+        )
+
+    def _abstain(self, reason: str, category: str) -> CheckResult:
+        return self.options.result(
+            self.kind, verdict="abstain", score=0.0, reasons=(reason,), category=category
         )

@@ -14,13 +14,11 @@ import regex
 
 from firstpass.checks._base import CheckRequest, Options
 from firstpass.checks._offload import off_loop
+from firstpass.checks._patterns import REGEX_TIMEOUT_S, compile_pattern
 from firstpass.checks._result import CheckResult
 from firstpass.errors import CheckSpecError
 
 __all__ = ["REGEX_TIMEOUT_S", "BasicCheck", "RegexCheck"]
-
-#: the longest one pattern may search one answer
-REGEX_TIMEOUT_S = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +69,7 @@ def _compile(pattern: object, field: str, flags: int) -> regex.Pattern[str]:
     if not isinstance(pattern, str):
         raise CheckSpecError(field, f"expected a regular expression string, got {pattern!r}")
     try:
-        return regex.compile(pattern, flags | regex.VERSION0)
+        return compile_pattern(pattern, flags)
     except regex.error as exc:
         raise CheckSpecError(field, f"not a valid regular expression: {exc}") from exc
 

@@ -55,7 +55,7 @@ _ROUTE_KEYS = (
     "name", "models", "ladder", "temperature", "on_exhausted", "without_checks", "checks",
     "client_modes", "visible_checks", "gate_checks", "revision",
 )  # fmt: skip
-_REVISION_KEYS = ("max_revisions", "max_cost_usd", "feedback_chars")
+_REVISION_KEYS = ("max_revisions", "max_cost_usd", "feedback_chars", "gate_reasons")
 _CHECKS_KEYS = ("visible", "hidden", "setup", "entry_point")
 _PRICE_KEYS = ("model", "input_per_mtok", "output_per_mtok")
 
@@ -384,7 +384,15 @@ def _revision(table: Mapping[str, Any], p: str) -> Revision | None:
         feedback_chars=f.get_int(
             raw, "feedback_chars", where, default.feedback_chars, lo=200, hi=100_000
         ),
+        gate_reasons=f.get_bool(raw, "gate_reasons", where, default.gate_reasons),
     )
+
+
+def _model_key(name: str) -> tuple[str, str]:
+    """``provider/model`` as a provider would most likely resolve it: case, surrounding spaces
+    and stray slashes do not make another model (``stub/Strong/`` is ``stub/strong``)."""
+    provider, _, model = name.partition("/")
+    return provider.strip().casefold(), model.strip().strip("/").strip().casefold()
 
 
 def _check_judges(
@@ -396,7 +404,7 @@ def _check_judges(
     it judges: maker is not checker."""
     ids = {prov.id for prov in providers}
     for i, route in enumerate(routes):
-        rungs = {rung.name for rung in route.ladder}
+        rungs = {_model_key(rung.name) for rung in route.ladder}
         for key in ("visible_checks", "gate_checks"):
             for j, defn in enumerate(getattr(route, key)):
                 where = f"route[{i}].{key}[{j}].model"
@@ -414,7 +422,7 @@ def _check_judges(
                             f'no [[provider]] with id "{provider}" '
                             f"(known: {', '.join(sorted(ids))})",
                         )
-                    if judge in rungs:
+                    if _model_key(judge) in rungs:
                         raise ConfigError(
                             where,
                             f'"{judge}" is a rung of this route\'s ladder: a model may not judge '

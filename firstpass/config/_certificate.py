@@ -272,7 +272,7 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
         raise _bad(
             where,
             path,
-            "no \"certificates\" list: it was written by an older firstpass and does not record "
+            'no "certificates" list: it was written by an older firstpass and does not record '
             "the route, rung and context its λ holds for. Run `firstpass calibrate` again on "
             "the shadow receipts",
         )
@@ -397,10 +397,7 @@ def licence_for(policy: Policy, files: Sequence[CertificateFile]) -> Licence:
     the problem, naming the key and both values.
     """
     found = [
-        c
-        for f in files
-        for c in f.certificates
-        if c.rung == policy.rung and c.covers(policy.route)
+        c for f in files for c in f.certificates if c.rung == policy.rung and c.covers(policy.route)
     ]
     found.sort(key=lambda c: c.route is None)  # stable: exact route first, file order kept
     if not found:

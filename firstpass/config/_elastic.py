@@ -165,7 +165,7 @@ def _check_enforceable(
         raise ConfigError(
             f"{ELASTIC_PATH}.lambda",
             f"{elastic.lambda_:g} is set by hand, and no calibration certifies it: enforce skips "
-            "the gate only where a certificate licenses it. Keep mode = \"shadow\", run "
+            'the gate only where a certificate licenses it. Keep mode = "shadow", run '
             "`firstpass calibrate --receipts <log> --out calibration.json` on its receipts and "
             "cite that file with `calibration`",
         )

@@ -170,6 +170,8 @@ class Revision:
     max_cost_usd: float | None = None
     #: characters of feedback (reasons, failing tests) quoted back to the model, at most
     feedback_chars: int = 4000
+    #: quote the gate checks' reasons too (off by default: they can hold the answer)
+    gate_reasons: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

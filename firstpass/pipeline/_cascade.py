@@ -37,4 +37,3 @@ class CascadeRunner:
     async def cascade(self, req: RunRequest) -> Concluded:
         result = await self.steps.run_ladder(req, LadderState())
         return self.steps.conclude(req, result)
-

@@ -68,6 +68,8 @@ class Probe:
     visible_checks: tuple[str, ...] = ("tests",)
     #: the route's listed visible checks' digest (certificates carry it; None: none listed)
     checks_digest: str | None = None
+    #: the checks the request added itself (such a probe is never certified, nor calibrated on)
+    request_checks: tuple[str, ...] = ()
     #: λ in force at this (route, rung) for this request's mode; None: no certificate, it gates
     lam: float | None = None
     #: the certificate λ comes from (None: uncertified, see ``licence_problem``)
@@ -138,6 +140,7 @@ class Probe:
                 if self.checks_digest is not None
                 else {}
             ),
+            **({"request_checks": list(self.request_checks)} if self.request_checks else {}),
             "pass_count": self.pass_count,
             "regime": self.regime,
             "score": {"name": self.score_name, "value": self.score},
@@ -335,6 +338,7 @@ class ElasticRunner:
             score_name=score_name,
             visible_checks=tuple(req.checks.names("visible")),
             checks_digest=req.route.visible_checks_digest,
+            request_checks=req.checks.from_request,
             lam=lam,
             certificate=cert,
             licence_problem=problem,

@@ -220,7 +220,13 @@ class Steps:
                 record["stopped"] = stop
                 return
             spec = req.checks.visible if stage == "visible" else req.checks.hidden
-            feedback = feedback_for(stage, result, spec, limit=policy.feedback_chars)
+            feedback = feedback_for(
+                stage,
+                result,
+                spec,
+                limit=policy.feedback_chars,
+                gate_reasons=policy.gate_reasons,
+            )
             messages += [
                 {"role": "assistant", "content": current},
                 {"role": "user", "content": REVISION_PROMPT.format(feedback=feedback)},
@@ -247,7 +253,12 @@ class Steps:
 
     def _revision_room(self, req: RunRequest, max_cost_usd: float | None) -> str | None:
         """Why one more revision does not fit (``deadline``, ``budget``), or None when it does.
-        The next call is assumed to take as long and cost as much as the rung's last one."""
+
+        The next call is assumed to take as long as the rung's last one and to cost one sample
+        of it. Shadow counts the spend the cascade it mirrors would have made (one sample of
+        each probe, no label runs), so it revises exactly when the cascade would; the deadline
+        is the request's own in every mode.
+        """
         last = req.trace.upstream_calls[-1] if req.trace.upstream_calls else None
         if last is None:
             return None
@@ -255,7 +266,9 @@ class Steps:
         left = self.config.server.request_timeout_s - req.trace.elapsed_ms() / 1000.0
         if expected_s >= left:
             return "deadline"
-        if max_cost_usd is not None and req.trace.cost_usd + last["cost_usd"] > max_cost_usd:
+        spent = req.trace.cascade_spend() if req.mode == "shadow" else req.trace.cost_usd
+        one_more = last["cost_usd"] / max(1, last["n"])
+        if max_cost_usd is not None and spent + one_more > max_cost_usd:
             return "budget"
         return None
 
@@ -396,7 +409,7 @@ class Steps:
             ],
         )
         if result.cost_usd:
-            req.trace.check_cost(result.cost_usd)
+            req.trace.check_cost(result.cost_usd, label=purpose == "label")
 
     def content(self, req: RunRequest, served: Served | None) -> dict[str, str] | None:
         if not self.config.receipts.store_content:

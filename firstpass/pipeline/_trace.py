@@ -92,6 +92,7 @@ class Trace:
         #: one entry per rung the revision loop ran on (``Steps.revise``)
         self.revisions: list[dict[str, Any]] = []
         self.checks_cost_usd = 0.0
+        self.label_checks_usd = 0.0
         #: how long the last stage verification took (a revision must fit another like it)
         self.last_check_ms = 0.0
 
@@ -187,10 +188,25 @@ class Trace:
         self.last_check_ms = float(result.wall_ms)
         self.checks.append(entry)
 
-    def check_cost(self, usd_spent: float) -> None:
-        """What a check spent upstream (a judge's call): part of the request's cost."""
+    def check_cost(self, usd_spent: float, *, label: bool = False) -> None:
+        """What a check spent upstream (a judge's call): part of the request's cost;
+        ``label``: spent only to label a shadow receipt."""
         self.cost_usd += usd_spent
         self.checks_cost_usd += usd_spent
+        if label:
+            self.label_checks_usd += usd_spent
+
+    def cascade_spend(self) -> float:
+        """What the plain cascade would have spent so far on the calls shadow made for it: its
+        attempts and revisions, one sample of each probe (the cascade's attempt is sample 0),
+        and the checks it ran; not the calls and checks made only to label the receipt."""
+        calls = 0.0
+        for c in self.upstream_calls:
+            if c["purpose"] == "probe":
+                calls += c["cost_usd"] / max(1, c["n"])
+            elif c["purpose"] in ("attempt", "revision", "passthrough"):
+                calls += c["cost_usd"]
+        return calls + self.checks_cost_usd - self.label_checks_usd
 
     def sandbox_wall(self, ms: float) -> None:
         """Wall time spent waiting for the sandbox (a parallel batch counts once)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from firstpass.checks import CheckResult, Options, tests_result
+from firstpass.checks import CheckResult, Options, category_of_test_run, describe, tests_result
 from firstpass.pipeline._seams import SandboxVerdict
 from firstpass.receipts import sha256_text
 from firstpass.sandbox import SampleResult, TestSpec
@@ -78,10 +78,10 @@ class StageResult:
 
     @property
     def needs_revision(self) -> bool:
-        """A failure the model could fix from the feedback (not a crashed check, a timeout of
-        the machinery...)."""
+        """A failure the model could fix from the feedback: failing tests or missing code, a
+        check that says so; not a sandbox limit, a timeout or a check that could not run."""
         if self.tests is not None and not self.tests.passed:
-            return self.tests.category != "unsupported"
+            return category_of_test_run(self.tests.category) in ("tests_failed", "invalid_format")
         return any(r.needs_revision for r in self.results if r.blocking)
 
 
@@ -96,9 +96,18 @@ def stage_result(
     )
 
 
-def feedback_for(stage: Stage, result: StageResult, spec: TestSpec | None, *, limit: int) -> str:
-    """What the model is told about a failed stage: the visible tests' failing test and error,
-    the hidden tests' counts only, each failing check's reasons; at most ``limit`` characters."""
+def feedback_for(
+    stage: Stage,
+    result: StageResult,
+    spec: TestSpec | None,
+    *,
+    limit: int,
+    gate_reasons: bool = False,
+) -> str:
+    """What the model is told about a failed stage, at most ``limit`` characters: the visible
+    tests' failing test and error and each failing visible check's reasons; of the gate only
+    how much failed and in which category (a gate's reasons can hold the answer: a schema's
+    ``const``, a grader's "expected 5"), unless the route allows them (``gate_reasons``)."""
     parts: list[str] = []
     tests = result.tests
     if tests is not None and not tests.passed:
@@ -110,7 +119,11 @@ def feedback_for(stage: Stage, result: StageResult, spec: TestSpec | None, *, li
         else:
             parts.append(f"{tests.n_total - tests.n_passed} of {tests.n_total} tests failed.")
     for r in result.results:
-        if r.blocking:
+        if not r.blocking:
+            continue
+        if stage == "visible" or gate_reasons:
             parts.append(f"{r.name} ({r.kind}): " + ("; ".join(r.reasons) or "failed"))
+        else:
+            parts.append(f"{r.name} ({r.kind}) failed: {describe(r.category or 'check_error')}.")
     text = "\n".join(p for p in parts if p)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -24,7 +24,7 @@ from firstpass.pipeline import Checks, Outcome, Trace
 from firstpass.receipts import new_receipt_id
 from firstpass.server._errors import error_body, error_response, request_error_for
 from firstpass.server._keys import CONFIG, PARSE_SPEC, PIPELINE, ROUTE_CHECKS, STATE
-from firstpass.server._request import ChatRequest, parse_chat_body
+from firstpass.server._request import ChatRequest, parse_chat_body, with_listed_checks
 from firstpass.server._responses import completion_body, sse_chunks, sse_error
 
 __all__ = [
@@ -36,8 +36,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger("firstpass.server")
-
-
 
 
 def resolve_mode(
@@ -232,11 +230,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     code="model_not_found",
                     type="not_found_error",
                 )
-            checks = chat.checks
-            if not checks.any and route.without_checks == "route_checks":
+            checks = await with_listed_checks(chat.checks, chat.listed_checks)
+            no_tests = checks.visible is None and checks.hidden is None
+            if no_tests and route.without_checks == "route_checks":
+                # the route's tests for a request without its own; its listed checks stay
                 own = app[ROUTE_CHECKS].get(route.name)
                 if own is not None:
-                    checks = dataclasses.replace(own, request=checks.request)
+                    checks = dataclasses.replace(
+                        own,
+                        visible_checks=checks.visible_checks,
+                        gate_checks=checks.gate_checks,
+                        from_request=checks.from_request,
+                        request=checks.request,
+                        probe_inputs=checks.probe_inputs or own.probe_inputs,
+                    )
             # the route's own listed checks apply to every verified request (the pipeline adds
             # them): a request on such a route always has checks
             routed = bool(route.visible_checks or route.gate_checks)

@@ -12,13 +12,21 @@ would be forwarded may hold a non-finite number anywhere (``tools[0].function.pa
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from firstpass.checks import Check, CheckRequest, build_check, field_path, parse_checks
+from firstpass.checks import (
+    Check,
+    CheckRequest,
+    build_check,
+    field_path,
+    off_loop,
+    parse_checks,
+)
 from firstpass.config._model import REQUEST_MODES
 from firstpass.errors import CheckSpecError, RequestError, SpecError
 from firstpass.pipeline import Checks
@@ -52,6 +60,8 @@ class ChatRequest:
     mode: str | None  # None: the route's default
     mode_param: str = "firstpass.mode"  # where the mode came from, for error messages
     checks: Checks
+    #: ``firstpass.checks`` as sent; ``with_listed_checks`` builds it off the event loop
+    listed_checks: Any = None
     task_id: str | None
     prompt_sha256: str
     n_messages: int
@@ -183,15 +193,33 @@ def _path(node: tuple[Any, Any]) -> str:
 def _parse_checks(
     fp: Mapping[str, Any], parse_spec: Any, messages: list[Any] | None = None
 ) -> Checks:
-    listed = _listed_checks(fp.get("checks"))
+    """The request's tests and what its checks see of it; its listed checks are built later,
+    off the event loop (``with_listed_checks``)."""
     request = CheckRequest.from_messages(messages or [], _context(fp.get("context")))
-    tests = _parse_tests(fp, parse_spec)
+    return dataclasses.replace(_parse_tests(fp, parse_spec), request=request)
+
+
+#: the longest a request's listed checks may take to validate and compile
+BUILD_TIMEOUT_S = 5.0
+
+
+async def with_listed_checks(checks: Checks, raw: Any) -> Checks:
+    """``checks`` plus the request's ``firstpass.checks``, validated and compiled on the checks'
+    own threads (a schema's metaschema check and a pattern's compile are CPU work); a
+    ``RequestError`` names what is wrong, or says it took too long."""
+    if raw is None:
+        return checks
+    try:
+        listed = await asyncio.wait_for(off_loop(_listed_checks, raw), BUILD_TIMEOUT_S)
+    except TimeoutError:
+        raise _bad(
+            "firstpass.checks", f"took over {BUILD_TIMEOUT_S:g} s to validate: send simpler checks"
+        ) from None
     return dataclasses.replace(
-        tests,
+        checks,
         visible_checks=listed["visible"],
         gate_checks=listed["gate"],
         from_request=tuple(c.name for c in (*listed["visible"], *listed["gate"])),
-        request=request,
     )
 
 
@@ -383,7 +411,8 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
     if task_id is not None and not isinstance(task_id, str):
         raise _bad("firstpass.task_id", "expected a string")
     checks = _parse_checks(fp, parse_spec, messages)
-    if checks.any and n != 1:
+    listed = fp.get("checks")
+    if (checks.any or listed is not None) and n != 1:
         raise _bad("n", "a verified request returns one answer: n must be 1 when checks are given")
 
     upstream = {k: v for k, v in body.items() if k not in _NOT_FORWARDED}
@@ -402,6 +431,7 @@ def parse_chat_body(body: Any, *, header_mode: str | None, parse_spec: Any) -> C
         mode=mode,
         mode_param=mode_param,
         checks=checks,
+        listed_checks=listed,
         task_id=task_id,
         prompt_sha256=str(digest),
         n_messages=len(messages),
