@@ -7,7 +7,9 @@ schema with nested objects, patterns and enums: a valid answer, an invalid one, 
 ``composite`` of basic + regex + json_schema, what a request-supplied schema costs to parse and
 build (``parse_check`` + ``build_check``: the metaschema check a request's schema gets on every
 request), and ``command`` (a tiny Python grader in a temp dir: two interpreter starts, the
-launcher and the grader) beside a bare ``python -I -S -c pass`` started the same way.
+launcher and the grader) beside a bare ``python -I -S -c pass`` started the same way; and, as
+a reference for the kinds that work off the event loop (``regex``, ``json_schema``), one
+``await firstpass.checks.off_loop`` of a no-op (the hop to the checks' own thread pool).
 
 End to end: the stub upstream (0 ms, its own process) and ``firstpass serve`` (its own process,
 receipts on) as ``benchmarks/overhead.py`` runs them, the load generator in this process. The
@@ -21,7 +23,8 @@ pair, measured in interleaved rounds so that drift hits them alike:
 - ``verified, route json_schema``: route ``orders`` with ``[[route.visible_checks]]`` = the
   order schema, a plain request: the verified cascade with one real check;
 - ``verified, request json_schema``: route ``plain``, the request carries the same schema as
-  its visible check (parsed and checked against the metaschema per request).
+  its visible check (validated against the metaschema and compiled per request, on the
+  checks' threads: milliseconds of CPU, so this path gets ``--requests`` / 8 requests).
 
 The fair pair for "what a visible json_schema check costs on a route" is ``verified, route
 json_schema`` minus ``verified, basic``: both run the cascade, one visible check, a receipt with
@@ -50,7 +53,7 @@ from typing import Any
 from benchmarks._report import machine, percentile, revision
 from benchmarks.loadgen import LoadResult, run_load
 from benchmarks.overhead import free_port, wait_ready
-from firstpass.checks import CheckRequest, build_check, parse_check
+from firstpass.checks import CheckRequest, build_check, off_loop, parse_check
 
 __all__ = ["ORDER_SCHEMA", "end_to_end", "main", "micro"]
 
@@ -118,7 +121,7 @@ _ORDER: dict[str, Any] = {
                  "country": "GB"},
     "express": False,
 }
-#: the valid answer, as a model returning bare JSON would (~600 bytes)
+#: the valid answer, as a model returning bare JSON would (~700 bytes)
 ORDER_ANSWER = json.dumps(_ORDER, indent=2)
 #: three violations: a bad SKU, a zero quantity, an unknown currency
 ORDER_INVALID = json.dumps(
@@ -240,6 +243,10 @@ async def _time(fn: Callable[[], Awaitable[Any]], n: int, warmup: int) -> tuple[
     return out, last
 
 
+def _noop() -> None:
+    return None
+
+
 async def _bare_start() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-S", "-c", "pass", env={}, stdin=asyncio.subprocess.DEVNULL
@@ -273,6 +280,9 @@ async def micro(iters: int, command_iters: int) -> list[dict[str, Any]]:
 
         lat, _ = await _time(parse_build, max(1, iters // 20), 3)
         rows.append(_row("parse + build a request's json_schema", lat, "-", "-"))
+        # regex and json_schema run on the checks' own threads: what the hop alone costs
+        lat, _ = await _time(lambda: off_loop(_noop), iters, max(3, iters // 10))
+        rows.append(_row("reference: `await off_loop(noop)` (the checks' pool)", lat, "-", "-"))
         lat, _ = await _time(_bare_start, command_iters, 3)
         rows.append(_row("reference: bare `python -I -S -c pass`", lat, "-", "-"))
     return rows
@@ -403,7 +413,7 @@ async def measure(
         for r in range(rounds):
             order = PATHS if r % 2 == 0 else tuple(reversed(PATHS))
             for path in order:
-                # a request's own schema costs ~tens of ms of event-loop time: fewer of those
+                # a request's own schema costs milliseconds of CPU per request: fewer of those
                 n = requests // SLOW_SHARE if path == SLOW_PATH else requests
                 per_round = max(1, n // rounds)
                 url = urls["direct"] if path == "direct" else urls["proxy"]

@@ -16,7 +16,10 @@ task's pool), and the ladder is walked by the pipeline's own state machine
 (``firstpass.policy.next_step``: serve the first verified attempt, else the next rung, else the
 best attempt unverified) with the revision loop's rules (``Steps.revise``: another attempt on the
 same rung while one failed a revisable check, at most ``r`` times). r = 0 is plain escalation.
-Every r sees the same permutations (paired). Two check settings:
+Every r sees the same permutations (paired). Retries on every rung (what ``[route.revision]``
+does) and on rung 0 only (what the cheap rung's retries alone buy). The rung table reports how
+diverse each pool is (distinct texts per task): a resample of an all-identical pool changes
+nothing. Two check settings:
 
 - ``visible``: the request carries only its visible test (MBPP's one shown assert): it decides
   retry and escalation; the hidden tests judge the served answer (success = served answer is
@@ -83,6 +86,9 @@ PRICES: dict[str, tuple[float, float]] = {
     "deepseek-v3": (0.27, 1.10),
 }
 SETTINGS = ("visible", "visible+gate")
+#: which rungs retry: every rung (what ``[route.revision]`` does) or only the cheapest (to
+#: separate what the cheap rung's retries buy from what the top rung's retries buy)
+RETRIES = ("every rung", "rung 0 only")
 #: feedback a hidden-test failure gets (counts only), roughly: "3 of 104 held-out tests failed
 #: (3 AssertionError)."
 _HIDDEN_FEEDBACK_CHARS = 60
@@ -111,6 +117,7 @@ class Pool:
     hid_nt: npt.NDArray[np.int64]
     hid_revisable: npt.NDArray[np.bool_]
     out_chars: npt.NDArray[np.int64]
+    distinct: int  # distinct answer texts in the pool
 
     @property
     def n(self) -> int:
@@ -186,6 +193,7 @@ async def run_pools(
                 hid_nt=np.array([r.n_total for r in hid], dtype=np.int64),
                 hid_revisable=np.array([_revisable(r.category) for r in hid], dtype=bool),
                 out_chars=np.array([len(s) for s in samples], dtype=np.int64),
+                distinct=len(set(samples)),
             )
         info = {
             "isolation": sb.isolation,
@@ -214,20 +222,21 @@ class Outcome:
     cost: float  # USD, every call priced as a fresh sample (what was measured)
     cost_revision: float  # USD, retries priced as revisions (the conversation grows)
     served_attempt: int  # which attempt on its rung was served (0 = the first)
+    served_rung: int
 
 
 def simulate(
     pools: Sequence[Pool],
     perms: Sequence[npt.NDArray[np.int64]],
     *,
-    r: int,
+    r: Sequence[int],
     gate: bool,
     prompt_chars: int,
     visible_chars: int,
     prices: Sequence[tuple[float, float]],
 ) -> Outcome:
-    """One request through the ladder by the pipeline's rules; attempt j on rung i is
-    ``pools[i]``'s sample ``perms[i][j]``."""
+    """One request through the ladder by the pipeline's rules, with at most ``r[i]`` retries on
+    rung i; attempt j on rung i is ``pools[i]``'s sample ``perms[i][j]``."""
     attempts: list[Attempt] = []
     served_from: list[tuple[int, int, int]] = []  # (rung, sample, attempt no. on the rung)
     calls = gate_runs = 0
@@ -238,7 +247,7 @@ def simulate(
             i = step.rung
             pool, (p_in, p_out) = pools[i], prices[i]
             history = 0  # characters the conversation grew by on this rung (revision pricing)
-            for j in range(r + 1):
+            for j in range(r[i] + 1):
                 s = int(perms[i][j])
                 vis = CheckSummary(
                     passed=bool(pool.vis[s]), n_passed=int(pool.vis_np[s]), n_total=int(pool.vis_nt[s])
@@ -285,6 +294,7 @@ def simulate(
             cost=cost,
             cost_revision=cost_rev,
             served_attempt=j,
+            served_rung=rung,
         )
 
 
@@ -295,6 +305,7 @@ FIELDS = (
     "verified",
     "first_verified",
     "rung0_verified",
+    "rung0_correct",
     "escalated",
     "reached_top",
     "exhausted",
@@ -326,9 +337,17 @@ def run_ladder(
     """Every (setting, r) over the same seeded permutations: (tasks, draws) arrays per field."""
     rng = np.random.default_rng([seed, ladder_index])
     T = len(task_ids)
-    out: dict[tuple[str, int], dict[str, npt.NDArray[np.float64]]] = {
-        (s, r): _arrays(T, draws) for s in SETTINGS for r in range(max_r + 1)
+    schemes = [
+        (s, how, r)
+        for s in SETTINGS
+        for how in RETRIES
+        for r in range(max_r + 1)
+        if how == RETRIES[0] or r > 0  # r = 0 is the same under both
+    ]
+    out: dict[tuple[str, str, int], dict[str, npt.NDArray[np.float64]]] = {
+        key: _arrays(T, draws) for key in schemes
     }
+    K = len(ladder)
     top_only = {"correct": np.zeros((T, draws)), "cost": np.zeros((T, draws))}
     rung_prices = [prices[m] for m in ladder]
     for ti, tid in enumerate(task_ids):
@@ -345,31 +364,32 @@ def run_ladder(
             top_only["cost"][ti, d] = (
                 tokens(prompt_chars) * p_in + tokens(int(top.out_chars[s_top])) * p_out
             ) / 1e6
-            for setting in SETTINGS:
-                for r in range(max_r + 1):
-                    o = simulate(
-                        task_pools,
-                        perms,
-                        r=r,
-                        gate=setting == "visible+gate",
-                        prompt_chars=prompt_chars,
-                        visible_chars=visible_chars,
-                        prices=rung_prices,
-                    )
-                    a = out[(setting, r)]
-                    a["correct"][ti, d] = o.correct
-                    a["verified"][ti, d] = o.verified
-                    a["first_verified"][ti, d] = o.first_verified
-                    a["rung0_verified"][ti, d] = o.rung0_verified
-                    a["escalated"][ti, d] = o.top_rung > 0
-                    a["reached_top"][ti, d] = o.top_rung == len(ladder) - 1
-                    a["exhausted"][ti, d] = not o.verified
-                    a["wrong_verified"][ti, d] = o.verified and not o.correct
-                    a["calls"][ti, d] = o.calls
-                    a["gate_runs"][ti, d] = o.gate_runs
-                    a["cost"][ti, d] = o.cost
-                    a["cost_revision"][ti, d] = o.cost_revision
-                    a["served_retry"][ti, d] = o.served_attempt > 0
+            for setting, how, r in schemes:
+                per_rung = [r] * K if how == RETRIES[0] else [r] + [0] * (K - 1)
+                o = simulate(
+                    task_pools,
+                    perms,
+                    r=per_rung,
+                    gate=setting == "visible+gate",
+                    prompt_chars=prompt_chars,
+                    visible_chars=visible_chars,
+                    prices=rung_prices,
+                )
+                a = out[(setting, how, r)]
+                a["correct"][ti, d] = o.correct
+                a["verified"][ti, d] = o.verified
+                a["first_verified"][ti, d] = o.first_verified
+                a["rung0_verified"][ti, d] = o.rung0_verified
+                a["rung0_correct"][ti, d] = o.served_rung == 0 and o.correct
+                a["escalated"][ti, d] = o.top_rung > 0
+                a["reached_top"][ti, d] = o.top_rung == len(ladder) - 1
+                a["exhausted"][ti, d] = not o.verified
+                a["wrong_verified"][ti, d] = o.verified and not o.correct
+                a["calls"][ti, d] = o.calls
+                a["gate_runs"][ti, d] = o.gate_runs
+                a["cost"][ti, d] = o.cost
+                a["cost_revision"][ti, d] = o.cost_revision
+                a["served_retry"][ti, d] = o.served_attempt > 0
     return {"runs": out, "top_only": top_only}
 
 
@@ -379,22 +399,21 @@ def _mean_ci(per_task: npt.NDArray[np.float64], seed: int) -> tuple[float, tuple
     return mean, ci
 
 
-def summarise(result: dict[str, Any], *, max_r: int, seed: int) -> dict[str, Any]:
+def summarise(result: dict[str, Any], *, seed: int) -> dict[str, Any]:
     """Means over (tasks, draws); success and its paired difference vs r = 0 with task-bootstrap
     95% intervals."""
     runs = result["runs"]
     table: dict[str, dict[str, Any]] = {}
-    for setting in SETTINGS:
-        base = runs[(setting, 0)]
-        for r in range(max_r + 1):
-            a = runs[(setting, r)]
-            row: dict[str, Any] = {f: float(a[f].mean()) for f in FIELDS}
-            row["correct"], row["correct_ci"] = _mean_ci(a["correct"].mean(axis=1), seed)
-            diff = (a["correct"] - base["correct"]).mean(axis=1)
-            row["d_correct"], row["d_correct_ci"] = _mean_ci(diff, seed + 1)
-            row["d_cost"] = float((a["cost"] - base["cost"]).mean())
-            row["cost_per_success"] = row["cost"] / row["correct"] if row["correct"] else math.nan
-            table[f"{setting}|{r}"] = row
+    for setting, how, r in runs:
+        base = runs[(setting, RETRIES[0], 0)]
+        a = runs[(setting, how, r)]
+        row: dict[str, Any] = {f: float(a[f].mean()) for f in FIELDS}
+        row["correct"], row["correct_ci"] = _mean_ci(a["correct"].mean(axis=1), seed)
+        diff = (a["correct"] - base["correct"]).mean(axis=1)
+        row["d_correct"], row["d_correct_ci"] = _mean_ci(diff, seed + 1)
+        row["d_cost"] = float((a["cost"] - base["cost"]).mean())
+        row["cost_per_success"] = row["cost"] / row["correct"] if row["correct"] else math.nan
+        table[f"{setting}|{how}|{r}"] = row
     top = result["top_only"]
     mean, ci = _mean_ci(top["correct"].mean(axis=1), seed)
     return {
@@ -426,6 +445,8 @@ def rung_stats(
         "model": model,
         "tasks": len(ps),
         "samples_per_task": f"{min(p.n for p in ps)}–{max(p.n for p in ps)}",
+        "distinct_per_task": float(np.mean([p.distinct for p in ps])),
+        "tasks_one_distinct": int(sum(p.distinct == 1 for p in ps)),
         "visible_pass": float(vis_rate.mean()),
         "hidden_pass": float(hid_rate.mean()),
         "visible_pass_but_wrong": float(
@@ -464,15 +485,16 @@ def ladder_markdown(doc: dict[str, Any]) -> list[str]:
         f"{doc['draws']} draws a task, seed {doc['seed']}; attempts on a rung drawn without "
         "replacement from that task's recorded pool.",
         "",
-        "| rung | samples/task | visible pass | hidden pass (pass@1) | visible-pass but wrong | "
+        "| rung | samples/task | distinct texts/task (tasks with 1) | visible pass | hidden pass (pass@1) | visible-pass but wrong | "
         "tasks 0 / some / all visible-pass | "
         + " | ".join(f"P(visible pass within {1 + r}), exact" for r in range(max_r + 1))
         + " |",
-        "|---|---|---:|---:|---:|---|" + "---:|" * (max_r + 1),
+        "|---|---|---|---:|---:|---:|---|" + "---:|" * (max_r + 1),
     ]
     for s in doc["rungs"]:
         lines.append(
-            f"| {s['model']} | {s['samples_per_task']} | {pct(s['visible_pass'])} | "
+            f"| {s['model']} | {s['samples_per_task']} | {s['distinct_per_task']:.1f} "
+            f"({s['tasks_one_distinct']}) | {pct(s['visible_pass'])} | "
             f"{pct(s['hidden_pass'])} | {pct(s['visible_pass_but_wrong'])} | "
             f"{s['tasks_visible_0']} / {s['tasks_visible_mid']} / {s['tasks_visible_1']} | "
             + " | ".join(pct(s["within_exact"][r]) for r in range(max_r + 1))
@@ -480,14 +502,14 @@ def ladder_markdown(doc: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
-        "| checks | r | success [95% CI] | Δ success vs r=0 [95% CI], points | first attempt "
-        "passes | rung 0 passes within 1+r | served a retry | escalates | reaches top | "
+        "| checks | retries on | r | success [95% CI] | Δ success vs r=0 [95% CI], points | first attempt "
+        "passes | rung 0 passes within 1+r | served from rung 0 and correct | served a retry | escalates | reaches top | "
         "exhausted | verified but wrong | calls/req | gate runs/req | $/req | Δ $/req vs r=0 | "
         "$/req if revisions | $/success |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, row in doc["table"].items():
-        setting, r = key.split("|")
+        setting, how, r = key.split("|")
         delta = (
             "–"
             if r == "0"
@@ -496,8 +518,9 @@ def ladder_markdown(doc: dict[str, Any]) -> list[str]:
         )
         dcost = "–" if r == "0" else f"{row['d_cost'] * 1e3:+.4f} m$"
         lines.append(
-            f"| {setting} | {r} | {pct(row['correct'])} {_ci(row['correct_ci'])} | {delta} | "
+            f"| {setting} | {'–' if r == '0' else how} | {r} | {pct(row['correct'])} {_ci(row['correct_ci'])} | {delta} | "
             f"{pct(row['first_verified'])} | {pct(row['rung0_verified'])} | "
+            f"{pct(row['rung0_correct'])} | "
             f"{pct(row['served_retry'])} | {pct(row['escalated'])} | {pct(row['reached_top'])} | "
             f"{pct(row['exhausted'])} | {pct(row['wrong_verified'])} | {row['calls']:.2f} | "
             f"{row['gate_runs']:.2f} | {_usd(row['cost'])} | "
@@ -661,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ladder, ids, tasks, pools, max_r=args.max_r, draws=args.draws, seed=args.seed,
                 prices=prices, ladder_index=li,
             )
-            doc.update(summarise(result, max_r=args.max_r, seed=args.seed))
+            doc.update(summarise(result, seed=args.seed))
             doc["rungs"] = [rung_stats(m, ids, pools, args.max_r) for m in ladder]
         docs.append(doc)
     meta = {

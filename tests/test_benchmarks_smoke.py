@@ -155,16 +155,25 @@ def test_revision_study_walks_the_ladder_for_every_r_under_both_check_settings(
     (ladder,) = doc["ladders"]
     assert ladder["ladder"] == [CHEAP, TOP] and ladder["n_tasks"] >= 1
     table = ladder["table"]
-    assert set(table) == {f"{s}|{r}" for s in revision_study.SETTINGS for r in range(3)}
+    every, cheap = revision_study.RETRIES
+    assert set(table) == {
+        f"{s}|{how}|{r}"
+        for s in revision_study.SETTINGS
+        for how in revision_study.RETRIES
+        for r in range(3)
+        if how == every or r > 0
+    }
     for setting in revision_study.SETTINGS:
-        rows = [table[f"{setting}|{r}"] for r in range(3)]
+        rows = [table[f"{setting}|{every}|{r}"] for r in range(3)]
         assert rows[0]["served_retry"] == 0 and rows[0]["d_correct"] == 0
         assert rows[0]["rung0_verified"] == rows[0]["first_verified"]
         within = [row["rung0_verified"] for row in rows]
         assert within == sorted(within), "a further attempt on rung 0 can only add passes"
         assert all(1 <= row["calls"] <= 2 * (1 + r) for r, row in enumerate(rows))
-    assert all(table[f"visible+gate|{r}"]["wrong_verified"] == 0 for r in range(3))
-    assert all(table[f"visible|{r}"]["gate_runs"] == 0 for r in range(3))
+        for r in (1, 2):  # the cheap rung retries the same way whether the top rung does or not
+            assert table[f"{setting}|{cheap}|{r}"]["rung0_verified"] == rows[r]["rung0_verified"]
+    assert all(row["wrong_verified"] == 0 for k, row in table.items() if k.startswith("visible+gate"))
+    assert all(row["gate_runs"] == 0 for k, row in table.items() if k.startswith("visible|"))
 
 
 def test_checks_bench_times_every_kind_and_the_paired_proxy_paths(tmp_path: Path) -> None:

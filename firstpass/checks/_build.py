@@ -10,11 +10,12 @@ they come from the operator's config alone.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from firstpass.checks._base import Check, Options
@@ -81,6 +82,10 @@ class CheckDef:
     name: str
     raw: Mapping[str, Any]
     parts: tuple[CheckDef, ...] = ()
+    #: the check as validation built it, reused by ``build_check`` (building a schema check
+    #: validates the schema against its metaschema: milliseconds, once is enough); None for a
+    #: definition holding a judge, which needs its provider first
+    built: Check | None = field(default=None, compare=False, repr=False)
 
     @property
     def judges(self) -> tuple[str, ...]:
@@ -115,7 +120,9 @@ def _unknown(key: str, allowed: tuple[str, ...]) -> CheckSpecError:
     return CheckSpecError(key, f"unknown option{hint}; this kind takes {', '.join(allowed)}")
 
 
-def parse_check(raw: object, *, origin: Origin, depth: int = 0) -> CheckDef:
+def parse_check(
+    raw: object, *, origin: Origin, depth: int = 0, prefix: str = ""
+) -> CheckDef:
     """Validate one definition; ``CheckSpecError`` names the bad option."""
     if not isinstance(raw, Mapping):
         raise CheckSpecError("", 'expected an object like {"kind": "json_schema", "schema": {...}}')
@@ -148,18 +155,21 @@ def parse_check(raw: object, *, origin: Origin, depth: int = 0) -> CheckDef:
         if depth >= _MAX_DEPTH:
             raise CheckSpecError("checks", f"composites nest at most {_MAX_DEPTH} deep")
         parts = _parse_list(raw.get("checks"), origin=origin, depth=depth + 1, field="checks")
-    defn = CheckDef(kind=kind, name=name, raw=raw, parts=parts)
-    _construct(defn, None)  # builds it once: every option is checked now, not at first use
-    return defn
+    defn = CheckDef(kind=kind, name=prefix + name, raw=raw, parts=parts)
+    # built now, so every option is checked now and not at first use
+    built = _construct(defn, None)
+    return defn if defn.judges else dataclasses.replace(defn, built=built)
 
 
-def _parse_list(raw: object, *, origin: Origin, depth: int, field: str) -> tuple[CheckDef, ...]:
+def _parse_list(
+    raw: object, *, origin: Origin, depth: int, field: str, prefix: str = ""
+) -> tuple[CheckDef, ...]:
     if not isinstance(raw, list) or not raw:
         raise CheckSpecError(field, "expected a non-empty list of checks")
     out: list[CheckDef] = []
     for i, item in enumerate(raw):
         try:
-            out.append(parse_check(item, origin=origin, depth=depth))
+            out.append(parse_check(item, origin=origin, depth=depth, prefix=prefix))
         except CheckSpecError as exc:
             raise CheckSpecError(field_path(f"{field}[{i}]", exc.field), exc.message) from exc
     names = [d.name for d in out]
@@ -171,9 +181,9 @@ def _parse_list(raw: object, *, origin: Origin, depth: int, field: str) -> tuple
     return tuple(out)
 
 
-def parse_checks(raw: object, *, origin: Origin) -> tuple[CheckDef, ...]:
+def parse_checks(raw: object, *, origin: Origin, prefix: str = "") -> tuple[CheckDef, ...]:
     """A list of definitions (names unique); ``CheckSpecError`` fields read ``[2].schema``."""
-    return _parse_list(raw, origin=origin, depth=0, field="")
+    return _parse_list(raw, origin=origin, depth=0, field="", prefix=prefix)
 
 
 def field_path(parent: str, field: str) -> str:
@@ -200,6 +210,8 @@ def build_check(defn: CheckDef, judges: JudgeResolver | None = None) -> Check:
     """A runnable check; ``judges`` binds a judge to its provider (required for one)."""
     if judges is None and defn.judges:
         raise CheckSpecError("model", "a judge check needs the server's providers to run")
+    if defn.built is not None:
+        return defn.built
     return _construct(defn, judges)
 
 
@@ -225,7 +237,9 @@ def _construct(defn: CheckDef, judges: JudgeResolver | None) -> Check:
             return _judge(options, params, judges)
         mode = params.get("mode", "all")
         return Composite(
-            options=options, checks=[_construct(p, judges) for p in defn.parts], mode=mode
+            options=options,
+            checks=[p.built or _construct(p, judges) for p in defn.parts],
+            mode=mode,
         )
     except TypeError as exc:  # a dataclass refusing an option's shape
         raise CheckSpecError("", f"bad options for a {defn.kind} check: {exc}") from exc

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from firstpass.checks import CheckDef
 from firstpass.config._model import Config, RouteConfig
 
 
@@ -59,11 +60,26 @@ def public_dict(config: Config) -> dict[str, Any]:
 def _route(route: RouteConfig) -> dict[str, Any]:
     """A route; the check lists and the revision loop only when set, so a route without them
     keeps the digest it had before they existed."""
-    body = dataclasses.asdict(route)
-    for key in ("visible_checks", "gate_checks", "revision"):
-        if not body[key]:
+    body = dataclasses.asdict(dataclasses.replace(route, visible_checks=(), gate_checks=()))
+    for key in ("visible_checks", "gate_checks"):
+        defs = getattr(route, key)
+        if defs:
+            body[key] = [_check_def(d) for d in defs]
+        else:
             del body[key]
+    if body["revision"] is None:
+        del body["revision"]
     return body
+
+
+def _check_def(defn: CheckDef) -> dict[str, Any]:
+    """A check as written (not the object built from it)."""
+    return {
+        "kind": defn.kind,
+        "name": defn.name,
+        "raw": defn.raw,
+        "parts": [_check_def(p) for p in defn.parts],
+    }
 
 
 def _elastic(config: Config) -> dict[str, Any]:

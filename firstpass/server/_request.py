@@ -260,7 +260,7 @@ def _listed_checks(raw: Any) -> dict[str, tuple[Check, ...]]:
             continue
         where = f"firstpass.checks.{stage}"
         try:
-            defs = parse_checks(raw[stage], origin="request")
+            defs = parse_checks(raw[stage], origin="request", prefix="request:")
         except CheckSpecError as exc:
             field = field_path(where, exc.field)
             raise RequestError(
@@ -268,9 +268,7 @@ def _listed_checks(raw: Any) -> dict[str, tuple[Check, ...]]:
             ) from exc
         except RecursionError:
             raise _bad(where, "nested too deeply") from None
-        out[stage] = tuple(
-            build_check(dataclasses.replace(d, name=f"request:{d.name}")) for d in defs
-        )
+        out[stage] = tuple(build_check(d) for d in defs)
     return out
 
 
