@@ -29,6 +29,8 @@ from firstpass.checks import (
     combine,
     extract_json,
     parse_check,
+    pattern_cost_problem,
+    request_patterns_problem,
 )
 from firstpass.errors import CheckSpecError
 
@@ -244,10 +246,22 @@ async def test_pattern_properties_with_inline_flags_are_applied_not_a_crash() ->
     assert not (await check.run('{"z": 1}', REQ)).passed
 
 
-@pytest.mark.parametrize("pattern", ["(?:(?:a{1000}){1000}){10}", "((a{400}){400})", "x" * 5000])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "(?:(?:a{1000}){1000}){10}",
+        "((a{400}){400})",
+        "x" * 5000,
+        "a{99999}" * 120,  # siblings add up: each is cheap, together seconds and gigabytes
+        "(?:(?:a{1000}(?#()){1000}(?#()){10}",  # an inline comment hiding a parenthesis
+        "[[:alpha:](](?:(?:a{1000}){1000}){10}",  # a POSIX class ending the class "early"
+        "(?x)(?:(?:a{10 00}){1000}){10}",  # verbose mode: spaces inside a bound
+        "a(?V1)b",  # the engine's version flag (regex raised ValueError: a 500)
+    ],
+)
 def test_a_pattern_too_costly_to_compile_is_refused_before_compiling(pattern: str) -> None:
     t0 = time.perf_counter()
-    with pytest.raises(CheckSpecError, match=r"too costly|longer than"):
+    with pytest.raises(CheckSpecError, match=r"too costly|longer than|not accepted"):
         parse_check({"kind": "regex", "must_match": pattern}, origin="request")
     with pytest.raises(CheckSpecError, match="not a valid JSON Schema"):
         parse_check({"kind": "json_schema", "schema": {"pattern": pattern}}, origin="request")
@@ -423,3 +437,38 @@ def test_an_unknown_option_is_named_with_a_suggestion() -> None:
     with pytest.raises(CheckSpecError) as info:
         parse_check({"kind": "regex", "must_mach": "x"}, origin="config")
     assert info.value.field == "must_mach" and 'did you mean "must_match"' in str(info.value)
+
+
+@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"(?:\w{1,64}\.){1,10}", r"[[:alpha:]]{5}", r"^\p{Letter}+$"])
+def test_ordinary_patterns_are_well_under_the_cost_cap(pattern: str) -> None:
+    assert pattern_cost_problem(pattern) is None
+
+
+def test_a_requests_patterns_are_budgeted_together() -> None:
+    many = [{"kind": "regex", "must_match": "a{5000}"}] * 11
+    assert "together are too costly" in (request_patterns_problem(many) or "")
+    assert request_patterns_problem([{"kind": "regex", "must_match": "a{5000}"}]) is None
+
+
+def test_a_long_unclosed_fence_is_scanned_in_linear_time() -> None:
+    t0 = time.perf_counter()
+    assert extract_json("```" + "x" * 300_000)[0] is False
+    assert time.perf_counter() - t0 < 0.5
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '```json\n{"a": NaN}\n```\n```json\n{"a": 1}\n```',  # a lenient block still counts
+        '{"a": 1e400}',  # infinite once parsed
+    ],
+)
+def test_json_only_a_lenient_parser_takes_never_passes(answer: str) -> None:
+    assert extract_json(answer)[0] is False
+
+
+@pytest.mark.parametrize("name", ["a\nb", "x\x1b[2J", "tests", "hidden tests"])
+def test_a_check_name_must_be_printable_and_not_a_stage_name(name: str) -> None:
+    with pytest.raises(CheckSpecError) as info:
+        parse_check({"kind": "basic", "name": name}, origin="request")
+    assert info.value.field == "name"

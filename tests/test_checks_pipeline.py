@@ -122,6 +122,8 @@ def test_a_request_adds_its_own_regex_check(live_stack: Any) -> None:
         ([{"kind": "telepathy"}], "firstpass.checks.visible[0].kind", "unknown kind"),
         ([{"kind": "regex", "must_match": "("}], "firstpass.checks.visible[0].must_match[0]", "not a valid regular expression"),
         ({"hidden": []}, "firstpass.checks.hidden", "unknown key"),
+        ([{"kind": "regex", "must_match": "a(?V1)b"}], "firstpass.checks.visible[0].must_match[0]", "not accepted"),
+        ([{"kind": "regex", "must_match": "a{9000}"}] * 8, "firstpass.checks", "too costly"),
     ],
 )
 def test_a_request_check_that_cannot_run_is_a_400_naming_it(

@@ -229,3 +229,28 @@ def test_summary_shows_taxonomy_failures_per_check_rates_revisions_and_checks_co
     assert data["by_check_label"] == {"hidden tests": {"passed": 0, "total": 1, "rate": 0.0}}
     assert data["revisions"]["requests"] == 1 and data["revisions"]["stops"] == {"budget": 1}
     assert data["cost"]["checks_usd"] == pytest.approx(0.002)
+
+
+def test_a_hostile_check_name_cannot_forge_a_summary_line(tmp_path: Path) -> None:
+    """A name from a receipt with a newline and an escape code prints escaped, on its line."""
+    from firstpass.commands.receipts import format_summary
+    from firstpass.receipts import summarize
+
+    name = "x\nhash chain: verified (head sha256:forged)\x1b[2J"
+    record = {
+        "id": "rcpt_1",
+        "mode": "cascade",
+        "checks": [
+            {
+                "kind": "visible",
+                "passed": False,
+                "n_passed": 0,
+                "n_total": 1,
+                "category": "pattern",
+                "results": [{"name": name, "passed": False, "category": "pattern"}],
+            }
+        ],
+    }
+    text = format_summary(summarize([record]), tmp_path / "r.jsonl")
+    assert not any(line.startswith("hash chain") for line in text.splitlines())
+    assert "\x1b" not in text and "\\x1b[2J" in text

@@ -100,3 +100,15 @@ async def test_no_code_answer_is_a_no_code_result() -> None:
         "none",
         2,
     )
+
+
+def test_a_long_unclosed_fence_is_found_in_linear_time() -> None:
+    """The fence pattern once backtracked quadratically: 100,000 characters took seconds, on
+    the event loop, for an answer any model (or client asking for it) can produce."""
+    import time
+
+    from firstpass.sandbox import extract_code
+
+    t0 = time.perf_counter()
+    assert extract_code("```" + "x" * 200_000, None).rule == "none"
+    assert time.perf_counter() - t0 < 0.5

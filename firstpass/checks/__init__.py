@@ -28,6 +28,7 @@ from firstpass.checks._composite import Composite, run_all
 from firstpass.checks._context import ContextCheck, content_words
 from firstpass.checks._judge import JUDGE_SYSTEM, Grader, JudgeCheck, judge_messages
 from firstpass.checks._offload import off_loop
+from firstpass.checks._patterns import pattern_cost_problem, request_patterns_problem
 from firstpass.checks._result import CheckResult, OnAbstain, Severity, Verdict, combine
 from firstpass.checks._schema import JsonSchemaCheck, extract_json
 from firstpass.checks._taxonomy import (
@@ -76,7 +77,9 @@ __all__ = [
     "off_loop",
     "parse_check",
     "parse_checks",
+    "pattern_cost_problem",
     "register_category",
+    "request_patterns_problem",
     "run_all",
     "tests_result",
 ]

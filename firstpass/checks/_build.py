@@ -57,6 +57,8 @@ _REQUIRED = {"json_schema": ("schema",), "command": ("argv",), "judge": ("model"
 #: safe for a client to add: deterministic, in-process, bounded, no executable and no spend
 REQUEST_KINDS = ("basic", "regex", "context", "json_schema", "composite")
 CONFIG_KINDS = (*REQUEST_KINDS, "command", "judge")
+#: what receipts and the summary call a stage's test specs
+RESERVED_NAMES = ("tests", "hidden tests")
 #: composites nest at most this deep
 _MAX_DEPTH = 4
 
@@ -120,9 +122,7 @@ def _unknown(key: str, allowed: tuple[str, ...]) -> CheckSpecError:
     return CheckSpecError(key, f"unknown option{hint}; this kind takes {', '.join(allowed)}")
 
 
-def parse_check(
-    raw: object, *, origin: Origin, depth: int = 0, prefix: str = ""
-) -> CheckDef:
+def parse_check(raw: object, *, origin: Origin, depth: int = 0, prefix: str = "") -> CheckDef:
     """Validate one definition; ``CheckSpecError`` names the bad option."""
     if not isinstance(raw, Mapping):
         raise CheckSpecError("", 'expected an object like {"kind": "json_schema", "schema": {...}}')
@@ -148,8 +148,15 @@ def parse_check(
         if key not in raw:
             raise CheckSpecError(key, f"required for a {kind} check")
     name = raw.get("name", kind)
-    if not isinstance(name, str) or not name.strip() or len(name) > 100:
-        raise CheckSpecError("name", f"expected a short non-empty string, got {name!r}")
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or len(name) > 100
+        or not name.isprintable()  # names reach terminals (receipts summary) and logs
+    ):
+        raise CheckSpecError("name", f"expected a short non-empty printable string, got {name!r}")
+    if name in RESERVED_NAMES:
+        raise CheckSpecError("name", f"{name!r} names the stage's tests on receipts: pick another")
     parts: tuple[CheckDef, ...] = ()
     if kind == "composite":
         if depth >= _MAX_DEPTH:

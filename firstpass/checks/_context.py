@@ -77,7 +77,7 @@ class ContextCheck:
                 score=1.0,
                 reasons=("no context in the request: nothing to compare (not a verification)",),
             )
-        if len(answer) + sum(map(len, request.context)) > 100_000:  # tokenizing is CPU work
+        if len(answer) + sum(map(len, request.context)) > 10_000:  # tokenizing is CPU work
             return await off_loop(self._compare, answer, request.context)
         return self._compare(answer, request.context)
 

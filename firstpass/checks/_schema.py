@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,6 @@ from firstpass.errors import CheckSpecError
 
 __all__ = ["JsonSchemaCheck", "extract_json"]
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 #: the longest validation may take before the check abstains (a backstop to the pattern limit)
 VALIDATE_TIMEOUT_S = 5.0
 _NOT_FOUND = object()
@@ -51,6 +50,13 @@ def _no_constant(name: str) -> object:
     raise _NotJson(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: JSON, but no number a schema can bound
+        raise _NotJson(f"{text} is too large to be a number")
+    return value
+
+
 def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, value in pairs:
@@ -61,15 +67,36 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
 
 
 def _strict_loads(text: str) -> object:
-    """``json.loads`` of strict JSON: no ``NaN``/``Infinity`` (they pass any numeric bound),
-    no duplicate keys (the last would silently win)."""
-    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    """``json.loads`` of strict JSON: no ``NaN``/``Infinity`` and no number too large for a
+    float (they pass any numeric bound), no duplicate keys (the last would silently win)."""
+    return json.loads(
+        text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique_keys
+    )
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """The bodies of the answer's fenced blocks (```` ```lang ```` ... ```` ``` ````), found by
+    a linear scan: a regular expression here backtracks quadratically on a long unclosed
+    fence, and the answer is the model's."""
+    bodies: list[str] = []
+    pos = 0
+    while (start := text.find("```", pos)) != -1:
+        line_end = text.find("\n", start + 3)
+        if line_end == -1:
+            break
+        close = text.find("```", line_end + 1)
+        if close == -1:
+            break
+        bodies.append(text[line_end + 1 : close])
+        pos = close + 3
+    return bodies
 
 
 def extract_json(answer: str) -> tuple[bool, Any]:
     """``(True, value)`` for the answer's one JSON value: the whole answer, else its one fenced
-    block (```json or ```) that parses; ``(False, reason)`` when there is none, when it is not
-    strict JSON, or when several fenced blocks parse (which one is the answer is ambiguous)."""
+    block that parses; ``(False, reason)`` when there is none, when it is not strict JSON, or
+    when several fenced blocks hold JSON (which one is the answer is ambiguous: a block that is
+    JSON only to a lenient parser counts too)."""
     text = answer.strip()
     try:
         return True, _strict_loads(text)
@@ -78,19 +105,22 @@ def extract_json(answer: str) -> tuple[bool, Any]:
     except (ValueError, RecursionError):
         pass
     found: list[Any] = []
-    problem = "the answer is not JSON (nor does a fenced block hold JSON)"
-    for m in _FENCE.finditer(answer):
+    problem: str | None = None
+    for body in fenced_blocks(answer):
         try:
-            found.append(_strict_loads(m.group(2)))
+            found.append(_strict_loads(body))
         except _NotJson as exc:
-            problem = str(exc)
+            problem = problem or str(exc)
+            found.append(None)
         except (ValueError, RecursionError):
             continue
-    if len(found) == 1:
-        return True, found[0]
     if len(found) > 1:
         return False, f"{len(found)} fenced blocks hold JSON: an answer must hold one"
-    return False, problem
+    if problem is not None:
+        return False, problem
+    if found:
+        return True, found[0]
+    return False, "the answer is not JSON (nor does a fenced block hold JSON)"
 
 
 def _is_pattern(value: object) -> bool:

@@ -212,7 +212,16 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
         lines.append(
             f"gate labels: {summary.labelled} labelled, {summary.label_passed} passed the gate"
         )
-    return "\n".join(lines)
+    # one fact a line: a name from a receipt cannot start a line of its own (a forged
+    # "hash chain: verified") or send escape codes to the terminal
+    return "\n".join(map(_printable, lines))
+
+
+def _printable(line: str) -> str:
+    """``line`` with every non-printable character (newline, ESC...) as its escape."""
+    if line.isprintable():
+        return line
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
 
 
 def _rate(rate: CheckRate) -> str:

@@ -24,7 +24,11 @@ from dataclasses import dataclass
 
 __all__ = ["Extraction", "extract_code"]
 
-_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[^\s`]*)[^\n]*\n", re.M)
+#: the rest of the info line starts with a character ``lang`` cannot hold, so the two never
+#: compete for the same characters (they did: a long unclosed fence took seconds, quadratic)
+_FENCE = re.compile(
+    r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[^\s`]*)(?:[^\S\n][^\n]*|`[^\n]*)?\n", re.M
+)
 _CODE_TAG = re.compile(r"<code>(.*?)(?:</code>|\Z)", re.S | re.I)
 _PY_LANGS = {"", "python", "py", "python3", "py3", "pycon", "ipython"}
 _CODE_START = re.compile(r"^(def |async def |class |import |from \S+ import )", re.M)

@@ -26,6 +26,7 @@ from firstpass.checks import (
     field_path,
     off_loop,
     parse_checks,
+    request_patterns_problem,
 )
 from firstpass.config._model import REQUEST_MODES
 from firstpass.errors import CheckSpecError, RequestError, SpecError
@@ -255,6 +256,9 @@ def _listed_checks(raw: Any) -> dict[str, tuple[Check, ...]]:
     total = sum(len(v) for v in raw.values() if isinstance(v, list))
     if total > MAX_REQUEST_CHECKS:
         raise _bad("firstpass.checks", f"at most {MAX_REQUEST_CHECKS} checks, got {total}")
+    costly = request_patterns_problem(raw)
+    if costly is not None:  # before anything is compiled: a compile holds the GIL
+        raise _bad("firstpass.checks", costly)
     for stage in ("visible", "gate"):
         if raw.get(stage) is None:
             continue
