@@ -194,12 +194,22 @@ def register(subparsers: Any) -> None:
 # -- inputs ----------------------------------------------------------------------------------
 
 
+#: the largest file (or standard input) a check reads, in bytes: an answer, a spec, a schema
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
 def _read(path: str, what: str) -> str:
+    """The file's text (UTF-8, at most ``MAX_INPUT_BYTES``: ``/dev/zero`` is a one-line error,
+    not a MemoryError)."""
     try:
         if path == "-":
-            return sys.stdin.read()
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            raise SpecError(what, f"{path} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MB")
+        return data.decode("utf-8")
     except OSError as exc:
         raise SpecError(what, f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
