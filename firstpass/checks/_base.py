@@ -28,6 +28,8 @@ class CheckRequest:
     prompt: str = ""
     messages: tuple[Mapping[str, Any], ...] = ()
     context: tuple[str, ...] = ()
+    #: ``firstpass.evidence``: the SQL queries an analytics answer stands on, as sent
+    evidence: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """What a ``command`` check reads on stdin beside the answer."""
@@ -39,7 +41,10 @@ class CheckRequest:
 
     @classmethod
     def from_messages(
-        cls, messages: Sequence[Mapping[str, Any]], context: Sequence[str] = ()
+        cls,
+        messages: Sequence[Mapping[str, Any]],
+        context: Sequence[str] = (),
+        evidence: Sequence[Mapping[str, Any]] = (),
     ) -> CheckRequest:
         from firstpass.providers import message_text
 
@@ -51,7 +56,12 @@ class CheckRequest:
             ),
             "",
         )
-        return cls(prompt=prompt, messages=tuple(messages), context=tuple(context))
+        return cls(
+            prompt=prompt,
+            messages=tuple(messages),
+            context=tuple(context),
+            evidence=tuple(evidence),
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

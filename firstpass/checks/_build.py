@@ -50,13 +50,19 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "composite": ("checks", "mode"),
     "command": ("argv", "timeout_s", "cpu_s", "memory_mb"),
     "judge": ("model", "rubric", "min_score", "max_tokens"),
+    "sql_evidence": ("database", "tool", "argument", "rerun_ms", "budget_ms"),
 }
 _COMMON = ("kind", "name", "on_abstain", "severity")
-_REQUIRED = {"json_schema": ("schema",), "command": ("argv",), "judge": ("model", "rubric")}
+_REQUIRED = {
+    "json_schema": ("schema",),
+    "command": ("argv",),
+    "judge": ("model", "rubric"),
+    "sql_evidence": ("database",),
+}
 
 #: safe for a client to add: deterministic, in-process, bounded, no executable and no spend
 REQUEST_KINDS = ("basic", "regex", "context", "json_schema", "composite")
-CONFIG_KINDS = (*REQUEST_KINDS, "command", "judge")
+CONFIG_KINDS = (*REQUEST_KINDS, "command", "judge", "sql_evidence")
 #: what receipts and the summary call a stage's test specs
 RESERVED_NAMES = ("tests", "hidden tests")
 #: composites nest at most this deep
@@ -242,6 +248,10 @@ def _construct(defn: CheckDef, judges: JudgeResolver | None) -> Check:
             return CommandCheck(options=options, **params)
         if defn.kind == "judge":
             return _judge(options, params, judges)
+        if defn.kind == "sql_evidence":
+            from firstpass.checks._sql import SqlEvidenceCheck  # sqlglot loads only when used
+
+            return SqlEvidenceCheck(options=options, **params)
         mode = params.get("mode", "all")
         return Composite(
             options=options,

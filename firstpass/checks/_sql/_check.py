@@ -1,0 +1,143 @@
+"""The ``sql_evidence`` check kind: the ten checks of ``_rules`` over an answer's evidence.
+
+The database is named by the route's config (a request never names a file); evidence comes from
+the request's ``firstpass.evidence`` when it sends one, else from its conversation's tool calls
+to ``tool``. No evidence at all fails (``sql_no_evidence``): an analytics answer that cites no
+query is not verified. Everything runs on the checks' own threads (SQLite and sqlglot are
+blocking and CPU work).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from firstpass.checks._base import CheckRequest, Options
+from firstpass.checks._offload import off_loop
+from firstpass.checks._result import CheckResult, combine
+from firstpass.checks._sql._db import Database
+from firstpass.checks._sql._evidence import Evidence, evidence_from_list, evidence_from_messages
+from firstpass.checks._sql._rules import CHECKS, RULES, Facts, parse_evidence
+from firstpass.checks._taxonomy import register_category
+from firstpass.errors import CheckSpecError
+
+__all__ = ["SQL_CATEGORIES", "SqlEvidenceCheck"]
+
+SQL_CATEGORIES = {
+    "sql_no_evidence": "the answer cites no SQL query (no tool call, no firstpass.evidence)",
+    "sql_tables_exist": "the SQL reads a table the database does not have",
+    "sql_rerun_matches": "a cheap query rerun returned other rows, or failed",
+    "sql_numbers_in_evidence": "the answer states a number no result holds",
+    "sql_no_sum_over_text": "SUM/AVG/TOTAL over a text column",
+    "sql_string_filter_case": "an exact-case filter misses values in another casing",
+    "sql_aggregate_matches_question": "the SQL's aggregate is not the question's",
+    "sql_question_columns_used": "a column the question names is not in the SQL",
+    "sql_join_when_two_tables": "the question spans two tables, the SQL reads one",
+    "sql_date_group_not_null": "grouping by a date expression gave a NULL key",
+    "sql_aggregates_attributed": "a value is told under the wrong aggregate",
+}
+for _name, _text in SQL_CATEGORIES.items():
+    register_category(_name, _text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SqlEvidenceCheck:
+    """``database``: the SQLite file (read-only); ``tool``/``argument``: the SQL tool's name
+    and the argument holding its SQL; ``rerun_ms``: queries recorded at most this long are
+    rerun; ``budget_ms``: the time one rerun (or probe of the database) may take."""
+
+    options: Options
+    database: str | Path
+    tool: str = "sql"
+    argument: str = "sql"
+    rerun_ms: float = 500.0
+    budget_ms: float = 2000.0
+    kind: str = "sql_evidence"
+
+    def __post_init__(self) -> None:
+        path = Path(self.database)
+        if not isinstance(self.database, str | Path) or not path.is_file():
+            raise CheckSpecError("database", f"{self.database!r} is not a SQLite file")
+        if not os.access(path, os.R_OK):
+            raise CheckSpecError("database", f"{path} is not readable")
+        for key in ("tool", "argument"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise CheckSpecError(key, "expected a non-empty string")
+        for key, most in (("rerun_ms", 60_000.0), ("budget_ms", 60_000.0)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= most:
+                raise CheckSpecError(key, f"expected a number in (0, {most:g}], got {v!r}")
+        db = Database(path)
+        try:
+            db.schema()
+        except Exception as exc:  # not a database, or unreadable: refuse at build
+            raise CheckSpecError("database", f"{path} cannot be opened: {exc}") from exc
+        object.__setattr__(self, "_db", db)
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def evidence(self, request: CheckRequest) -> tuple[Evidence, ...]:
+        if request.evidence:
+            return evidence_from_list(list(request.evidence))
+        return evidence_from_messages(request.messages, tool=self.tool, argument=self.argument)
+
+    async def run(self, answer: str, request: CheckRequest) -> CheckResult:
+        return await off_loop(self.run_blocking, answer, request)
+
+    def run_blocking(self, answer: str, request: CheckRequest) -> CheckResult:
+        """The check, synchronously (the CLI and the benchmarks call it so)."""
+        try:
+            items = self.evidence(request)
+        except CheckSpecError as exc:
+            return self._fail(f"the evidence is malformed: {exc}", "sql_no_evidence")
+        if not items:
+            return self._fail(
+                f"no SQL evidence: no call to the {self.tool!r} tool in the conversation and "
+                "no firstpass.evidence",
+                "sql_no_evidence",
+            )
+        db: Database = self.__dict__["_db"]
+        facts = Facts(
+            question=request.prompt,
+            answer=answer,
+            items=parse_evidence(items),
+            db=db,
+            schema=db.schema(),
+            rerun_ms=self.rerun_ms,
+            budget_s=self.budget_ms / 1000.0,
+        )
+        parts = []
+        for (name, _), rule in zip(RULES, CHECKS, strict=True):
+            try:
+                parts.append(rule(facts))
+            except Exception as exc:  # a rule that cannot read this SQL: a warning, not a 500
+                parts.append(
+                    Options(name=name, severity="warning").result(
+                        self.kind,
+                        verdict="abstain",
+                        score=0.0,
+                        reasons=(f"could not run: {type(exc).__name__}: {exc}"[:300],),
+                        category="check_error",
+                    )
+                )
+        result = combine(
+            self.name,
+            parts,
+            kind=self.kind,
+            on_abstain=self.options.on_abstain,
+            severity=self.options.severity,
+        )
+        return result
+
+    def _fail(self, reason: str, category: str) -> CheckResult:
+        return self.options.result(
+            self.kind,
+            verdict="fail",
+            score=0.0,
+            reasons=(reason,),
+            category=category,
+            needs_revision=True,
+        )

@@ -1,0 +1,119 @@
+"""The route's SQLite database, read-only: its schema, and reruns within a time budget.
+
+Opened as ``file:...?mode=ro`` with ``PRAGMA query_only``, so no SQL string, however hostile,
+can change it; a progress handler interrupts a query past its budget. Every call is blocking
+and runs on the checks' own threads (``firstpass.checks.off_loop``), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Database", "Schema"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schema:
+    """Tables (lower-cased name → real name) and each table's columns with declared types."""
+
+    tables: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, dict[str, str]] = field(default_factory=dict)  # table → column → type
+
+    def column_type(self, table: str | None, column: str) -> str | None:
+        """The declared type (upper-cased) of ``column``, in ``table`` or, with None, in the
+        only table that has it."""
+        col = column.lower()
+        if table is not None:
+            return self.columns.get(table.lower(), {}).get(col)
+        found = [cols[col] for cols in self.columns.values() if col in cols]
+        return found[0] if len(found) == 1 else None
+
+
+class RerunError(Exception):
+    """A rerun failed: an SQL error, or it ran out of time."""
+
+
+class Database:
+    """One SQLite file, opened read-only per call (connections are cheap; threads differ)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._schema: Schema | None = None
+
+    def connect(self) -> sqlite3.Connection:
+        uri = f"{self.path.resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def schema(self) -> Schema:
+        if self._schema is None:
+            with self.connect() as conn:
+                tables = {
+                    name.lower(): name
+                    for (name,) in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                    )
+                }
+                columns = {
+                    low: {
+                        str(row[1]).lower(): str(row[2] or "").upper()
+                        for row in conn.execute(f'PRAGMA table_info("{real}")')
+                    }
+                    for low, real in tables.items()
+                }
+            self._schema = Schema(tables=tables, columns=columns)
+        return self._schema
+
+    def run(self, sql: str, *, budget_s: float, max_rows: int = 10_000) -> list[tuple[object, ...]]:
+        """The rows of ``sql`` (at most ``max_rows``); ``RerunError`` on an error or past
+        ``budget_s``."""
+        deadline = time.monotonic() + budget_s
+        conn = self.connect()
+        try:
+            conn.set_progress_handler(_stop_after(deadline), 10_000)
+            try:
+                cursor = conn.execute(sql)
+                return list(cursor.fetchmany(max_rows))
+            except sqlite3.Error as exc:
+                if time.monotonic() >= deadline:
+                    raise RerunError(f"took over {budget_s * 1000:.0f} ms") from exc
+                raise RerunError(str(exc)) from exc
+            except (ValueError, OverflowError) as exc:  # e.g. two statements, a NUL byte
+                raise RerunError(str(exc)) from exc
+        finally:
+            conn.close()
+
+    def count(self, sql: str, params: tuple[object, ...], *, budget_s: float) -> int | None:
+        """``SELECT count(*)``-style probes for the checks; None when it cannot run."""
+        try:
+            rows = self.run_params(sql, params, budget_s=budget_s)
+        except RerunError:
+            return None
+        value = rows[0][0] if rows and rows[0] else None
+        return value if isinstance(value, int) else None
+
+    def run_params(
+        self, sql: str, params: tuple[object, ...], *, budget_s: float
+    ) -> list[tuple[object, ...]]:
+        deadline = time.monotonic() + budget_s
+        conn = self.connect()
+        try:
+            conn.set_progress_handler(_stop_after(deadline), 10_000)
+            try:
+                return list(conn.execute(sql, params).fetchmany(1000))
+            except (sqlite3.Error, ValueError, OverflowError) as exc:
+                raise RerunError(str(exc)) from exc
+        finally:
+            conn.close()
+
+
+def _stop_after(deadline: float) -> Callable[[], int]:
+    def handler() -> int:
+        return 1 if time.monotonic() >= deadline else 0  # non-zero interrupts the query
+
+    return handler
