@@ -83,7 +83,7 @@ def config_from_dict(
     receipts = _receipts(f.get_table(data, "receipts", "", {}), base_dir)
     providers = _providers(f.get_tables(data, "provider", ""), base_dir, env)
     prices = _prices(f.get_tables(data, "price", ""), providers)
-    routes = _routes(f.get_tables(data, "route", ""), providers, prices)
+    routes = _routes(f.get_tables(data, "route", ""), providers, prices, base_dir)
     _check_judges(routes, providers, prices)
     elastic = build_elastic(f.get_table(data, "escalation", "", {}), base_dir)
     server, receipts, elastic = apply_env(env, server, receipts, elastic)
@@ -302,6 +302,7 @@ def _routes(
     tables: list[Mapping[str, Any]],
     providers: tuple[ProviderConfig, ...],
     prices: Mapping[str, Price],
+    base_dir: Path = Path("."),
 ) -> tuple[RouteConfig, ...]:
     if not tables:
         raise ConfigError("route", "at least one [[route]] is required")
@@ -350,24 +351,38 @@ def _routes(
                 ),
                 without_checks=without,
                 checks=checks,
-                visible_checks=_check_list(table, "visible_checks", p),
-                gate_checks=_check_list(table, "gate_checks", p),
+                visible_checks=_check_list(table, "visible_checks", p, base_dir),
+                gate_checks=_check_list(table, "gate_checks", p, base_dir),
                 revision=_revision(table, p),
             )
         )
     return tuple(out)
 
 
-def _check_list(table: Mapping[str, Any], key: str, p: str) -> tuple[CheckDef, ...]:
+def _check_list(table: Mapping[str, Any], key: str, p: str, base_dir: Path) -> tuple[CheckDef, ...]:
     """``[[route.visible_checks]]`` / ``[[route.gate_checks]]``: validated now, built by the
-    server (a judge needs its provider)."""
+    server (a judge needs its provider). Paths (a ``sql_evidence`` database) resolve against the
+    config file's directory, like every other path in it."""
     raw = table.get(key)
     if raw is None:
         return ()
     try:
-        return parse_checks(_plain(raw), origin="config")
+        return parse_checks(_with_paths(_plain(raw), base_dir), origin="config")
     except CheckSpecError as exc:
         raise ConfigError(field_path(f"{p}.{key}", exc.field), exc.message) from exc
+
+
+def _with_paths(raw: Any, base_dir: Path) -> Any:
+    """``database`` of every ``sql_evidence`` check (composites included) made absolute."""
+    if isinstance(raw, list):
+        return [_with_paths(item, base_dir) for item in raw]
+    if isinstance(raw, dict):
+        out = {k: _with_paths(v, base_dir) if k == "checks" else v for k, v in raw.items()}
+        db = out.get("database")
+        if out.get("kind") == "sql_evidence" and isinstance(db, str) and db:
+            out["database"] = str((base_dir / Path(db).expanduser()).resolve())
+        return out
+    return raw
 
 
 def _revision(table: Mapping[str, Any], p: str) -> Revision | None:

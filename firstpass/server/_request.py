@@ -40,7 +40,17 @@ MODES = REQUEST_MODES
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 _FIRSTPASS_KEYS = frozenset(
-    {"tests", "setup", "entry_point", "mode", "task_id", "probe_inputs", "checks", "context"}
+    {
+        "tests",
+        "setup",
+        "entry_point",
+        "mode",
+        "task_id",
+        "probe_inputs",
+        "checks",
+        "context",
+        "evidence",
+    }
 )
 #: at most this many checks a request may add
 MAX_REQUEST_CHECKS = 32
@@ -196,7 +206,9 @@ def _parse_checks(
 ) -> Checks:
     """The request's tests and what its checks see of it; its listed checks are built later,
     off the event loop (``with_listed_checks``)."""
-    request = CheckRequest.from_messages(messages or [], _context(fp.get("context")))
+    request = CheckRequest.from_messages(
+        messages or [], _context(fp.get("context")), _evidence(fp.get("evidence"))
+    )
     return dataclasses.replace(_parse_tests(fp, parse_spec), request=request)
 
 
@@ -222,6 +234,22 @@ async def with_listed_checks(checks: Checks, raw: Any) -> Checks:
         gate_checks=listed["gate"],
         from_request=tuple(c.name for c in (*listed["visible"], *listed["gate"])),
     )
+
+
+def _evidence(raw: Any) -> tuple[Mapping[str, Any], ...]:
+    """``firstpass.evidence``: the SQL an analytics answer stands on (``sql_evidence`` checks
+    read it), each ``{sql, columns, rows, elapsed_ms, truncated}``; its shape is checked here,
+    so a malformed item is a 400 naming it."""
+    if raw is None:
+        return ()
+    from firstpass.checks._sql import evidence_from_list
+
+    try:
+        evidence_from_list(raw)
+    except CheckSpecError as exc:
+        field = field_path("firstpass.evidence", exc.field)
+        raise RequestError(f"{field}: {exc.message}", param=field, code="invalid_evidence") from exc
+    return tuple(raw)
 
 
 def _context(raw: Any) -> tuple[str, ...]:
