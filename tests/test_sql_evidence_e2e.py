@@ -97,7 +97,7 @@ def test_a_number_the_evidence_does_not_hold_escalates(live_stack: Any, sales_db
     assert completion.choices[0].message.content == GOOD
     assert completion.model_extra["firstpass"]["action"] == "escalated"
     (receipt,) = stack.receipts_list()
-    first = [c for c in receipt["checks"] if c["kind"] == "gate"][0]
+    first = next(c for c in receipt["checks"] if c["kind"] == "gate")
     assert first["category"] == "sql_numbers_in_evidence"
 
 
