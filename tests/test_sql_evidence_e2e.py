@@ -111,7 +111,8 @@ def test_the_revision_loop_reasks_with_the_failed_sql_checks(
     assert completion.choices[0].message.content == GOOD
     assert [c.model for c in stack.stub.completions] == [CHEAP, CHEAP]
     feedback = stack.stub.completions[1].body["messages"][-1]["content"]
-    assert "evidence (sql_evidence) failed" in feedback and "number no result holds" in feedback
+    assert "evidence (sql_evidence) failed: numbers_in_evidence: the answer states a number" in feedback
+    assert "250" not in feedback.split("failed:")[1]  # what failed, never the values
 
 
 def test_a_recorded_result_the_database_does_not_reproduce_fails_the_rerun(

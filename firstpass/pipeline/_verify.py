@@ -124,6 +124,12 @@ def feedback_for(
         if stage == "visible" or gate_reasons:
             parts.append(f"{r.name} ({r.kind}): " + ("; ".join(r.reasons) or "failed"))
         else:
-            parts.append(f"{r.name} ({r.kind}) failed: {describe(r.category or 'check_error')}.")
+            failed = [p for p in r.parts if not p.passed]
+            why = (
+                "; ".join(f"{p.name}: {describe(p.category or 'check_error')}" for p in failed)
+                if failed
+                else describe(r.category or "check_error")
+            )
+            parts.append(f"{r.name} ({r.kind}) failed: {why}.")
     text = "\n".join(p for p in parts if p)
     return text if len(text) <= limit else text[: limit - 3] + "..."
