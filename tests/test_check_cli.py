@@ -533,6 +533,7 @@ def test_a_judge_on_an_unknown_provider_or_without_a_rubric_is_a_usage_error(
 
 # -- the JSON Schema Test Suite (draft 2020-12) sample ---------------------------------------
 
+
 def suite_cases() -> list[tuple[str, object, object, bool]]:
     groups = json.loads(SUITE.read_text("utf-8"))
     return [
@@ -624,3 +625,256 @@ def test_suite_cases_as_a_real_subprocess(tmp_path: Path, name: str) -> None:
     )
     assert proc.returncode == (0 if valid else 1), proc.stdout + proc.stderr
     assert as_json(proc)["passed"] is valid
+
+
+# -- sql_evidence ----------------------------------------------------------------------------
+
+SQL_CHECKS = [
+    "tables_exist",
+    "rerun_matches",
+    "numbers_in_evidence",
+    "no_sum_over_text",
+    "string_filter_case",
+    "aggregate_matches_question",
+    "question_columns_used",
+    "join_when_two_tables",
+    "date_group_not_null",
+    "aggregates_attributed",
+]
+COUNT_SINGERS = "SELECT count(*) FROM singer"
+
+
+def music_db(tmp_path: Path) -> str:
+    import sqlite3
+
+    path = tmp_path / "music.sqlite"
+    path.unlink(missing_ok=True)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE singer(singer_id INTEGER, name TEXT, country TEXT, age INTEGER);"
+        "INSERT INTO singer VALUES (1, 'Ana', 'France', 31), (2, 'Ben', 'France', 45),"
+        " (3, 'Cy', 'Spain', 27), (4, 'Dee', 'Spain', 52);"
+    )
+    conn.commit()
+    conn.close()
+    return str(path)
+
+
+def sql_item(sql: str, rows: list[list[object]], elapsed_ms: float = 2.0) -> dict[str, object]:
+    return {"sql": sql, "columns": [], "rows": rows, "elapsed_ms": elapsed_ms}
+
+
+def sql_check(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    answer: str,
+    evidence: object,
+    *extra: str,
+    question: str = "How many singers are there?",
+) -> tuple[int, dict[str, Any], str]:
+    """`firstpass check --kind sql_evidence ... --json` in-process: (exit, JSON or {}, stderr)."""
+    argv = [
+        "check", "--kind", "sql_evidence", "--db", music_db(tmp_path), "--question", question,
+        "--answer", write(tmp_path / "answer.md", answer),
+        "--evidence", write(tmp_path / "evidence.json", evidence), "--json", *extra,
+    ]  # fmt: skip
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def assert_ten(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    assert set(data) >= RESULT_FIELDS and data["kind"] == "sql_evidence", data
+    assert [c["name"] for c in data["checks"]] == SQL_CHECKS
+    for entry in data["checks"]:
+        assert set(entry) == {"name", "passed", "severity", "reason"}, entry
+    return {c["name"]: c for c in data["checks"]}
+
+
+def test_sql_evidence_lists_all_ten_checks_and_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, data, err = sql_check(tmp_path, capsys, "There are 4.", [sql_item(COUNT_SINGERS, [[4]])])
+    assert code == 0, err
+    checks = assert_ten(data)
+    assert data["passed"] is True and data["verdict"] == "pass"
+    assert all(c["passed"] for c in checks.values())
+    assert checks["tables_exist"] == {
+        "name": "tables_exist", "passed": True, "severity": "error", "reason": "",
+    }  # fmt: skip
+    assert checks["date_group_not_null"]["reason"] == "skipped: no selected expression grouped"
+    assert checks["aggregates_attributed"]["reason"].startswith("skipped: ")
+    assert checks["aggregate_matches_question"]["severity"] == "warning"
+
+
+def test_sql_evidence_a_hard_fail_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, data, _ = sql_check(tmp_path, capsys, "There are 7.", [sql_item(COUNT_SINGERS, [[4]])])
+    assert code == 1
+    checks = assert_ten(data)
+    assert (data["passed"], data["category"]) == (False, "sql_numbers_in_evidence")
+    assert checks["numbers_in_evidence"] == {
+        "name": "numbers_in_evidence",
+        "passed": False,
+        "severity": "error",
+        "reason": "the answer states 7, which no result cell holds",
+    }
+    assert [c["name"] for c in checks.values() if not c["passed"]] == ["numbers_in_evidence"]
+
+
+def test_sql_evidence_a_warning_alone_exits_0_and_prints_warn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The question says "average", the SQL sums: a warning, so the check still passes."""
+    evidence = [sql_item("SELECT sum(age) FROM singer", [[155]])]
+    code, data, _ = sql_check(
+        tmp_path, capsys, "155", evidence, question="What is the average age?"
+    )
+    assert code == 0
+    checks = assert_ten(data)
+    warned = checks["aggregate_matches_question"]
+    assert (warned["passed"], warned["severity"]) == (False, "warning")
+    assert "the SQL sums" in warned["reason"]
+    # the text output marks it WARN, one line per check and a verdict line
+    argv = [
+        "check", "--kind", "sql_evidence", "--db", music_db(tmp_path),
+        "--question", "What is the average age?", "--answer", str(tmp_path / "answer.md"),
+        "--evidence", str(tmp_path / "evidence.json"),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 11
+    assert lines[5].startswith("aggregate_matches_question: WARN - the question says 'average'")
+    assert lines[-1].startswith("passed: sql_evidence check 'sql_evidence'")
+
+
+def test_sql_evidence_rerun_ms_decides_what_is_rerun(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recorded 5 where the database says 4, recorded as slow: not rerun by default (the
+    sub-check says so), caught with a higher --rerun-ms."""
+    evidence = [sql_item(COUNT_SINGERS, [[5]], elapsed_ms=900)]
+    code, data, _ = sql_check(tmp_path, capsys, "There are 5.", evidence)
+    assert code == 0
+    rerun = assert_ten(data)["rerun_matches"]
+    assert rerun["passed"] and "skipped: query 0: not cheap (900 ms" in rerun["reason"]
+    code, data, _ = sql_check(tmp_path, capsys, "There are 5.", evidence, "--rerun-ms", "1000")
+    assert code == 1
+    rerun = assert_ten(data)["rerun_matches"]
+    assert not rerun["passed"] and "when rerun" in rerun["reason"]
+
+
+def test_sql_evidence_reads_a_conversations_tool_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sql = "SELECT count(*) FROM singer WHERE country = 'France'"
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "sql", "arguments": json.dumps({"sql": sql})}}  # fmt: skip
+    conversation = {
+        "messages": [
+            {"role": "user", "content": "How many singers are from France?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1",
+             "content": json.dumps({"columns": ["n"], "rows": [[2]], "elapsed_ms": 1})},
+        ]
+    }  # fmt: skip
+    argv = [
+        "check", "--kind", "sql_evidence", "--db", music_db(tmp_path),
+        "--answer", write(tmp_path / "a.md", "Two: 2 singers."),
+        "--evidence", write(tmp_path / "conv.json", conversation), "--json",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    checks = assert_ten(json.loads(capsys.readouterr().out))
+    assert checks["rerun_matches"]["reason"] == ""  # rerun, and matched
+    # the same conversation with a lie in the tool's answer
+    conversation["messages"][2]["content"] = json.dumps({"rows": [[3]], "elapsed_ms": 1})
+    write(tmp_path / "conv.json", conversation)
+    assert main(argv) == 1
+    assert not assert_ten(json.loads(capsys.readouterr().out))["rerun_matches"]["passed"]
+
+
+def test_sql_evidence_without_queries_fails_as_no_evidence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, data, _ = sql_check(tmp_path, capsys, "There are 4.", [])
+    assert code == 1
+    assert (data["passed"], data["category"]) == (False, "sql_no_evidence")
+    (entry,) = data["checks"]
+    assert entry["passed"] is False and "no SQL evidence" in entry["reason"]
+
+
+@pytest.mark.parametrize(
+    ("change", "parts"),
+    [
+        ({"db": "missing.sqlite"}, ("--db:", "missing.sqlite", "is not a SQLite file")),
+        ({"db": None}, ("--db: required with --kind sql_evidence",)),
+        ({"evidence": None}, ("--evidence: required with --kind sql_evidence",)),
+        ({"evidence_text": "[{"}, ("--evidence:", "is not JSON")),
+        ({"evidence_text": '[{"sql": ""}]'}, ("--evidence: [0].sql: expected the query's SQL",)),
+        ({"evidence_text": '[{"sql": "SELECT 1", "rows": 3}]'}, ("--evidence: [0].rows:",)),
+        ({"evidence_text": '{"queries": []}'}, ("--evidence: unknown key 'queries'",)),
+        ({"evidence_text": '"SELECT 1"'}, ("--evidence:", "expected a list")),
+        ({"rerun_ms": "-1"}, ("--rerun-ms: expected a number in (0, 60000]",)),
+        ({"extra": ["--schema", "x.json"]}, ("--schema: does not apply to --kind sql_evidence",)),
+        ({"extra": ["--prompt", "q.txt"]}, ("--question", "not both")),
+    ],
+)
+def test_sql_evidence_bad_input_is_a_one_line_usage_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, Any],
+    parts: tuple[str, ...],
+) -> None:
+    db: str | None = music_db(tmp_path)
+    if "db" in change:
+        db = None if change["db"] is None else str(tmp_path / change["db"])
+    evidence: str | None = write(tmp_path / "ev.json", [sql_item(COUNT_SINGERS, [[4]])])
+    if "evidence" in change:
+        evidence = None
+    if "evidence_text" in change:
+        evidence = write(tmp_path / "ev.json", change["evidence_text"])
+    write(tmp_path / "q.txt", "How many singers?")
+    argv = ["check", "--kind", "sql_evidence", "--question", "How many singers?",
+            "--answer", write(tmp_path / "a.md", "4")]  # fmt: skip
+    argv += ["--db", db] if db is not None else []
+    argv += ["--evidence", evidence] if evidence is not None else []
+    argv += ["--rerun-ms", change["rerun_ms"]] if "rerun_ms" in change else []
+    argv += [a if a != "q.txt" else str(tmp_path / a) for a in change.get("extra", [])]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("firstpass check: "), err
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_sql_evidence_from_a_check_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    definition = write(
+        tmp_path / "gate.json", {"kind": "sql_evidence", "database": music_db(tmp_path)}
+    )
+    argv = [
+        "check", "--check", definition, "--question", "How many singers?",
+        "--answer", write(tmp_path / "a.md", "There are 4."),
+        "--evidence", write(tmp_path / "ev.json", [sql_item(COUNT_SINGERS, [[4]])]), "--json",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert_ten(json.loads(capsys.readouterr().out))
+
+
+def test_sql_evidence_as_a_real_subprocess_with_evidence_on_stdin(tmp_path: Path) -> None:
+    sql = "SELECT count(*) FROM singer WHERE country = 'france'"
+    proc = check(
+        "--kind", "sql_evidence", "--db", music_db(tmp_path),
+        "--question", "How many singers are from France?",
+        "--answer", write(tmp_path / "a.md", "None: 0 singers."),
+        "--evidence", "-", "--json",
+        stdin=json.dumps([sql_item(sql, [[0]])]),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    data = as_json(proc)
+    checks = assert_ten(data)
+    assert data["category"] == "sql_string_filter_case"
+    assert checks["string_filter_case"]["passed"] is False
+    assert "matches no row, but 2 rows" in checks["string_filter_case"]["reason"]

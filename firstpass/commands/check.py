@@ -7,11 +7,16 @@
     firstpass check --check gate.json --answer answer.md              # any config kind, as JSON
     firstpass check --kind judge --config firstpass.toml --judge openai/gpt-4o-mini \\
         --rubric "Answers the task in one sentence" --prompt task.txt --answer answer.md
+    firstpass check --kind sql_evidence --db shop.sqlite --question "How many orders?" \\
+        --answer answer.md --evidence queries.json --json
 
 The flags become a check definition that ``firstpass.checks.parse_check`` validates exactly as a
 config's ``[[route.gate_checks]]`` entry, so what passes here passes in the gate. The output is
 one line per sub-check (a test, a schema violation, a composite's part) and a verdict line, or
-with ``--json`` one object: the result's fields plus ``checks``.
+with ``--json`` one object: the result's fields plus ``checks``. For ``sql_evidence`` the
+sub-checks are its ten named checks, every one listed (a skipped one passes, saying why);
+``--evidence`` is a JSON list of ``{sql, columns, rows, elapsed_ms, truncated}`` or a
+conversation ``{"messages": [...]}`` whose tool calls to ``sql`` are read.
 
 Exit status: 0 when the check passes, 1 when it fails (an abstention counts as its
 ``on_abstain`` says), 2 on a usage or spec error.
@@ -37,7 +42,17 @@ if TYPE_CHECKING:
     from firstpass.sandbox import Limits, SampleResult, TestSpec
 
 #: ``--kind`` values: the sandbox's tests and every kind a config may use
-KINDS = ("tests", "basic", "regex", "context", "json_schema", "command", "judge", "composite")
+KINDS = (
+    "tests",
+    "basic",
+    "regex",
+    "context",
+    "json_schema",
+    "command",
+    "judge",
+    "sql_evidence",
+    "composite",
+)
 
 #: option (argparse dest) → the flag a message names
 _FLAGS = {
@@ -58,6 +73,10 @@ _FLAGS = {
     "min_score": "--min-score",
     "check": "--check",
     "prompt": "--prompt",
+    "db": "--db",
+    "question": "--question",
+    "evidence": "--evidence",
+    "rerun_ms": "--rerun-ms",
 }
 
 #: what each kind takes besides the answer and --json (``check``: a ``--check FILE`` definition,
@@ -70,7 +89,8 @@ _KIND_OPTIONS: dict[str, tuple[str, ...]] = {
     "json_schema": ("schema",),
     "command": ("argv", "timeout", "prompt", "context"),
     "judge": ("config", "judge", "rubric", "min_score", "prompt"),
-    "check": ("check", "config", "prompt", "context"),
+    "sql_evidence": ("db", "question", "evidence", "rerun_ms", "prompt"),
+    "check": ("check", "config", "prompt", "context", "question", "evidence"),
 }
 
 #: a definition's option → the flag that set it, so a spec error names what the user typed
@@ -86,6 +106,8 @@ _FIELD_FLAGS = {
     "model": "--judge",
     "rubric": "--rubric",
     "min_score": "--min-score",
+    "database": "--db",
+    "rerun_ms": "--rerun-ms",
 }
 
 #: a violation reason's JSON path as ``jsonschema`` writes it (``$.a[0]['odd: key']``), so the
@@ -188,6 +210,25 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="a check definition as JSON, of any config kind (a composite, say)",
     )
+    sql = parser.add_argument_group("sql_evidence")
+    sql.add_argument("--db", metavar="FILE", help="sql_evidence: the SQLite database (read-only)")
+    sql.add_argument(
+        "--question",
+        metavar="TEXT",
+        help="sql_evidence (and --check): the question the answer is for (or --prompt FILE)",
+    )
+    sql.add_argument(
+        "--evidence",
+        metavar="FILE|-",
+        help="sql_evidence (and --check): the SQL work, a JSON list of {sql, columns, rows, "
+        'elapsed_ms, truncated}, or a conversation {"messages": [...]} with its tool calls',
+    )
+    sql.add_argument(
+        "--rerun-ms",
+        type=float,
+        metavar="MS",
+        help="sql_evidence: rerun queries recorded at most this long (default 500)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -271,13 +312,57 @@ def _one_stdin(paths: list[tuple[str, str]]) -> None:
         raise CheckSpecError(on_stdin[1], f"only one input can be - ({on_stdin[0]} is)")
 
 
-def _request(args: argparse.Namespace) -> CheckRequest:
+@dataclass(frozen=True)
+class _Work:
+    """What ``--evidence`` holds: an explicit list, or a conversation's messages."""
+
+    evidence: tuple[dict[str, Any], ...] = ()
+    messages: tuple[dict[str, Any], ...] = ()
+
+
+def _evidence(args: argparse.Namespace) -> _Work:
+    """``--evidence``, validated before anything runs: a list of evidence items, or an object
+    ``{"messages": [...], "evidence": [...]}`` (either key may be left out)."""
+    if args.evidence is None:
+        return _Work()
+    from firstpass.checks._sql import evidence_from_list
+
+    raw = _read_json(args.evidence, "--evidence", "SQL evidence")
+    if isinstance(raw, dict):
+        unknown = sorted(set(raw) - {"messages", "evidence"})
+        if unknown:
+            raise CheckSpecError(
+                "--evidence", f"unknown key {unknown[0]!r} (an object takes messages, evidence)"
+            )
+        items, messages = raw.get("evidence", []), raw.get("messages", [])
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise CheckSpecError("--evidence", "messages: expected a list of message objects")
+    else:
+        items, messages = raw, []
+    try:
+        evidence_from_list(items)
+    except CheckSpecError as exc:
+        where = f"{exc.field}: " if exc.field else ""
+        raise CheckSpecError("--evidence", f"{where}{exc.message}") from exc
+    return _Work(evidence=tuple(items), messages=tuple(messages))
+
+
+def _request(args: argparse.Namespace, work: _Work = _Work()) -> CheckRequest:
     from firstpass.checks import CheckRequest
 
-    prompt = _read(args.prompt, "--prompt") if args.prompt is not None else ""
+    if args.question is not None and args.prompt is not None:
+        raise CheckSpecError("--question", "give --question or --prompt (the same input), not both")
+    if args.question is not None:
+        prompt = args.question
+    else:
+        prompt = _read(args.prompt, "--prompt") if args.prompt is not None else ""
     passages = tuple(_read(path, "--context") for path in args.context or ())
-    messages = ({"role": "user", "content": prompt},) if prompt else ()
-    return CheckRequest(prompt=prompt, messages=messages, context=passages)
+    if not prompt and work.messages:  # the question is the conversation's last user turn
+        return CheckRequest.from_messages(work.messages, passages, work.evidence)
+    messages: tuple[dict[str, Any], ...] = work.messages
+    if prompt:
+        messages = (*messages, {"role": "user", "content": prompt})
+    return CheckRequest(prompt=prompt, messages=messages, context=passages, evidence=work.evidence)
 
 
 # -- definitions -----------------------------------------------------------------------------
@@ -348,6 +433,16 @@ def _definition(args: argparse.Namespace, mode: str) -> CheckDef:
                 raw[key] = value
         if args.min_score is not None:
             raw["min_score"] = args.min_score
+    elif mode == "sql_evidence":
+        if args.db is None:
+            raise CheckSpecError("--db", "required with --kind sql_evidence (a SQLite file)")
+        if args.evidence is None:
+            raise CheckSpecError(
+                "--evidence", "required with --kind sql_evidence (the SQL work, as JSON)"
+            )
+        raw["database"] = args.db
+        if args.rerun_ms is not None:
+            raw["rerun_ms"] = args.rerun_ms
     try:
         return parse_check(raw, origin="config")
     except CheckSpecError as exc:
@@ -548,7 +643,7 @@ def run(args: argparse.Namespace) -> int:
     _refuse_foreign_options(args, mode)
     answer_path, answer_flag = _answer_path(args)
     inputs = [(answer_path, answer_flag), *((p, "--context") for p in args.context or ())]
-    for dest in ("prompt", "tests", "schema", "check"):
+    for dest in ("prompt", "tests", "schema", "check", "evidence"):
         if getattr(args, dest) is not None:
             inputs.append((getattr(args, dest), _FLAGS[dest]))
     _one_stdin(inputs)
@@ -560,8 +655,9 @@ def run(args: argparse.Namespace) -> int:
         result, sample = _run_tests(answer, spec, limits)
     else:
         defn = _definition(args, mode)
+        work = _evidence(args)
         answer = _read(answer_path, answer_flag)
-        request = _request(args)
+        request = _request(args, work)
         result, judges = asyncio.run(_run_check(defn, answer, request, args.config))
     if args.json:
         print(json.dumps(report(result, sample), indent=2))

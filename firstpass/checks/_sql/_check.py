@@ -56,8 +56,12 @@ class SqlEvidenceCheck:
     kind: str = "sql_evidence"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.database, str | Path) or not str(self.database):
+            raise CheckSpecError(
+                "database", f"expected the SQLite file's path, got {self.database!r}"
+            )
         path = Path(self.database)
-        if not isinstance(self.database, str | Path) or not path.is_file():
+        if not path.is_file():
             raise CheckSpecError("database", f"{self.database!r} is not a SQLite file")
         if not os.access(path, os.R_OK):
             raise CheckSpecError("database", f"{path} is not readable")

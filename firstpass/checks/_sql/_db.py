@@ -7,13 +7,14 @@ and runs on the checks' own threads (``firstpass.checks.off_loop``), never on th
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Database", "Schema"]
+__all__ = ["Database", "RerunError", "Schema", "quote"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,14 +46,17 @@ class Database:
         self._schema: Schema | None = None
 
     def connect(self) -> sqlite3.Connection:
+        """Read-only: ``mode=ro`` and ``query_only`` keep this file unchanged, and no database
+        may be attached (``ATTACH 'x.db'`` would create a file, or read another database)."""
         uri = f"{self.path.resolve().as_uri()}?mode=ro"
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         conn.execute("PRAGMA query_only = ON")
         return conn
 
     def schema(self) -> Schema:
         if self._schema is None:
-            with self.connect() as conn:
+            with contextlib.closing(self.connect()) as conn:
                 tables = {
                     name.lower(): name
                     for (name,) in conn.execute(
@@ -62,7 +66,7 @@ class Database:
                 columns = {
                     low: {
                         str(row[1]).lower(): str(row[2] or "").upper()
-                        for row in conn.execute(f'PRAGMA table_info("{real}")')
+                        for row in conn.execute(f"PRAGMA table_info({quote(real)})")
                     }
                     for low, real in tables.items()
                 }
@@ -110,6 +114,11 @@ class Database:
                 raise RerunError(str(exc)) from exc
         finally:
             conn.close()
+
+
+def quote(name: str) -> str:
+    """An SQL identifier, quoted (a name taken from a query's text is never trusted)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _stop_after(deadline: float) -> Callable[[], int]:

@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from firstpass.checks._base import Options
 from firstpass.checks._result import CheckResult, Severity
-from firstpass.checks._sql._db import Database, RerunError, Schema
+from firstpass.checks._sql._db import Database, RerunError, Schema, quote
 from firstpass.checks._sql._evidence import Evidence
 from firstpass.checks._sql._numbers import evidence_numbers, holds, stated_numbers
 
@@ -142,15 +142,58 @@ def tables_exist(f: Facts) -> CheckResult:
 # -- 2. cheap queries rerun to the same rows -----------------------------------------------------
 
 
-def _canonical(rows: Iterable[Sequence[object]]) -> Counter[tuple[object, ...]]:
-    def cell(v: object) -> object:
-        if isinstance(v, float):
-            return float(f"{v:.9g}") if math.isfinite(v) else None
-        if isinstance(v, bytes):
-            return v.hex()
-        return v
+def _cell(v: object) -> object:
+    """A cell as compared across a rerun: numbers (and numeric text, as a harness may send
+    them) as floats to 9 significant digits, bytes as hex."""
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, int | float):
+        return float(f"{float(v):.9g}") if math.isfinite(v) else None
+    if isinstance(v, str) and v.strip() and len(v) < 40:
+        try:
+            number = float(v.replace(",", ""))
+        except ValueError:
+            return v
+        return float(f"{number:.9g}") if math.isfinite(number) else v
+    if isinstance(v, bytes):
+        return v.hex()
+    return v
 
-    return Counter(tuple(cell(v) for v in row) for row in rows)
+
+def _same_rows(recorded: Sequence[Sequence[object]], rerun: Sequence[Sequence[object]]) -> bool:
+    """The same rows as multisets; a number recorded with fewer digits (a harness rounding
+    1496.1875 to 1496.19) matches within half a unit of its last digit."""
+    if Counter(tuple(map(_cell, r)) for r in recorded) == Counter(
+        tuple(map(_cell, r)) for r in rerun
+    ):
+        return True
+    if len(recorded) != len(rerun):
+        return False
+    left = sorted((tuple(map(_cell, r)) for r in rerun), key=repr)
+    pending = [tuple(r) for r in recorded]
+    for row in left:
+        match = next((i for i, rec in enumerate(pending) if _rounded_equal(rec, row)), None)
+        if match is None:
+            return False
+        pending.pop(match)
+    return True
+
+
+def _rounded_equal(recorded: Sequence[object], rerun: Sequence[object]) -> bool:
+    if len(recorded) != len(rerun):
+        return False
+    for rec, value in zip(recorded, rerun, strict=True):
+        if _cell(rec) == value:
+            continue
+        numbers = stated_numbers(str(rec)) if isinstance(rec, int | float | str) else []
+        if not (
+            len(numbers) == 1
+            and isinstance(value, float)
+            and holds(numbers[0], [value])
+            and not numbers[0].percent
+        ):
+            return False
+    return True
 
 
 def rerun_matches(f: Facts) -> CheckResult:
@@ -170,15 +213,18 @@ def rerun_matches(f: Facts) -> CheckResult:
             skipped.append(f"query {i}: not cheap ({why}; reruns at most {f.rerun_ms:.0f} ms)")
             continue
         reran += 1
+        if p.tree is not None and not isinstance(p.tree, exp.Query):
+            problems.append(f"query {i} is not a query (only SELECT and WITH are rerun)")
+            continue
         try:
             rows = f.db.run(e.sql, budget_s=f.budget_s)
         except RerunError as exc:
             problems.append(f"query {i} failed when rerun: {exc}")
             continue
-        if _canonical(rows) != _canonical(e.rows):
+        if not _same_rows(e.rows, rows):
+            what = "other values" if len(rows) == len(e.rows) else f"{len(rows)} rows"
             problems.append(
-                f"query {i} returned {len(rows)} rows when rerun, other than the "
-                f"{len(e.rows)} recorded"
+                f"query {i} returned {what} when rerun than the {len(e.rows)} rows recorded"
             )
     if not reran and not problems:
         return _result("rerun_matches", "error", [], skipped="; ".join(skipped) or "no queries")
@@ -238,9 +284,10 @@ def no_sum_over_text(f: Facts) -> CheckResult:
             table = _column_table(p, arg, f.schema)
             if table is None or not _text_type(f.schema.column_type(table, arg.name)):
                 continue
+            col = quote(arg.name)
             wordy = f.db.count(
-                f'SELECT count(*) FROM "{table}" WHERE typeof("{arg.name}") = \'text\' '
-                f"AND trim(\"{arg.name}\") <> '' AND \"{arg.name}\" NOT GLOB '*[0-9]*'",
+                f"SELECT count(*) FROM {quote(table)} WHERE typeof({col}) = 'text' "
+                f"AND trim({col}) <> '' AND {col} NOT GLOB '*[0-9]*'",
                 (),
                 budget_s=f.budget_s,
             )
@@ -271,10 +318,10 @@ def string_filter_case(f: Facts) -> CheckResult:
             ):
                 continue
             table = _column_table(p, column, f.schema)
-            if table is None:
+            if table is None or column.name.lower() not in f.schema.columns.get(table.lower(), {}):
                 continue
             value = literal.this
-            where = f'SELECT count(*) FROM "{table}" WHERE "{column.name}" = ?'
+            where = f"SELECT count(*) FROM {quote(table)} WHERE {quote(column.name)} = ?"
             exact = f.db.count(where, (value,), budget_s=f.budget_s)
             other = f.db.count(where + " COLLATE NOCASE", (value,), budget_s=f.budget_s)
             if exact == 0 and other:
@@ -333,10 +380,12 @@ def question_columns_used(f: Facts) -> CheckResult:
     problems: list[str] = []
     for table in sorted({t.lower() for p in parsed for t in p.tables.values()}):
         for column in f.schema.columns.get(table, {}):
-            tokens = [w for w in column.split("_") if w and w not in _STOP_COLUMNS]
-            if len(tokens) != 1 or len(tokens[0]) < 4:
-                continue  # one meaningful word: "age", "country"; not "id" or a compound
+            tokens = [w for w in column.split("_") if w]
+            if len(tokens) != 1 or len(tokens[0]) < 4 or tokens[0] in _STOP_COLUMNS:
+                continue  # one meaningful word: "age", "country"; not "singer_id"
             word = tokens[0]
+            if _named(word, set(f.schema.tables)):
+                continue  # the word names a table: the question names the table
             if word in asked and word not in used and not stars:
                 problems.append(
                     f"the question names {word!r} ({table}.{column}); the SQL never uses it"
@@ -388,28 +437,31 @@ def date_group_not_null(f: Facts) -> CheckResult:
         group = p.tree.args.get("group")
         if group is None or not isinstance(p.tree, exp.Select):
             continue
-        selects = [s.unalias() if isinstance(s, exp.Alias) else s for s in p.tree.selects]
+        raw_selects = list(p.tree.selects)
+        selects = [s.unalias() if isinstance(s, exp.Alias) else s for s in raw_selects]
+        aliases = {s.alias.lower(): j for j, s in enumerate(raw_selects) if s.alias}
         for g in group.expressions:
-            if isinstance(g, exp.Column | exp.Literal):
-                continue  # a plain column (or a position) is no date expression
-            position = next(
-                (
-                    j
-                    for j, s in enumerate(selects)
-                    if s.sql(dialect="sqlite") == g.sql(dialect="sqlite")
-                ),
-                None,
-            )
-            if position is None:
-                continue
+            # the key as grouped: an expression, a select alias, or a select position
+            position: int | None = None
+            if isinstance(g, exp.Literal) and g.is_int and 1 <= int(g.this) <= len(selects):
+                position = int(g.this) - 1
+            elif isinstance(g, exp.Column) and not g.table and g.name.lower() in aliases:
+                position = aliases[g.name.lower()]
+            elif not isinstance(g, exp.Column | exp.Literal):
+                text = g.sql(dialect="sqlite")
+                position = next(
+                    (j for j, s in enumerate(selects) if s.sql(dialect="sqlite") == text), None
+                )
+            if position is None or isinstance(selects[position], exp.Column | exp.Literal):
+                continue  # a plain column is no date expression
             checked += 1
             nulls = sum(
                 1 for row in p.evidence.rows if position < len(row) and row[position] is None
             )
             if nulls:
                 problems.append(
-                    f"query {i} groups by {g.sql(dialect='sqlite')}, and {nulls} result "
-                    "row(s) have a NULL key: some values did not parse as dates"
+                    f"query {i} groups by {selects[position].sql(dialect='sqlite')}, and "
+                    f"{nulls} result row(s) have a NULL key: some values did not parse as dates"
                 )
     if not checked and not problems:
         return _result("date_group_not_null", "error", [], skipped="no selected expression grouped")
@@ -444,10 +496,14 @@ def aggregates_attributed(f: Facts) -> CheckResult:
             if kind is None or j >= len(row):
                 continue
             values = evidence_numbers([row[j]])
-            for number in stated:
+            for k, number in enumerate(stated):
                 if not values or not holds(number, values):
                     continue
-                window = " " + " ".join(_words(low[max(0, number.start - 40) : number.start])) + " "
+                # the words said of this number: since the previous number or clause
+                begin = stated[k - 1].start + len(stated[k - 1].text) if k else 0
+                begin = max(begin, number.start - 40)
+                clause = max(low.rfind(sep, begin, number.start) for sep in (",", ";", " and "))
+                window = " " + " ".join(_words(low[max(begin, clause + 1) : number.start])) + " "
                 said = {k for k, ws in _AGG_WORDS.items() if any(f" {w} " in window for w in ws)}
                 if said and kind not in said:
                     other = sorted(said)[0]
