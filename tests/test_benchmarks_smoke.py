@@ -196,3 +196,22 @@ def test_checks_bench_times_every_kind_and_the_paired_proxy_paths(tmp_path: Path
     for by_path in doc["e2e"].values():
         assert set(by_path) == set(checks_bench.PATHS)
         assert all(set(r["statuses"]) == {"200"} for r in by_path.values())
+
+
+def test_sql_verifier_study_labels_checks_and_reports_every_section(tmp_path: Path) -> None:
+    """sql_verifier_study on 5 Spider questions labels all 8 systems, runs the ten checks and
+    writes the per-check, cascade, injection and cost sections."""
+    from benchmarks import sql_verifier_study
+
+    root = datasets.data_dir()
+    if not (root / "spider" / "questions.jsonl").exists():
+        pytest.skip(f"shared data not found at {root}: set FIRSTPASS_DATA to run the benchmark smoke tests")
+    out = tmp_path / "sql.json"
+    assert sql_verifier_study.main(["--limit", "5", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["n_pairs"] == 5 * len(sql_verifier_study.SYSTEMS)
+    assert set(doc["checks"]) == set(sql_verifier_study.CHECK_NAMES)
+    assert all(row["check_errors"] == 0 for row in doc["checks"].values())
+    assert set(doc["cascades"]) == {f"{a} -> {b}" for a, b in sql_verifier_study.CASCADES}
+    assert doc["numbers"]["injected"] >= 1
+    assert doc["cost"]["off"]["p50_ms"] > 0 and doc["cost"]["on"]["p50_ms"] > 0

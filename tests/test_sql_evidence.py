@@ -312,7 +312,7 @@ def test_a_slow_query_is_not_rerun_and_the_sub_result_says_so(db: Path) -> None:
     result = run(db, "How many singers?", "5", [ev(COUNT_SINGERS, [[5]], elapsed_ms=900)])
     p = part(result, "rerun_matches")
     assert p.passed
-    assert p.reasons == ("skipped: query 0: not cheap (900 ms; reruns at most 500 ms)",)
+    assert p.reasons == ("skipped: query 0: not cheap (900 ms; reruns at most 500 ms); it compiles",)
     # the same evidence, cheap enough under a higher rerun_ms: rerun, and caught
     again = run(
         db, "How many singers?", "5", [ev(COUNT_SINGERS, [[5]], elapsed_ms=900)], rerun_ms=1000
@@ -325,7 +325,7 @@ def test_a_query_without_a_time_is_not_rerun(db: Path) -> None:
         run(db, "How many?", "5", [ev(COUNT_SINGERS, [[5]], elapsed_ms=None)]), "rerun_matches"
     )
     assert p.passed and p.reasons == (
-        "skipped: query 0: not cheap (no recorded time; reruns at most 500 ms)",
+        "skipped: query 0: not cheap (no recorded time; reruns at most 500 ms); it compiles",
     )
 
 
@@ -333,7 +333,7 @@ def test_a_truncated_result_is_not_rerun(db: Path) -> None:
     sql = "SELECT name FROM singer"
     result = run(db, "Name the singers.", "Ana", [ev(sql, [["Ana"]], truncated=True)])
     p = part(result, "rerun_matches")
-    assert p.passed and p.reasons == ("skipped: query 0: its result was truncated",)
+    assert p.passed and p.reasons == ("skipped: query 0: its result was truncated; it compiles",)
 
 
 def test_a_changed_rerun_is_caught_among_others(db: Path) -> None:
@@ -644,3 +644,12 @@ def test_a_harness_that_rounds_a_value_still_reruns_equal(db: Path) -> None:
     assert part(result, "rerun_matches").passed
     wrong = run(db, "Average age?", f"{shown + 1}", [ev(sql, [[shown + 1]])])
     assert not part(wrong, "rerun_matches").passed
+
+
+def test_a_query_that_was_not_rerun_must_still_compile(db: Path) -> None:
+    """A slow, truncated or unrecorded query is not rerun, but EXPLAIN must prepare it: a
+    query naming a column the table lacks fails even without its rows."""
+    bad = run(db, "Ages?", "Done.", [ev("SELECT agez FROM singer", None)])
+    failed(bad, "rerun_matches", "query 0 does not run on this database: no such column: agez")
+    slow = run(db, "Ages?", "Done.", [ev("SELECT age FROM singer", [[1]], elapsed_ms=9000)])
+    assert part(slow, "rerun_matches").passed

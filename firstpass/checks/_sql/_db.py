@@ -92,6 +92,15 @@ class Database:
         finally:
             conn.close()
 
+    def compile_error(self, sql: str, *, budget_s: float) -> str | None:
+        """Why ``sql`` cannot run here (no such table or column, a syntax error), found by
+        ``EXPLAIN``, which prepares the statement without running it; None when it compiles."""
+        try:
+            self.run(f"EXPLAIN {sql}", budget_s=budget_s, max_rows=1)
+        except RerunError as exc:
+            return str(exc)
+        return None
+
     def count(self, sql: str, params: tuple[object, ...], *, budget_s: float) -> int | None:
         """``SELECT count(*)``-style probes for the checks; None when it cannot run."""
         try:

@@ -41,7 +41,12 @@ def _cell(value: object) -> Cell:
         return value  # bool is an int
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    return json.dumps(value, sort_keys=True)  # nested data: compared as its JSON text
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    try:
+        return json.dumps(value, sort_keys=True, default=str)  # nested data: its JSON text
+    except (TypeError, ValueError):
+        return str(value)
 
 
 def _item(raw: object, where: str) -> Evidence:

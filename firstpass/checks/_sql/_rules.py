@@ -202,15 +202,21 @@ def rerun_matches(f: Facts) -> CheckResult:
     reran = 0
     for i, p in enumerate(f.items):
         e = p.evidence
+        why_not = None
         if e.rows is None:
-            skipped.append(f"query {i}: no recorded rows")
-            continue
-        if e.truncated:
-            skipped.append(f"query {i}: its result was truncated")
-            continue
-        if e.elapsed_ms is None or e.elapsed_ms > f.rerun_ms:
-            why = "no recorded time" if e.elapsed_ms is None else f"{e.elapsed_ms:.0f} ms"
-            skipped.append(f"query {i}: not cheap ({why}; reruns at most {f.rerun_ms:.0f} ms)")
+            why_not = "no recorded rows"
+        elif e.truncated:
+            why_not = "its result was truncated"
+        elif e.elapsed_ms is None or e.elapsed_ms > f.rerun_ms:
+            took = "no recorded time" if e.elapsed_ms is None else f"{e.elapsed_ms:.0f} ms"
+            why_not = f"not cheap ({took}; reruns at most {f.rerun_ms:.0f} ms)"
+        if why_not is not None or e.rows is None:
+            # not rerun, but it must at least compile (EXPLAIN prepares it, runs nothing)
+            error = f.db.compile_error(e.sql, budget_s=f.budget_s)
+            if error is not None:
+                problems.append(f"query {i} does not run on this database: {error}")
+            else:
+                skipped.append(f"query {i}: {why_not}; it compiles")
             continue
         reran += 1
         if p.tree is not None and not isinstance(p.tree, exp.Query):
@@ -238,7 +244,10 @@ def numbers_in_evidence(f: Facts) -> CheckResult:
     with_rows = [p.evidence for p in f.items if p.evidence.rows is not None]
     if not with_rows:
         return _result("numbers_in_evidence", "error", [], skipped="no recorded result rows")
-    values = evidence_numbers(c for e in with_rows for row in e.rows or () for c in row)
+    cells = [c for e in with_rows for row in e.rows or () for c in row]
+    values = evidence_numbers(cells)
+    # numbers inside text cells count too ("mazda rx-7 gs", "ford galaxie 500")
+    values += [n.value for c in cells if isinstance(c, str) for n in stated_numbers(c)]
     values += [float(len(e.rows or ())) for e in with_rows]  # "there are 3 ..." counts rows
     values += [n.value for n in stated_numbers(f.question)]  # restating the question is fine
     missing = [n.text for n in stated_numbers(f.answer) if not holds(n, values)]
@@ -351,12 +360,30 @@ def aggregate_matches_question(f: Facts) -> CheckResult:
         return _result("aggregate_matches_question", "warning", [], skipped="no query parses")
     question = " " + " ".join(_words(f.question)) + " "
     used = set().union(*(_aggregates(p.tree) for p in parsed if p.tree is not None))
+    # an aggregate word that names a column the SQL reads ("number of products" for
+    # Number_products, "average attendance" for a column Average) is the column, not a request
+    column_words = {
+        w
+        for p in parsed
+        if p.tree is not None
+        for c in p.tree.find_all(exp.Column)
+        for w in c.name.lower().split("_")
+    }
     problems: list[str] = []
     for kind in ("avg", "count"):
-        if any(f" {w} " in question for w in _AGG_WORDS[kind]) and kind not in used:
-            said = next(w for w in _AGG_WORDS[kind] if f" {w} " in question)
-            problems.append(f"the question says {said!r} but the SQL has no {kind.upper()}")
-    if " average " in question and "sum" in used and "avg" not in used:
+        said = [
+            w
+            for w in _AGG_WORDS[kind]
+            if f" {w} " in question and not set(w.split()) & column_words
+        ]
+        if said and kind not in used:
+            problems.append(f"the question says {said[0]!r} but the SQL has no {kind.upper()}")
+    if (
+        " average " in question
+        and "average" not in column_words
+        and "sum" in used
+        and ("avg" not in used)
+    ):
         problems.append("the question asks for an average but the SQL sums")
     return _result("aggregate_matches_question", "warning", problems)
 
@@ -409,8 +436,12 @@ def join_when_two_tables(f: Facts) -> CheckResult:
     named = [real for low, real in f.schema.tables.items() if _named(low, words)]
     read = {t.lower() for p in parsed for t in p.tables.values()}
     problems: list[str] = []
-    if len(named) >= 2 and len(read) == 1:
+    lowered = {n.lower() for n in named}
+    # only when the table read is one the question names: a link table read alone (has_pet
+    # for "students with pets") may answer for both
+    if len(named) >= 2 and len(read) == 1 and next(iter(read)) in lowered:
         only = next(iter(read))
+        real = f.schema.tables.get(only, only)
         for other in named:
             if other.lower() == only:
                 continue
@@ -419,8 +450,8 @@ def join_when_two_tables(f: Facts) -> CheckResult:
             )
             if shared:
                 problems.append(
-                    f"the question names {only!r} and {other!r}, which share "
-                    f"{', '.join(sorted(shared)[:3])}; the SQL reads {only!r} alone"
+                    f"the question names {real!r} and {other!r}, which share "
+                    f"{', '.join(sorted(shared)[:3])}; the SQL reads only {real!r}"
                 )
     return _result("join_when_two_tables", "warning", problems)
 
