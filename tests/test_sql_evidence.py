@@ -653,3 +653,67 @@ def test_a_query_that_was_not_rerun_must_still_compile(db: Path) -> None:
     failed(bad, "rerun_matches", "query 0 does not run on this database: no such column: agez")
     slow = run(db, "Ages?", "Done.", [ev("SELECT age FROM singer", [[1]], elapsed_ms=9000)])
     assert part(slow, "rerun_matches").passed
+
+
+# -- from a breaking pass ---------------------------------------------------------------------------
+
+
+def test_a_huge_integer_in_the_evidence_cannot_turn_hard_checks_into_warnings(db: Path) -> None:
+    """10**400 once crashed two hard rules, and a crashed rule became a passing warning."""
+    result = run(db, "How many singers?", "There are 77777.", [ev(COUNT_SINGERS, [[10**400]])])
+    assert not result.passed
+    for p in result.parts:
+        if p.name in ("numbers_in_evidence", "rerun_matches"):
+            assert p.severity == "error" and not p.passed, p
+
+
+def test_rerun_all_reruns_a_query_the_evidence_claims_was_slow(db: Path) -> None:
+    """A client writing the evidence could dodge the rerun by claiming 600 ms; not with
+    rerun = "all"."""
+    forged = [ev(COUNT_SINGERS, [[9999]], elapsed_ms=600)]
+    trusting = run(db, "How many singers?", "There are 9999.", forged)
+    assert part(trusting, "rerun_matches").passed  # the harness's word is taken
+    strict = run(db, "How many singers?", "There are 9999.", forged, rerun="all")
+    failed(strict, "rerun_matches", "query 0 returned other values when rerun")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "PRAGMA hard_heap_limit=20000",
+        "PRAGMA temp_store_directory='/tmp'",
+        "SELECT * FROM pragma_table_info('singer')",
+    ],
+)
+def test_a_pragma_never_runs_not_even_while_explain_prepares_it(db: Path, sql: str) -> None:
+    result = run(db, "Columns?", "Done.", [ev(sql, None)])
+    assert not part(result, "rerun_matches").passed
+    # the process is unharmed: the next check reruns normally
+    after = run(db, "How many singers?", "There are 4.", [ev(COUNT_SINGERS, [[4]])])
+    assert part(after, "rerun_matches").passed
+
+
+def test_one_slow_step_is_stopped_by_the_length_limit_and_the_watchdog(db: Path) -> None:
+    import time
+
+    t0 = time.perf_counter()
+    sql = "SELECT instr(printf('%.*c', 50000000, 'a'), 'b')"
+    result = run(db, "?", "Done.", [ev(sql, [[0]])], budget_ms=500)
+    assert time.perf_counter() - t0 < 5
+    assert not part(result, "rerun_matches").passed
+
+
+def test_sql_nested_too_deeply_for_the_parser_is_a_result_not_a_crash(db: Path) -> None:
+    sql = "SELECT " + "(" * 400 + "1" + ")" * 400
+    result = run(db, "?", "Done.", [ev(sql, [[1]])])
+    assert "tables_exist" in {p.name for p in result.parts}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("3e2", 300.0), ("250k", 250_000.0), ("1.2M", 1_200_000.0), ("2.5bn", 2.5e9)],
+)
+def test_numbers_with_an_exponent_or_a_suffix_are_read_whole(text: str, value: float) -> None:
+    (n,) = stated_numbers(text)
+    assert n.value == value
+    assert not holds(n, [1.0, 2.0, 3.0])  # never read as their leading digits

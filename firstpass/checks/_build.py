@@ -50,7 +50,7 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "composite": ("checks", "mode"),
     "command": ("argv", "timeout_s", "cpu_s", "memory_mb"),
     "judge": ("model", "rubric", "min_score", "max_tokens"),
-    "sql_evidence": ("database", "tool", "argument", "rerun_ms", "budget_ms"),
+    "sql_evidence": ("database", "tool", "argument", "rerun_ms", "budget_ms", "rerun"),
 }
 _COMMON = ("kind", "name", "on_abstain", "severity")
 _REQUIRED = {

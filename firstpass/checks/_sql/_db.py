@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,11 +74,28 @@ class Database:
             self._schema = Schema(tables=tables, columns=columns)
         return self._schema
 
+    def guarded(self) -> sqlite3.Connection:
+        """A connection for SQL from evidence: it may only read (the authorizer refuses
+        pragmas, writes, ATTACH, everything but SELECT/READ/functions/recursion, even while
+        ``EXPLAIN`` prepares a statement), and no string or blob may exceed 1 MB (a
+        ``printf('%.*c', 50000000, 'a')`` is one slow step no progress handler interrupts)."""
+        conn = self.connect()
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        conn.set_authorizer(_read_only)
+        return conn
+
     def run(self, sql: str, *, budget_s: float, max_rows: int = 10_000) -> list[tuple[object, ...]]:
         """The rows of ``sql`` (at most ``max_rows``); ``RerunError`` on an error or past
-        ``budget_s``."""
+        ``budget_s`` (a progress handler between steps, and a timer that interrupts a step
+        that runs long by itself)."""
         deadline = time.monotonic() + budget_s
-        conn = self.connect()
+        try:
+            conn = self.guarded()
+        except sqlite3.Error as exc:
+            raise RerunError(str(exc)) from exc
+        watchdog = threading.Timer(budget_s + 0.05, conn.interrupt)
+        watchdog.daemon = True
+        watchdog.start()
         try:
             conn.set_progress_handler(_stop_after(deadline), 10_000)
             try:
@@ -87,9 +105,10 @@ class Database:
                 if time.monotonic() >= deadline:
                     raise RerunError(f"took over {budget_s * 1000:.0f} ms") from exc
                 raise RerunError(str(exc)) from exc
-            except (ValueError, OverflowError) as exc:  # e.g. two statements, a NUL byte
-                raise RerunError(str(exc)) from exc
+            except (ValueError, OverflowError, MemoryError) as exc:  # two statements, a NUL
+                raise RerunError(str(exc) or type(exc).__name__) from exc
         finally:
+            watchdog.cancel()
             conn.close()
 
     def compile_error(self, sql: str, *, budget_s: float) -> str | None:
@@ -114,7 +133,10 @@ class Database:
         self, sql: str, params: tuple[object, ...], *, budget_s: float
     ) -> list[tuple[object, ...]]:
         deadline = time.monotonic() + budget_s
-        conn = self.connect()
+        try:
+            conn = self.guarded()
+        except sqlite3.Error as exc:
+            raise RerunError(str(exc)) from exc
         try:
             conn.set_progress_handler(_stop_after(deadline), 10_000)
             try:
@@ -123,6 +145,27 @@ class Database:
                 raise RerunError(str(exc)) from exc
         finally:
             conn.close()
+
+
+#: the largest string or blob a query on evidence may make
+MAX_VALUE_BYTES = 1_000_000
+
+#: what SQL from evidence may do: read, select, call functions, recurse (a CTE)
+_ALLOWED = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+#: functions that read files or load code, refused by name wherever they exist
+_REFUSED_FUNCTIONS = frozenset(
+    {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"}
+)
+
+
+def _read_only(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+    if action not in _ALLOWED:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _REFUSED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
 
 
 def quote(name: str) -> str:

@@ -23,20 +23,24 @@ _DATES = re.compile(
 )
 _NUMBER = re.compile(
     r"(?<![\w.])(?<![\w][-−])(?P<sign>[-−])?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d+))?"
-    r"(?P<pct>\s?%)?"
-    r"(?![\w])"
+    r"(?:[eE](?P<exp>[-+]?\d{1,3}))?(?P<suffix>bn|[kKMB])?(?P<pct>\s?%)?"
+    r"(?!\.?\w)"  # "1.2M" is read whole, "3e2" as 300; "T2", "5th" are no numbers
 )
+_SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "bn": 1e9}
 
 
 @dataclass(frozen=True, slots=True)
 class Stated:
-    """A number as the answer states it: its value, the decimals shown, a percent sign."""
+    """A number as the answer states it: its value, the decimals shown, a percent sign, and
+    how far a value may be from it and still be what was written (half a unit of the last
+    digit shown, scaled by an exponent or a k/M/B suffix)."""
 
     text: str
     value: float
     decimals: int
     percent: bool
     start: int
+    tolerance: float = 0.5
 
 
 def stated_numbers(text: str) -> list[Stated]:
@@ -46,7 +50,13 @@ def stated_numbers(text: str) -> list[Stated]:
     for m in _NUMBER.finditer(blanked):
         digits = m.group("int").replace(",", "")
         frac = m.group("frac") or ""
-        value = float(f"{digits}.{frac}" if frac else digits)
+        scale = 10.0 ** int(m.group("exp") or 0) * _SCALE.get(m.group("suffix") or "", 1.0)
+        try:
+            value = float(f"{digits}.{frac}" if frac else digits) * scale
+        except OverflowError:
+            continue
+        if not math.isfinite(value):
+            continue
         if m.group("sign"):
             value = -value
         found.append(
@@ -56,6 +66,7 @@ def stated_numbers(text: str) -> list[Stated]:
                 decimals=len(frac),
                 percent=m.group("pct") is not None,
                 start=m.start(),
+                tolerance=0.5 * 10.0 ** -len(frac) * scale,
             )
         )
     return found
@@ -67,8 +78,13 @@ def evidence_numbers(cells: Iterable[object]) -> list[float]:
     for cell in cells:
         if isinstance(cell, bool):
             continue
-        if isinstance(cell, int | float) and math.isfinite(cell):
-            out.append(float(cell))
+        if isinstance(cell, int | float):
+            try:
+                value = float(cell)
+            except OverflowError:  # an integer past a float's range holds no stated number
+                continue
+            if math.isfinite(value):
+                out.append(value)
         elif isinstance(cell, str) and len(cell) < 40:
             try:
                 value = float(cell.replace(",", ""))
@@ -79,19 +95,29 @@ def evidence_numbers(cells: Iterable[object]) -> list[float]:
     return out
 
 
-def _close(shown: float, decimals: int, value: float) -> bool:
-    """``shown`` is ``value`` written with ``decimals`` digits (rounded or truncated)."""
-    half = 0.5 * 10.0**-decimals
-    return abs(shown - value) <= half + 1e-9 * max(1.0, abs(value)) or (
-        decimals == 0 and abs(shown - math.trunc(value)) < 1e-9
-    )
+def _close(number: Stated, value: float) -> bool:
+    """``number`` is ``value`` as written: within half a unit of its last digit shown, or the
+    integer part of it (truncated, not rounded)."""
+    if abs(number.value - value) <= number.tolerance + 1e-9 * max(1.0, abs(value)):
+        return True
+    return number.decimals == 0 and number.tolerance == 0.5 and number.value == math.trunc(value)
 
 
 def holds(number: Stated, values: Iterable[float]) -> bool:
     """Some evidence value is this number, as written (a percentage as a share too)."""
+    as_share = (
+        Stated(
+            text=number.text,
+            value=number.value / 100.0,
+            decimals=number.decimals,
+            percent=True,
+            start=number.start,
+            tolerance=number.tolerance / 100.0,
+        )
+        if number.percent
+        else None
+    )
     for value in values:
-        if _close(number.value, number.decimals, value):
-            return True
-        if number.percent and _close(number.value, number.decimals, value * 100.0):
+        if _close(number, value) or (as_share is not None and _close(as_share, value)):
             return True
     return False

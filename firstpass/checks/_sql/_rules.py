@@ -51,6 +51,10 @@ _AGG_WORDS: dict[str, tuple[str, ...]] = {
 }
 _AGG_OF = {exp.Avg: "avg", exp.Max: "max", exp.Min: "min", exp.Sum: "sum", exp.Count: "count"}
 _WORD = re.compile(r"[a-z0-9]+")
+#: the longest SQL text parsed (a query an analyst writes is far shorter; parsing is CPU work)
+MAX_SQL_CHARS = 20_000
+#: rows compared value by value (with rounding) at most; above it, the multisets must be equal
+MAX_ROUNDED_ROWS = 500
 _STOP_COLUMNS = frozenset({"id", "the", "of", "and", "in", "is", "to", "a"})
 
 
@@ -76,13 +80,21 @@ class Facts:
     schema: Schema
     rerun_ms: float
     budget_s: float
+    #: rerun every query, whatever the evidence claims of its time (``rerun = "all"``)
+    rerun_all: bool = False
 
 
 def parse_evidence(items: Iterable[Evidence]) -> tuple[Parsed, ...]:
     out: list[Parsed] = []
     for item in items:
+        if len(item.sql) > MAX_SQL_CHARS:
+            out.append(Parsed(evidence=item, tree=None, error="too long to parse"))
+            continue
         try:
             trees = [t for t in sqlglot.parse(item.sql, read="sqlite") if t is not None]
+        except RecursionError:
+            out.append(Parsed(evidence=item, tree=None, error="nested too deeply to parse"))
+            continue
         except (sqlglot.errors.ParseError, sqlglot.errors.TokenError, ValueError) as exc:
             out.append(Parsed(evidence=item, tree=None, error=str(exc).splitlines()[0][:200]))
             continue
@@ -148,7 +160,11 @@ def _cell(v: object) -> object:
     if isinstance(v, bool):
         return float(v)
     if isinstance(v, int | float):
-        return float(f"{float(v):.9g}") if math.isfinite(v) else None
+        try:
+            number = float(v)
+        except OverflowError:  # an integer past a float's range: compared as its digits
+            return str(v)
+        return float(f"{number:.9g}") if math.isfinite(number) else None
     if isinstance(v, str) and v.strip() and len(v) < 40:
         try:
             number = float(v.replace(",", ""))
@@ -167,7 +183,7 @@ def _same_rows(recorded: Sequence[Sequence[object]], rerun: Sequence[Sequence[ob
         tuple(map(_cell, r)) for r in rerun
     ):
         return True
-    if len(recorded) != len(rerun):
+    if len(recorded) != len(rerun) or len(recorded) > MAX_ROUNDED_ROWS:
         return False
     left = sorted((tuple(map(_cell, r)) for r in rerun), key=repr)
     pending = [tuple(r) for r in recorded]
@@ -207,9 +223,18 @@ def rerun_matches(f: Facts) -> CheckResult:
             why_not = "no recorded rows"
         elif e.truncated:
             why_not = "its result was truncated"
+        elif f.rerun_all:
+            pass
         elif e.elapsed_ms is None or e.elapsed_ms > f.rerun_ms:
             took = "no recorded time" if e.elapsed_ms is None else f"{e.elapsed_ms:.0f} ms"
             why_not = f"not cheap ({took}; reruns at most {f.rerun_ms:.0f} ms)"
+        if (
+            (why_not is not None or e.rows is None)
+            and p.tree is not None
+            and not isinstance(p.tree, exp.Query)
+        ):
+            problems.append(f"query {i} is not a query (only SELECT and WITH are accepted)")
+            continue
         if why_not is not None or e.rows is None:
             # not rerun, but it must at least compile (EXPLAIN prepares it, runs nothing)
             error = f.db.compile_error(e.sql, budget_s=f.budget_s)
