@@ -167,3 +167,29 @@ def test_a_request_cannot_name_a_database(live_stack: Any, sales_db: Path) -> No
             extra_body={"firstpass": {"checks": [{"kind": "sql_evidence", "database": str(sales_db)}]}},
         )
     assert "config only" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("evidence", "param"),
+    [
+        ("SELECT 1", "firstpass.evidence"),
+        ([["SELECT 1"]], "firstpass.evidence"),
+        ([{"sql": "SELECT 1", "rows": [[{"a": [[[[]]]]}]], "elapsed_ms": -1}], "firstpass.evidence[0].elapsed_ms"),
+    ],
+)
+def test_malformed_evidence_is_a_400_naming_where(
+    live_stack: Any, sales_db: Path, evidence: Any, param: str
+) -> None:
+    stack = live_stack(route_extra=route(sales_db))
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "q"}],
+            extra_body={"firstpass": {"evidence": evidence}},
+        )
+    body = info.value.body
+    assert isinstance(body, dict) and body["param"] == param
+    assert stack.stub.completions == []
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"]["status"] == 400
