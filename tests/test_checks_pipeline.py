@@ -511,3 +511,19 @@ def test_a_request_adding_checks_on_a_route_checks_route_still_gets_the_route_te
     first = receipt["checks"][0]
     assert first["passed"] is False and first["category"] == "assertion_failed"
     assert [r["name"] for r in first["results"]] == ["request:basic"]
+
+
+def test_a_revision_cut_off_by_the_deadline_is_on_the_one_receipt(live_stack: Any) -> None:
+    """The deadline passes while the revision call is in flight: a 504, one receipt saying the
+    loop was interrupted, and the cut-off call among the upstream calls."""
+    stack = live_stack(route_extra=REVISE, request_timeout_s=1.5)
+    stack.stub.script(Reply.ok(INVALID, latency_ms=50), Reply.ok(VALID, latency_ms=3000), model=CHEAP)
+    with pytest.raises(openai.APIStatusError) as info:
+        ask(stack)
+    assert info.value.status_code == 504
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["action"] == "timeout"
+    (loop,) = receipt["revisions"]
+    assert loop["stopped"] == "interrupted" and loop["attempts"][0]["passed"] is False
+    calls = [(c["purpose"], c["error"]) for c in receipt["upstream_calls"]]
+    assert calls == [("attempt", None), ("revision", "cut off before it answered")]

@@ -234,17 +234,28 @@ class Steps:
             rung = req.route.ladder[index]
             req.trace.step(f"revise:{index}:{n}")
             cost_before = req.trace.cost_usd
-            completion, error = await self.call(
-                req, index, rung, purpose="revision", n=1, body={**req.body, "messages": messages}
-            )
             entry: dict[str, Any] = {"revision": n, "stage": stage, "feedback_chars": len(feedback)}
             record["attempts"].append(entry)
-            if completion is None:
-                entry.update(error=str(error), passed=False)
-                record["stopped"] = "upstream_error"
-                return
-            current = completion.texts[0]
-            visible, gate = await self.check(req, index, 0, current, purpose=f"revision:{n}")
+            try:
+                completion, error = await self.call(
+                    req,
+                    index,
+                    rung,
+                    purpose="revision",
+                    n=1,
+                    body={**req.body, "messages": messages},
+                )
+                if completion is None:
+                    entry.update(error=str(error), passed=False)
+                    record["stopped"] = "upstream_error"
+                    return
+                current = completion.texts[0]
+                visible, gate = await self.check(req, index, 0, current, purpose=f"revision:{n}")
+            except asyncio.CancelledError:
+                # the request deadline (or shutdown) cut this revision off: the receipt says so
+                entry.update(passed=False, cost_usd=usd(req.trace.cost_usd - cost_before))
+                record["stopped"] = "interrupted"
+                raise
             self.record_attempt(state, index, rung, completion, visible, gate, revision=n)
             entry.update(
                 passed=state.attempts[-1].verified,
@@ -322,6 +333,14 @@ class Steps:
         t0 = time.perf_counter()
         try:
             completion = await provider.complete(rung.model, body, n=n, request_key=req.task_id)
+        except asyncio.CancelledError:
+            # cut off (the request deadline, or shutdown): the call was made, so it is recorded
+            ms = (time.perf_counter() - t0) * 1000.0
+            cut = UpstreamError("cut off before it answered", provider=rung.provider)
+            req.trace.call(
+                rung_index=rung_index, rung=rung, purpose=purpose, n=n, latency_ms=ms, error=cut
+            )
+            raise
         except UpstreamError as exc:
             ms = (time.perf_counter() - t0) * 1000.0
             req.trace.call(
