@@ -8,8 +8,10 @@ written by 32 coroutines that yield after each write, as request handlers do; th
 receipts per second from the first write() to close() returning (all on disk), latency is each
 ``await write()`` alone (validation + encoding + enqueue, on the event loop). Verify: a log of
 N such receipts with distinct ids, built with the writer's own linking code, then verified by
-``verify_chain`` (the default byte-level check) and, on a slice, with ``strict=True``.
-Prints a markdown table.
+``verify_chain`` (the default byte-level check) and, on a slice, with ``strict=True``, and
+scanned by ``verify_checkpoints`` (``--pubkey``: it parses checkpoint lines only). Checkpoints:
+what making one signed checkpoint costs the writer thread, and verifying it (3 runs, ranges).
+Prints markdown tables.
 """
 
 from __future__ import annotations
@@ -24,7 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from firstpass.receipts import GENESIS_HASH, ReceiptWriter, new_receipt_id, verify_chain
+from firstpass.receipts import (
+    GENESIS_HASH,
+    CheckpointSigner,
+    KeyFiles,
+    ReceiptWriter,
+    load_public_key,
+    new_receipt_id,
+    verify_chain,
+    verify_checkpoints,
+    write_key_files,
+)
 from firstpass.receipts._canonical import EncodedRecord, encode_record
 from firstpass.receipts._chain import link
 
@@ -147,6 +159,20 @@ async def bench_writer(path: Path, policy: str, n: int, producers: int) -> dict[
     }
 
 
+def bench_durable(root: Path, n: int, producers: int, runs: int) -> dict[str, list[float]]:
+    """``durable`` against ``batch``: each run writes ``n`` receipts from ``producers``
+    coroutines; in ``durable`` each ``await write()`` is the ack wait (enqueue, batch, write,
+    fsync), in ``batch`` just the enqueue. Per policy: receipts/s, and the median and p99 of the
+    per-write latency, one value per run."""
+    out: dict[str, list[float]] = {}
+    for run in range(runs):
+        for policy in ("batch", "durable"):
+            r = asyncio.run(bench_writer(root / f"d-{policy}-{run}.jsonl", policy, n, producers))
+            for key in ("per_s", "p50_us", "p99_us", "fsyncs"):
+                out.setdefault(f"{policy}:{key}", []).append(r[key])
+    return out
+
+
 def build_log(path: Path, n: int) -> float:
     """Write an ``n``-line chain of distinct receipts; returns the size in bytes.
 
@@ -170,12 +196,55 @@ def build_log(path: Path, n: int) -> float:
     return size
 
 
+def bench_checkpoints(root: Path, keys: KeyFiles, n: int, runs: int) -> list[dict[str, float]]:
+    """What one signed checkpoint costs: making it (canonical JSON of the signed fields, one
+    Ed25519 signature, base64), as the writer thread does, and checking it in a log of ``n``
+    checkpoints with ``verify_checkpoints`` (which parses checkpoint lines only)."""
+    signer = CheckpointSigner.from_file(keys.private, interval_s=60.0)
+    public = load_public_key(keys.public)
+    out = []
+    for run in range(runs):
+        head = GENESIS_HASH
+        clock = time.perf_counter
+        lines = []
+        t0 = clock()
+        for _ in range(n):
+            record = signer.checkpoint(head)
+            line, head = link(encode_record(record), head)
+            lines.append(line)
+        made = clock() - t0
+        t0 = clock()
+        for _ in range(n):
+            signer.checkpoint(head)
+        sign_only = clock() - t0
+        log = root / f"checkpoints-{run}.jsonl"
+        log.write_bytes(b"".join(lines))
+        t0 = clock()
+        report = verify_checkpoints([log], public)
+        checked = clock() - t0
+        assert report.ok and report.n_checkpoints == n, report
+        out.append(
+            {
+                "sign_us": sign_only / n * 1e6,
+                "line_us": made / n * 1e6,
+                "verify_us": checked / n * 1e6,
+            }
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--writes", type=int, default=20_000, help="receipts per fsync policy")
     parser.add_argument("--producers", type=int, default=32, help="concurrent writing coroutines")
+    parser.add_argument(
+        "--durable-writes", type=int, default=5000, help="receipts per durable/batch run (3 runs)"
+    )
     parser.add_argument("--verify-lines", type=int, default=1_000_000, help="lines to verify")
     parser.add_argument("--strict-lines", type=int, default=100_000, help="lines for strict")
+    parser.add_argument(
+        "--checkpoints", type=int, default=2000, help="signed checkpoints per run (3 runs)"
+    )
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: tmp)")
     args = parser.parse_args(argv)
 
@@ -196,6 +265,44 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {r['batches']:,} | {r['fsyncs']:,} | {r['bytes_per_line']:,.0f} |"
             )
 
+        if args.durable_writes:
+            runs_d = bench_durable(root, args.durable_writes, args.producers, 3)
+            print(
+                f"\nDurable (`fsync = \"durable\"`: write() returns once fsynced) against batch,"
+                f" {args.durable_writes:,} writes by {args.producers} coroutines, 3 runs"
+                " (min–max of the runs; p50/p99 are each run's median/p99 write() wait):\n"
+            )
+            print("| fsync | receipts/s | write() p50 µs | write() p99 µs | fsyncs |")
+            print("|---|---:|---:|---:|---:|")
+            for policy in ("batch", "durable"):
+                cells = []
+                for key, fmt in (
+                    ("per_s", "{:,.0f}"),
+                    ("p50_us", "{:,.1f}"),
+                    ("p99_us", "{:,.1f}"),
+                    ("fsyncs", "{:,.0f}"),
+                ):
+                    values = runs_d[f"{policy}:{key}"]
+                    cells.append(f"{fmt.format(min(values))}–{fmt.format(max(values))}")
+                print(f"| {policy} | " + " | ".join(cells) + " |")
+
+        keys = write_key_files(root / "bench-signing.key")
+        if args.checkpoints:
+            runs = bench_checkpoints(root, keys, args.checkpoints, 3)
+            print(
+                f"\nSigned checkpoints ({args.checkpoints:,} per run, 3 runs; made in the writer"
+                " thread, off the request path):\n"
+            )
+            print("| per checkpoint | min µs | max µs |")
+            print("|---|---:|---:|")
+            for key, label in (
+                ("sign_us", "make the record (canonical JSON + Ed25519 sign + base64)"),
+                ("line_us", "... and encode and link it into the chain"),
+                ("verify_us", "verify it (`verify_checkpoints`, parse + verify)"),
+            ):
+                values = [r[key] for r in runs]
+                print(f"| {label} | {min(values):.1f} | {max(values):.1f} |")
+
         log = root / "verify.jsonl"
         t0 = time.perf_counter()
         size = build_log(log, args.verify_lines)
@@ -210,6 +317,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| default (byte-level) | {report.n_lines:,} | {elapsed:.2f} "
             f"| {report.n_lines / elapsed:,.0f} | {size / elapsed / 1e6:,.0f} |"
+        )
+        t0 = time.perf_counter()
+        signatures = verify_checkpoints([log], load_public_key(keys.public))
+        elapsed = time.perf_counter() - t0
+        assert signatures.n_lines == args.verify_lines, signatures
+        print(
+            f"| --pubkey scan (no checkpoint to check) | {signatures.n_lines:,} | {elapsed:.2f} "
+            f"| {signatures.n_lines / elapsed:,.0f} | {size / elapsed / 1e6:,.0f} |"
         )
         if args.strict_lines:
             small = root / "strict.jsonl"

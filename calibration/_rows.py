@@ -39,6 +39,11 @@ LEVEL_TOLERANCE = 1e-9
 #: the largest k a row may give: its k + 1 levels are listed, so an absurd k must not exhaust memory
 MAX_K = 10_000
 
+#: why a gap marker or a signed checkpoint (a line the writer added, with a ``kind`` and a
+#: ``mode`` equal to it) is left out: it is not a request
+NOT_A_REQUEST = "not a request (a gap marker or a checkpoint)"
+_SPECIAL_MODES = ("gap", "checkpoint")
+
 #: one labelled receipt: (score, failed, k, pass count, slice key: see ``ContextKey``)
 RowValues = tuple[float, bool, int, int, Any]
 
@@ -188,6 +193,8 @@ def receipt_values(
     """
     if not isinstance(record, dict):
         raise bad(path, lineno, "each receipt must be a JSON object")
+    if "kind" in record or record.get("mode") in _SPECIAL_MODES:
+        return NOT_A_REQUEST
     if record.get("mode") != "shadow":
         return "not shadow mode"
     top = record.get("probe")

@@ -182,14 +182,32 @@ class Labelled:
 # --- the receipt hash chain ---------------------------------------------------------------
 
 
-def _verify_chain(path: Path) -> Any:
+def _verify_chain(path: Path, start: str = GENESIS_HASH) -> Any:
     """``firstpass.receipts.verify_chain``: the proxy's own check of its log is the reference."""
     from firstpass import receipts
 
     try:
-        return receipts.verify_chain(path)
+        if start == GENESIS_HASH:
+            return receipts.verify_chain(path)
+        return receipts.verify_chain(path, prev=start)
     except ReceiptError as exc:
         raise CalibrationError(str(exc)) from exc
+
+
+def _chain_start(path: Path, previous_head: str | None) -> str:
+    """The hash ``path``'s first line must link to: the genesis hash, or, for a rotated file
+    (``receipts.000002.jsonl``...) given right after the file it continues, that file's head.
+    Anything else is checked against the genesis hash, and fails naming the broken link."""
+    if previous_head is None:
+        return GENESIS_HASH
+    try:
+        with open(path, "rb") as fh:
+            first = json.loads(fh.readline() or b"null")
+    except (OSError, ValueError, RecursionError):
+        return GENESIS_HASH
+    if isinstance(first, dict) and first.get("prev_hash") == previous_head:
+        return previous_head
+    return GENESIS_HASH
 
 
 # --- file reading ---------------------------------------------------------------------------
@@ -518,14 +536,15 @@ def read_receipts(
     with _Pool() as pool:
         for path in files:
             _check_receipt_file(path)
+            start = _chain_start(path, heads[-1] if heads else None)
             log = _LogRows(path, score, rung)
-            head = _scan_log(path, score, rung, pool, log, progress)
+            head = _scan_log(path, score, rung, pool, log, progress, start)
             if head is not None:
                 n_lines += log.commit(sets, routes, skipped, columns)
                 heads.append(head)
                 digests.append(None)
                 continue
-            chain = _verify_chain(path)  # sequential: names the first bad line exactly
+            chain = _verify_chain(path, start)  # sequential: names the first bad line exactly
             if not chain.ok:
                 where = f"line {chain.first_bad_line}"
                 problem = f"{path}: hash chain does not verify at {where} ({chain.reason})"
@@ -911,7 +930,13 @@ class _Pool:
 
 
 def _scan_log(
-    path: Path, score: str, rung: int, pool: _Pool, rows: _LogRows, progress: Progress | None
+    path: Path,
+    score: str,
+    rung: int,
+    pool: _Pool,
+    rows: _LogRows,
+    progress: Progress | None,
+    start: str = GENESIS_HASH,
 ) -> str | None:
     """Read a log in one pass, span by span into ``rows``; the chain head when the whole chain
     verified that way, ``None`` otherwise (then the caller verifies it sequentially, which says
@@ -924,7 +949,7 @@ def _scan_log(
         ranges = _spans(path)
     except OSError:
         return None  # the sequential check reports it
-    head = GENESIS_HASH.encode()
+    head = start.encode()
     read = 0
 
     def take(span: Span) -> bool:

@@ -5,10 +5,13 @@
     ├── SpecError                  a malformed test spec; names the bad field
     ├── CheckSpecError             a malformed check (kind, options); names the bad field
     ├── SandboxError               the sandbox itself could not run (not a verdict on a sample)
+    │   └── SandboxBusy            no sandbox slot within [sandbox] slot_timeout_s  → HTTP 503
     ├── UpstreamError              a provider failed after its retries            → HTTP 502
     │   └── UpstreamTimeout        ... by timing out                              → HTTP 504
     ├── RequestError               a request we refuse (status, param, code)      → HTTP 4xx
+    │   └── BudgetExhausted        a call would cross a USD cap ([budgets])       → HTTP 429
     ├── ReceiptError               the receipt log cannot be read or written
+    │   ├── ReceiptUnavailable     ... not now (a failing disk); the answer is withheld → HTTP 503
     │   └── ChainError             the hash chain does not verify; names the first bad line
     └── CalibrationError           calibration input or parameters are unusable
 
@@ -20,13 +23,16 @@ A sample that fails its tests is *not* an error: it is a result.
 from __future__ import annotations
 
 __all__ = [
+    "BudgetExhausted",
     "CalibrationError",
     "ChainError",
     "CheckSpecError",
     "ConfigError",
     "FirstpassError",
     "ReceiptError",
+    "ReceiptUnavailable",
     "RequestError",
+    "SandboxBusy",
     "SandboxError",
     "SpecError",
     "UpstreamError",
@@ -81,6 +87,19 @@ class SandboxError(FirstpassError):
     """The sandbox could not run a sample at all (interpreter missing, cannot fork...)."""
 
 
+class SandboxBusy(SandboxError):
+    """No sandbox slot came free in time (or too many samples already wait for one): the
+    request fails cleanly with 503 and ``Retry-After`` rather than queueing without bound."""
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+    @property
+    def http_status(self) -> int:
+        return 503
+
+
 class UpstreamError(FirstpassError):
     """A provider call failed after every retry.
 
@@ -119,11 +138,14 @@ class RequestError(FirstpassError):
         param: str | None = None,
         code: str | None = None,
         type: str = "invalid_request_error",
+        retry_after_s: float | None = None,
     ) -> None:
         self.status = status
         self.param = param
         self.code = code
         self.type = type
+        #: sent as ``Retry-After`` (whole seconds, rounded up) when set
+        self.retry_after_s = retry_after_s
         super().__init__(message)
 
     @property
@@ -131,8 +153,45 @@ class RequestError(FirstpassError):
         return self.status
 
 
+class BudgetExhausted(RequestError):
+    """A call would cross a USD cap, so it was not made (429 ``insufficient_quota``, OpenAI's
+    shape for an exhausted quota). ``scope`` is ``per_request``, ``per_key_daily`` or
+    ``daily``; a daily cap carries ``retry_after_s`` until the next UTC midnight."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        scope: str,
+        limit_usd: float,
+        spent_usd: float,
+        needed_usd: float,
+        retry_after_s: float | None = None,
+    ) -> None:
+        self.scope = scope
+        self.limit_usd = limit_usd
+        self.spent_usd = spent_usd
+        self.needed_usd = needed_usd
+        super().__init__(
+            message,
+            status=429,
+            code=f"{scope}_budget_exhausted",
+            type="insufficient_quota",
+            retry_after_s=retry_after_s,
+        )
+
+
 class ReceiptError(FirstpassError):
     """The receipt log cannot be read or written."""
+
+
+class ReceiptUnavailable(ReceiptError):
+    """A receipt cannot be made durable now (the disk is failing): the answer it would
+    acknowledge must not be sent. The server answers 503 ``receipts_unavailable``."""
+
+    @property
+    def http_status(self) -> int:
+        return 503
 
 
 class ChainError(ReceiptError):

@@ -48,10 +48,15 @@ def stack_config(
     request_timeout_s: float = 120.0,
     route_extra: dict[str, Any] | None = None,
     prices_extra: list[dict[str, Any]] | None = None,
+    receipts_extra: dict[str, Any] | None = None,
+    observability: dict[str, Any] | None = None,
+    tables: dict[str, Any] | None = None,
 ) -> Config:
     """A two-rung ladder (cheap → strong) on one stub upstream, with test-sized timeouts;
     ``route_extra`` adds keys to the route (its checks, a revision loop), ``prices_extra``
-    prices (a judge's)."""
+    prices (a judge's), ``receipts_extra`` keys of ``[receipts]`` (a signing key),
+    ``observability`` the ``[observability]`` table; ``tables`` adds top-level tables
+    (``budgets``) or keys to one (``{"sandbox": {"concurrency": 1}}`` merges into it)."""
     data: dict[str, Any] = {
         "server": {
             "host": "127.0.0.1",
@@ -64,7 +69,12 @@ def stack_config(
             "request_timeout_s": request_timeout_s,
         },
         "sandbox": {"wall_s": 5.0, "cpu_s": 5.0},
-        "receipts": {"path": str(receipts), "fsync": "never", "store_content": store_content},
+        "receipts": {
+            "path": str(receipts),
+            "fsync": "never",
+            "store_content": store_content,
+            **(receipts_extra or {}),
+        },
         "provider": [
             {
                 "id": "stub",
@@ -101,6 +111,10 @@ def stack_config(
     }
     if elastic is not None:
         data["escalation"] = {"elastic": elastic}
+    if observability is not None:
+        data["observability"] = observability
+    for name, table in (tables or {}).items():
+        data[name] = {**data.get(name, {}), **table}
     return config_from_dict(data, base_dir=receipts.parent, env=env or {})
 
 

@@ -417,9 +417,15 @@ EXACT_ERRORS: list[tuple[str, Patch, str]] = [
     (
         "fsync",
         _set("receipts.fsync", "sometimes"),
-        'receipts.fsync: expected one of "always", "batch", "never", got "sometimes"',
+        'receipts.fsync: expected one of "durable", "always", "batch", "never", got "sometimes"',
     ),
     ("queue", _set("receipts.queue_size", 0), "receipts.queue_size: must be at least 1, got 0"),
+    (
+        "rotate_bytes",
+        _set("receipts.rotate_bytes", 100),
+        "receipts.rotate_bytes: must be at least 4096, got 100",
+    ),
+    ("rotate_s", _set("receipts.rotate_s", 0), "receipts.rotate_s: must be at least 1, got 0"),
     (
         "sandbox",
         _set("sandbox.concurrency", -1),

@@ -20,6 +20,27 @@ PUBLIC = {
     "sha256_text",
     "summarize",
     "verify_chain",
+    # signed checkpoints
+    "CHECKPOINT_KIND",
+    "CheckpointSigner",
+    "KeyFiles",
+    "SignatureProblem",
+    "SignatureReport",
+    "key_id",
+    "load_public_key",
+    "load_signing_key",
+    "verify_checkpoints",
+    "write_key_files",
+    # durable logs: gaps, rotation, chains across files (docs/receipts.md)
+    "Checkpointer",
+    "ChainFiles",
+    "ChainReport",
+    "FileReport",
+    "Gap",
+    "discover_chains",
+    "find_by_answer",
+    "is_special",
+    "verify_files",
 }
 
 

@@ -11,15 +11,34 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firstpass.errors import FirstpassError, ReceiptError
-from firstpass.receipts import CheckRate, ReceiptSummary, find_receipt, summarize, verify_chain
+from firstpass.receipts import (
+    ChainReport,
+    CheckRate,
+    FileReport,
+    Gap,
+    ReceiptSummary,
+    VerifyReport,
+    discover_chains,
+    find_by_answer,
+    find_receipt,
+    load_public_key,
+    summarize,
+    verify_checkpoints,
+    verify_files,
+)
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 #: where ``show`` looks when neither ``--path`` nor a loadable config says
 DEFAULT_PATH = Path("receipts.jsonl")
@@ -38,14 +57,29 @@ def register(subparsers: Any) -> None:
     verify = actions.add_parser(
         "verify",
         help="re-derive every hash and link; exit 1 naming the first bad line",
-        description="Re-derive every hash and link of a receipt log. Exit 0 when it holds, "
-        "1 naming the first bad line (edited, reordered, deleted, inserted, truncated).",
+        description="Re-derive every hash and link of a receipt log, across its rotated files, "
+        "or of every chain in a directory. Exit 0 when they hold (gap markers, where lines were "
+        "lost and recorded, are listed), 1 naming the first bad line (edited, reordered, "
+        "deleted, inserted, truncated) or a missing file.",
     )
-    verify.add_argument("path", type=Path, help="the receipt log (JSONL)")
+    verify.add_argument(
+        "path",
+        type=Path,
+        help="the receipt log (JSONL; read after its rotated files), or a directory: every chain"
+        " in it (all workers' logs)",
+    )
     verify.add_argument(
         "--strict",
         action="store_true",
         help="also require every line to be byte-for-byte canonical JSON (parses every line)",
+    )
+    verify.add_argument(
+        "--pubkey",
+        type=Path,
+        default=None,
+        metavar="KEY.pub",
+        help="also check the signed checkpoints against this Ed25519 public key (the .pub file "
+        "`firstpass keygen` wrote); fails a log with none",
     )
     verify.set_defaults(func=_verify)
 
@@ -61,14 +95,39 @@ def register(subparsers: Any) -> None:
     )
     show.set_defaults(func=_show)
 
+    find = actions.add_parser(
+        "find",
+        help="print the receipts of a served answer (by its text or its SHA-256)",
+        description="Print every receipt whose served answer (served.answer_sha256) is the "
+        "SHA-256 of the given text: the message content exactly as served, as UTF-8 bytes. "
+        "Exit 1 when none matches.",
+    )
+    which = find.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--answer", type=Path, metavar="FILE", help="a file holding the answer's text, exactly"
+    )
+    which.add_argument(
+        "--answer-sha256", metavar="HEX", help="the answer's SHA-256 (hex, with or without sha256:)"
+    )
+    find.add_argument(
+        "--path",
+        type=Path,
+        default=None,
+        help="the receipt log or a directory (default: [receipts] path of the config, else "
+        "receipts.jsonl)",
+    )
+    find.set_defaults(func=_find)
+
     summary = actions.add_parser(
         "summary",
-        help="counts by action, check pass rates, failures, revisions, cost, latency",
+        help="counts by action, rate, errors, check pass rates, failures, revisions, cost, "
+        "latency, skip rate, served failure",
         description="Summarise a receipt log: actions, check pass rates (per stage and per "
         "check), failures by category, the revision rate, cost against the top-rung "
-        "counterfactual, p50/p95 latency, probe regimes and labels. The hash chain is "
-        "verified as well: when it does not hold, the summary still prints, with a warning on "
-        "stderr naming the first bad line.",
+        "counterfactual, p50/p95 latency, requests per minute, the error rate, probe regime "
+        "shares, the skip rate, and the served failure where shadow labels exist. The hash "
+        "chain is verified as well: when it does not hold, the summary still prints, with a "
+        "warning on stderr naming the first bad line.",
     )
     summary.add_argument("path", type=Path, help="the receipt log (JSONL)")
     summary.add_argument("--json", action="store_true", dest="as_json", help="print JSON")
@@ -81,13 +140,102 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    report = verify_chain(args.path, strict=args.strict)
+    public_key = load_public_key(args.pubkey) if args.pubkey is not None else None
+    chains = discover_chains(args.path)
+    single = len(chains) == 1 and len(chains[0].files) == 1
+    ok = True
+    for number, chain in enumerate(chains, 1):
+        report = verify_files(chain, strict=args.strict)
+        if single:
+            _print_file(report.files[0], indent="")
+        else:
+            state = "ok" if report.ok else "BROKEN"
+            print(
+                f"chain {number} ({len(chain.files)} file(s)): {state}: {report.n_receipts}"
+                f" receipts, head {report.head}"
+            )
+            for file in report.files:
+                _print_file(file, indent="  ")
+        ok = ok and report.ok
+        if report.ok and public_key is not None:
+            ok = verify_signatures(chain.files, public_key) and ok
+    return 0 if ok else 1
+
+
+def _print_file(file: FileReport, *, indent: str) -> None:
+    """One file's outcome (bare when the log is one file, as ``verify`` always printed it):
+    ``ok: N receipts, head H``, its gaps, or the first bad line."""
+    name = "" if not indent else f"{_printable(os.fspath(file.path))}: "
+    report = file.report
+    if report is None:
+        print(f"{indent}{name}not checked (an earlier file of the chain is broken)")
+        return
+    if not report.ok:
+        print(f"{indent}{name}line {report.first_bad_line}: {_printable(report.reason or '')}")
+        extra = f" and {report.n_special} gap/checkpoint line(s)" if report.n_special else ""
+        before = f"the {report.n_receipts} receipts{extra} before it verify"
+        print(f"{indent}{before} (head {report.head})")
+        return
+    if file.problem is not None:
+        print(f"{indent}{name}{file.problem}")
+        return
+    extra = "".join(
+        f", {count} {what}"
+        for count, what in (
+            (len(report.gaps), "gap(s)"),
+            (report.n_special - len(report.gaps), "checkpoint(s)"),
+        )
+        if count
+    )
+    print(f"{indent}{name}ok: {report.n_receipts} receipts{extra}, head {report.head}")
+    for gap in report.gaps:
+        print(f"{indent}  gap at line {gap.line}: {_printable(_gap_text(gap))}")
+
+
+def _gap_text(gap: Gap) -> str:
+    detail = []
+    if gap.lost_receipts is not None:
+        detail.append(f"{gap.lost_receipts} receipt(s) lost")
+    if gap.lost_bytes is not None:
+        detail.append(f"{gap.lost_bytes} byte(s) lost")
+    if gap.moved_to is not None:
+        detail.append(f"moved to {gap.moved_to}")
+    return gap.reason + (f" ({', '.join(detail)})" if detail else "")
+
+
+#: problems printed per chain; the rest are counted
+_MAX_PROBLEMS = 20
+
+
+def verify_signatures(files: Sequence[Path], public_key: Ed25519PublicKey) -> bool:
+    """``--pubkey``: check one chain's signed checkpoints (its files in chain order, after its
+    hash chain verified) and print the outcome; ``True`` when they hold."""
+    report = verify_checkpoints(files, public_key)
+    for problem in report.problems[:_MAX_PROBLEMS]:
+        print(_printable(str(problem)))
+    if len(report.problems) > _MAX_PROBLEMS:
+        print(f"... and {len(report.problems) - _MAX_PROBLEMS} more")
+    tail = (
+        f"; {report.unsigned_tail_lines} line(s) after the last checkpoint are not signed yet"
+        if report.unsigned_tail_lines and report.n_checkpoints
+        else ""
+    )
     if report.ok:
-        print(f"ok: {report.n_lines} receipts, head {report.head}")
-        return 0
-    print(f"line {report.first_bad_line}: {report.reason}")
-    print(f"the {report.n_lines} receipts before it verify (head {report.head})")
-    return 1
+        last = (
+            f" (the last, made {report.last_time}, signs head {report.last_head})"
+            if report.last_head is not None
+            else ""
+        )
+        print(
+            f"signatures ok: {report.n_checkpoints} checkpoint(s) verify with {report.key_id}"
+            f"{last}{tail}"
+        )
+        return True
+    print(
+        f"signatures FAIL: {len(report.problems)} problem(s) under {report.key_id}"
+        f" ({report.n_checkpoints} checkpoint(s) found){tail}"
+    )
+    return False
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -107,10 +255,39 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _find(args: argparse.Namespace) -> int:
+    path = args.path if args.path is not None else _configured_path()
+    if args.answer is not None:
+        try:
+            data = args.answer.read_bytes()
+        except OSError as exc:
+            print(f"cannot read {args.answer}: {exc}", file=sys.stderr)
+            return 2
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    else:
+        hex_part = args.answer_sha256.lower().removeprefix("sha256:")
+        if not HEX64.fullmatch(hex_part):
+            print(f"--answer-sha256: {args.answer_sha256!r} is not 64 hex digits", file=sys.stderr)
+            return 2
+        digest = "sha256:" + hex_part
+    found = find_by_answer(path, digest)
+    if not found:
+        print(f"no receipt in {path} served an answer with {digest}", file=sys.stderr)
+        return 1
+    for record in found:
+        print(json.dumps(record, indent=2, ensure_ascii=False))
+    return 0
+
+
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
 def _summary(args: argparse.Namespace) -> int:
-    chain = verify_chain(args.path)
+    chains = discover_chains(args.path)  # a log with its rotated files, or a directory
+    chain = _one_report([verify_files(c) for c in chains])
     unreadable = [0]
-    summary = summarize(_readable_records(args.path, unreadable))
+    files = [file for c in chains for file in c.files]
+    summary = summarize(record for file in files for record in _readable_records(file, unreadable))
     summary = dataclasses.replace(summary, chain=chain, unreadable=unreadable[0])
     if summary.warning is not None:
         print(f"warning: {args.path}: {summary.warning}", file=sys.stderr, flush=True)
@@ -119,6 +296,27 @@ def _summary(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary, args.path))
     return 0
+
+
+def _one_report(reports: list[ChainReport]) -> VerifyReport:
+    """The chains at a path as the one ``VerifyReport`` the summary states: ok when all are;
+    else the first bad line (named with its file when there are several files)."""
+    several = len(reports) > 1 or any(len(r.files) > 1 for r in reports)
+    n_lines = sum(f.report.n_lines for r in reports for f in r.files if f.report is not None)
+    for chain in reports:
+        for file in chain.files:
+            report = file.report
+            if file.ok or report is None:
+                continue
+            where = f"{os.fspath(file.path)}: " if several else ""
+            return VerifyReport(
+                ok=False,
+                n_lines=n_lines,
+                head=report.head,
+                first_bad_line=report.first_bad_line or 1,
+                reason=where + (report.reason or file.problem or "does not verify"),
+            )
+    return VerifyReport(ok=True, n_lines=n_lines, head=reports[-1].head if reports else "")
 
 
 def _readable_records(path: Path, unreadable: list[int]) -> Iterator[dict[str, Any]]:
@@ -161,6 +359,13 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
             f"(see the warning; `firstpass receipts verify {path}`)"
         )
     lines.append(f"actions: {_counts(summary.actions)}")
+    lines.append(_throughput(summary))
+    if summary.error_rate is not None:
+        errors = sum(summary.errors.values())
+        line = f"errors: {errors} of {summary.n} ({summary.error_rate:.1%})"
+        lines.append(line + (f": {_counts(summary.errors)}" if summary.errors else ""))
+    if summary.markers:
+        lines.append(f"not requests (written by the receipt writer): {_counts(summary.markers)}")
     for name, rate in (("visible", summary.visible), ("gate", summary.gate)):
         if rate.rate is None:
             lines.append(f"{name} checks: none")
@@ -205,7 +410,18 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
             f" p95 {summary.latency_p95_ms:.1f} ms over {summary.n_timed}"
         )
     if summary.regimes:
-        lines.append(f"probe regimes: {_counts(summary.regimes)}")
+        lines.append(f"probe regimes: {_shares(summary.regimes)}")
+    if summary.skip_rate is not None:
+        lines.append(
+            f"skip rate: {summary.skip_rate:.1%} of probes in regime serve (the gate skipped "
+            "under enforce, or that would have been under shadow)"
+        )
+    if summary.served_failure is not None:
+        lines.append(
+            f"served failure (shadow labels): {summary.skip_label_failures} of "
+            f"{summary.skip_labels} answers elastic would serve without the gate failed it "
+            f"({summary.served_failure:.1%})"
+        )
     if summary.counterfactuals:
         lines.append(f"counterfactual actions: {_counts(summary.counterfactuals)}")
     if summary.labelled or summary.regimes:
@@ -222,6 +438,22 @@ def _printable(line: str) -> str:
     if line.isprintable():
         return line
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
+
+
+def _throughput(summary: ReceiptSummary) -> str:
+    """Requests a minute over the receipts' time span, and the span itself."""
+    span, rate = summary.span_s, summary.requests_per_minute
+    if span is None or rate is None:
+        return "rate: no time span (fewer than two timed receipts)"
+    return (
+        f"rate: {rate:.1f} requests/minute over {span:.1f} s "
+        f"({summary.first_time} to {summary.last_time})"
+    )
+
+
+def _shares(counts: Any) -> str:
+    total = sum(counts.values())
+    return ", ".join(f"{key} {value} ({value / total:.1%})" for key, value in counts.items())
 
 
 def _rate(rate: CheckRate) -> str:

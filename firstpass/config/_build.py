@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, get_args
 
 from firstpass.checks import CheckDef, field_path, parse_checks
 from firstpass.config import _fields as f
@@ -25,7 +25,11 @@ from firstpass.config._model import (
     ANY_MODEL,
     MAX_K,
     REQUEST_MODES,
+    BudgetsConfig,
+    ClientKey,
     Config,
+    FsyncPolicy,
+    ObservabilityConfig,
     Price,
     ProviderConfig,
     ReceiptsConfig,
@@ -37,15 +41,27 @@ from firstpass.config._model import (
     ServerConfig,
 )
 from firstpass.errors import CheckSpecError, ConfigError
+from firstpass.receipts._signing import load_signing_key
 from firstpass.sandbox._limits import MAX_SECONDS
 
-_TOP_KEYS = ("server", "sandbox", "receipts", "provider", "route", "price", "escalation")
+_TOP_KEYS = (
+    "server", "sandbox", "receipts", "provider", "route", "price", "escalation", "observability",
+    "budgets",
+)  # fmt: skip
 _SERVER_KEYS = (
     "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s",
-    "workers", "request_timeout_s",
+    "workers", "request_timeout_s", "client_key",
 )  # fmt: skip
-_SANDBOX_KEYS = ("concurrency", "wall_s", "cpu_s", "memory_mb", "scratch_mb", "site_packages")
-_RECEIPTS_KEYS = ("path", "fsync", "store_content", "queue_size")
+_CLIENT_KEY_KEYS = ("name", "key_env", "routes", "daily_usd")
+_BUDGETS_KEYS = ("per_request_usd", "daily_usd", "on_exhausted", "default_max_tokens")
+_SANDBOX_KEYS = (
+    "concurrency", "wall_s", "cpu_s", "memory_mb", "scratch_mb", "site_packages", "max_queue",
+    "slot_timeout_s",
+)  # fmt: skip
+_RECEIPTS_KEYS = (
+    "path", "fsync", "store_content", "queue_size", "signing_key", "checkpoint_interval_s",
+    "rotate_bytes", "rotate_s",
+)  # fmt: skip
 _PROVIDER_COMMON = (
     "id", "kind", "timeout_s", "connect_timeout_s", "retries", "backoff_base_s", "backoff_max_s",
     "honours_n", "max_concurrency",
@@ -58,6 +74,7 @@ _ROUTE_KEYS = (
 _REVISION_KEYS = ("max_revisions", "max_cost_usd", "feedback_chars", "gate_reasons")
 _CHECKS_KEYS = ("visible", "hidden", "setup", "entry_point")
 _PRICE_KEYS = ("model", "input_per_mtok", "output_per_mtok")
+_OBSERVABILITY_KEYS = ("metrics", "request_log")
 
 _PROVIDER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -85,6 +102,7 @@ def config_from_dict(
     prices = _prices(f.get_tables(data, "price", ""), providers)
     routes = _routes(f.get_tables(data, "route", ""), providers, prices, base_dir)
     _check_judges(routes, providers, prices)
+    _check_key_routes(server, routes)
     elastic = build_elastic(f.get_table(data, "escalation", "", {}), base_dir)
     server, receipts, elastic = apply_env(env, server, receipts, elastic)
     mode_key = ENV_ELASTIC_MODE if ENV_ELASTIC_MODE in env else f"{ELASTIC_PATH}.mode"
@@ -97,6 +115,8 @@ def config_from_dict(
         routes=routes,
         prices=MappingProxyType(prices),
         elastic=elastic,
+        budgets=_budgets(f.get_table(data, "budgets", "", None)),
+        observability=_observability(f.get_table(data, "observability", "", {})),
         source=source,
     )
     return dataclasses.replace(config, digest=config_digest(config))
@@ -115,9 +135,14 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
     p = "server"
     f.check_keys(table, p, _SERVER_KEYS)
     names = f.get_str_list(table, "client_keys_env", p, ())
-    keys = frozenset(
-        _env_secret(env, name, f"{p}.client_keys_env[{i}]") for i, name in enumerate(names)
-    )
+    accepted = [
+        ClientKey(
+            name=name, key_env=name, secret=_env_secret(env, name, f"{p}.client_keys_env[{i}]")
+        )
+        for i, name in enumerate(names)
+    ]
+    accepted += _client_keys(f.get_tables(table, "client_key", p), env, {k.name for k in accepted})
+    keys = frozenset(k.secret for k in accepted)
     return ServerConfig(
         host=f.get_str(table, "host", p, "127.0.0.1"),
         port=f.get_int(table, "port", p, 8787, lo=0, hi=65535),
@@ -125,6 +150,7 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
         max_concurrency=f.get_int(table, "max_concurrency", p, 256, lo=1),
         client_keys_env=names,
         client_keys=keys,
+        client_key=tuple(accepted),
         debug=f.get_bool(table, "debug", p, False),
         keepalive_s=f.get_float(table, "keepalive_s", p, 5.0, lo=0.0, lo_open=True),
         workers=f.get_int(table, "workers", p, 1, lo=1, hi=64),
@@ -140,12 +166,74 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
     )
 
 
+def _client_keys(
+    tables: list[Mapping[str, Any]], env: Mapping[str, str], taken: set[str]
+) -> list[ClientKey]:
+    """``[[server.client_key]]``: a named key, its routes (checked once routes are read) and its
+    own daily cap. Names must be unique: receipts tell keys apart by name alone."""
+    out: list[ClientKey] = []
+    for i, table in enumerate(tables):
+        p = f"server.client_key[{i}]"
+        f.check_keys(table, p, _CLIENT_KEY_KEYS)
+        name = f.get_str(table, "name", p)
+        if name in taken:
+            raise ConfigError(f"{p}.name", f'duplicate key name "{name}": receipts name keys')
+        taken.add(name)
+        key_env = f.get_str(table, "key_env", p)
+        routes = f.get_str_list(table, "routes", p, None)
+        out.append(
+            ClientKey(
+                name=name,
+                key_env=key_env,
+                routes=None if routes is None else tuple(routes),
+                daily_usd=f.get_float(table, "daily_usd", p, None, lo=0.0),
+                secret=_env_secret(env, key_env, f"{p}.key_env"),
+            )
+        )
+    return out
+
+
+def _check_key_routes(server: ServerConfig, routes: tuple[RouteConfig, ...]) -> None:
+    """A key's ``routes`` name configured routes (a typo would lock the key out silently)."""
+    known = [r.name for r in routes]
+    named = server.client_key[len(server.client_keys_env) :]
+    for i, key in enumerate(named):
+        for j, name in enumerate(key.routes or ()):
+            if name not in known:
+                raise ConfigError(
+                    f"server.client_key[{i}].routes[{j}]",
+                    f'no route named "{name}" (routes: {", ".join(known)})',
+                )
+
+
+def _budgets(table: Mapping[str, Any] | None) -> BudgetsConfig | None:
+    if table is None:
+        return None
+    p = "budgets"
+    f.check_keys(table, p, _BUDGETS_KEYS)
+    d = BudgetsConfig()
+    return BudgetsConfig(
+        per_request_usd=f.get_float(table, "per_request_usd", p, None, lo=0.0),
+        daily_usd=f.get_float(table, "daily_usd", p, None, lo=0.0),
+        on_exhausted=f.get_choice(
+            table, "on_exhausted", p, ("serve_best_verified", "error"), d.on_exhausted
+        ),
+        default_max_tokens=f.get_int(
+            table, "default_max_tokens", p, d.default_max_tokens, lo=1, hi=10_000_000
+        ),
+    )
+
+
 def _sandbox(table: Mapping[str, Any]) -> SandboxSettings:
     p = "sandbox"
     f.check_keys(table, p, _SANDBOX_KEYS)
     d = SandboxSettings()
     settings = SandboxSettings(
         concurrency=f.get_int(table, "concurrency", p, 0, lo=0, hi=1024),
+        max_queue=f.get_int(table, "max_queue", p, d.max_queue, lo=0),
+        slot_timeout_s=f.get_float(
+            table, "slot_timeout_s", p, d.slot_timeout_s, lo=0.0, lo_open=True, hi=MAX_SECONDS
+        ),
         wall_s=f.get_float(table, "wall_s", p, d.wall_s, lo=0.0, lo_open=True, hi=MAX_SECONDS),
         cpu_s=f.get_float(table, "cpu_s", p, d.cpu_s, lo=0.0, lo_open=True, hi=MAX_SECONDS),
         memory_mb=f.get_int(table, "memory_mb", p, d.memory_mb, lo=1),
@@ -164,11 +252,36 @@ def _sandbox(table: Mapping[str, Any]) -> SandboxSettings:
 def _receipts(table: Mapping[str, Any], base_dir: Path) -> ReceiptsConfig:
     p = "receipts"
     f.check_keys(table, p, _RECEIPTS_KEYS)
+    signing_key = f.get_path(table, "signing_key", p, base_dir, None)
+    if signing_key is not None:
+        load_signing_key(signing_key)  # missing, not private, not Ed25519: fail at load
     return ReceiptsConfig(
         path=f.get_path(table, "path", p, base_dir, "receipts.jsonl"),
-        fsync=f.get_choice(table, "fsync", p, ("always", "batch", "never"), "batch"),
+        fsync=f.get_choice(table, "fsync", p, get_args(FsyncPolicy), ReceiptsConfig.fsync),
         store_content=f.get_bool(table, "store_content", p, False),
         queue_size=f.get_int(table, "queue_size", p, 10_000, lo=1),
+        rotate_bytes=f.get_int(table, "rotate_bytes", p, ReceiptsConfig.rotate_bytes, lo=4096),
+        rotate_s=f.get_float(table, "rotate_s", p, ReceiptsConfig.rotate_s, lo=1.0),
+        signing_key=signing_key,
+        checkpoint_interval_s=f.get_float(
+            table,
+            "checkpoint_interval_s",
+            p,
+            ReceiptsConfig.checkpoint_interval_s,
+            lo=0.0,
+            lo_open=True,
+            hi=MAX_SECONDS,
+        ),
+    )
+
+
+def _observability(table: Mapping[str, Any]) -> ObservabilityConfig:
+    p = "observability"
+    f.check_keys(table, p, _OBSERVABILITY_KEYS)
+    d = ObservabilityConfig()
+    return ObservabilityConfig(
+        metrics=f.get_bool(table, "metrics", p, d.metrics),
+        request_log=f.get_bool(table, "request_log", p, d.request_log),
     )
 
 

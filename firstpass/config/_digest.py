@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from firstpass.checks import CheckDef
-from firstpass.config._model import Config, RouteConfig
+from firstpass.config._model import Config, RouteConfig, SandboxSettings
 
 
 def config_digest(config: Config) -> str:
@@ -38,6 +38,19 @@ def public_dict(config: Config) -> dict[str, Any]:
 
     server = dataclasses.asdict(config.server)
     del server["client_keys"]
+    # named keys by their public part (never the secret); keys from client_keys_env alone are
+    # already there by variable name, so a config without named keys keeps its digest
+    named = config.server.client_key[len(config.server.client_keys_env) :]
+    server["client_key"] = [
+        {"name": k.name, "key_env": k.key_env, "routes": k.routes, "daily_usd": k.daily_usd}
+        for k in named
+    ]
+    if not named:
+        del server["client_key"]
+    sandbox = dataclasses.asdict(config.sandbox)
+    for key in ("max_queue", "slot_timeout_s"):  # left out at their defaults, as above
+        if sandbox[key] == getattr(SandboxSettings, key):
+            del sandbox[key]
     providers = []
     for provider in config.providers:
         row = dataclasses.asdict(provider)
@@ -46,7 +59,7 @@ def public_dict(config: Config) -> dict[str, Any]:
     body: dict[str, Any] = plain(
         {
             "server": server,
-            "sandbox": dataclasses.asdict(config.sandbox),
+            "sandbox": sandbox,
             "receipts": dataclasses.asdict(config.receipts),
             "providers": providers,
             "routes": [_route(r) for r in config.routes],
@@ -54,6 +67,8 @@ def public_dict(config: Config) -> dict[str, Any]:
             "elastic": None if config.elastic is None else _elastic(config),
         }
     )
+    if config.budgets is not None:
+        body["budgets"] = plain(dataclasses.asdict(config.budgets))
     return body
 
 

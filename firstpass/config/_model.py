@@ -20,9 +20,10 @@ from firstpass.config._certificate import CertificateFile, Licence
 from firstpass.errors import ConfigError
 from firstpass.sandbox._limits import Limits
 
-FsyncPolicy = Literal["always", "batch", "never"]
+FsyncPolicy = Literal["durable", "always", "batch", "never"]
 ProviderKind = Literal["openai", "replay"]
 OnExhausted = Literal["unverified", "error"]
+OnBudgetExhausted = Literal["serve_best_verified", "error"]
 WithoutChecks = Literal["passthrough", "reject", "route_checks"]
 ElasticMode = Literal["shadow", "enforce"]
 RequestMode = Literal["cascade", "shadow", "enforce", "passthrough"]
@@ -37,8 +38,24 @@ MAX_K = 128
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClientKey:
+    """One accepted API key (``[[server.client_key]]``, or an entry of ``client_keys_env``,
+    named after its variable). Receipts and logs carry ``name``, never ``secret``.
+
+    ``routes``: the routes it may use (None: all); ``daily_usd``: its spend cap per UTC day.
+    """
+
+    name: str
+    key_env: str
+    routes: tuple[str, ...] | None = None
+    daily_usd: float | None = None
+    secret: str = field(default="", repr=False, compare=False)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerConfig:
-    """The HTTP listener and its limits; ``client_keys`` are resolved from ``client_keys_env``."""
+    """The HTTP listener and its limits; ``client_keys`` are resolved from ``client_keys_env``
+    and ``client_key`` (every accepted key, with its name, routes and daily cap)."""
 
     host: str = "127.0.0.1"
     port: int = 8787
@@ -46,6 +63,8 @@ class ServerConfig:
     max_concurrency: int = 256
     client_keys_env: tuple[str, ...] = ()
     client_keys: frozenset[str] = field(default=frozenset(), repr=False)
+    #: every accepted key: those of ``client_keys_env`` first, then ``[[server.client_key]]``
+    client_key: tuple[ClientKey, ...] = ()
     debug: bool = False
     keepalive_s: float = 5.0
     workers: int = 1
@@ -63,6 +82,10 @@ class SandboxSettings:
     """
 
     concurrency: int = 0
+    #: samples that may wait for a slot at once; one more fails its request with 503
+    max_queue: int = 1024
+    #: how long a sample waits for a slot before its request fails with 503
+    slot_timeout_s: float = 30.0
     wall_s: float = Limits.wall_s
     cpu_s: float = Limits.cpu_s
     memory_mb: int = Limits.memory_mb
@@ -93,6 +116,41 @@ class ReceiptsConfig:
     fsync: FsyncPolicy = "batch"
     store_content: bool = False
     queue_size: int = 10_000
+    #: start a new file (the chain continuing) past this many bytes / this many seconds; off
+    #: when ``None`` (docs/receipts.md, "Rotation")
+    rotate_bytes: int | None = None
+    rotate_s: float | None = None
+    #: an Ed25519 private key (``firstpass keygen``): when set, the writer signs the chain head
+    #: every ``checkpoint_interval_s`` and at shutdown (docs/receipts.md, "Signed checkpoints")
+    signing_key: Path | None = None
+    checkpoint_interval_s: float = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObservabilityConfig:
+    """What the server reports about itself; both on by default, off to measure their cost or
+    where an operator collects neither (docs/operations.md)."""
+
+    #: ``GET /metrics`` in Prometheus text format
+    metrics: bool = True
+    #: one structured ``request`` log event per request (ids, verdicts, timings; never text)
+    request_log: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetsConfig:
+    """``[budgets]``: USD caps checked before every upstream call (docs/config.md, Budgets).
+
+    ``daily_usd`` caps the whole server per UTC day, ``per_request_usd`` one request; each
+    key's own daily cap is its ``daily_usd``. A call's cost is reserved at its worst case
+    (prompt size, ``max_tokens`` or ``default_max_tokens``) and settled at its real cost.
+    """
+
+    per_request_usd: float | None = None
+    daily_usd: float | None = None
+    on_exhausted: OnBudgetExhausted = "serve_best_verified"
+    #: the output tokens assumed for a call whose request sets no ``max_tokens``
+    default_max_tokens: int = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +333,9 @@ class Config:
     routes: tuple[RouteConfig, ...]
     prices: Mapping[str, Price] = field(default_factory=lambda: MappingProxyType({}))
     elastic: ElasticConfig | None = None
+    #: ``[budgets]``; None: no server-wide or per-request cap (a key may still have its own)
+    budgets: BudgetsConfig | None = None
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     source: Path | None = None
     digest: str = ""
 

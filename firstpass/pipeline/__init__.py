@@ -1,11 +1,18 @@
 """The I/O executor: providers and the sandbox driven by the pure policy; one receipt a request."""
 
-from firstpass.pipeline._run import Checks, Outcome, Pipeline
+from firstpass.pipeline._run import (
+    WITHHELD_ACTION,
+    Checks,
+    Outcome,
+    Pipeline,
+    receipts_unavailable,
+)
 from firstpass.pipeline._seams import ReceiptSink, SandboxRunner, SandboxService, SandboxVerdict
 from firstpass.pipeline._trace import Served, Trace
 from firstpass.pipeline._verify import StageResult
 
 __all__ = [
+    "WITHHELD_ACTION",
     "Checks",
     "Outcome",
     "Pipeline",
@@ -16,4 +23,5 @@ __all__ = [
     "Served",
     "StageResult",
     "Trace",
+    "receipts_unavailable",
 ]

@@ -25,8 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from firstpass.budgets import budget_record
 from firstpass.config import Certificate, ElasticConfig, Given, Rung, candidate_rule
-from firstpass.errors import FirstpassError, UpstreamError
+from firstpass.errors import BudgetExhausted, FirstpassError, UpstreamError
 from firstpass.pipeline._cascade import CascadeRunner
 from firstpass.pipeline._seams import SandboxVerdict
 from firstpass.pipeline._state import Answer, LadderResult, LadderState, RunRequest
@@ -242,6 +243,7 @@ class ElasticRunner:
         rung = req.route.ladder[index]
         k = rung.k or elastic.k
         req.trace.step(f"probe:{index}:k={k}")
+        began = time.perf_counter()
         completion, error = await self.steps.call(req, index, rung, purpose="probe", n=k)
         if completion is None:
             return None, error
@@ -273,6 +275,7 @@ class ElasticRunner:
             )
         )
         results: list[StageResult] = [r for r in staged if r is not None]
+        req.trace.probe_wall((time.perf_counter() - began) * 1000.0)
         for i, result in enumerate(results):
             self.steps.record_check(req, index, i, "visible", result)
         passed = [bool(r.passed) for r in results]
@@ -472,6 +475,7 @@ class ElasticRunner:
             return self.steps.conclude(req, result, probe={"rung": 0, "error": str(error)})
         labelled = await self._label_probe(req, probe, cascade=True)
         state = LadderState(attempts=[labelled.attempt], answers=[probe.answers[0]])
+        self.steps.note_verified(req, state)
         # the cascade's attempt is sample 0: it revises it as the cascade would
         await self.steps.revise(req, state, probe.visible[0], labelled.gate0)
         later: list[dict[str, Any]] = []
@@ -485,13 +489,20 @@ class ElasticRunner:
         result = await self.steps.run_ladder(req, state, rung_runner=run_rung)
         # rungs elastic would reach that the cascade did not: probed for their labels only
         index = max(a.rung for a in state.attempts) + 1
-        while index < len(req.route.ladder) and reach.get(index):
-            await self._shadow_rung(req, None, index, reach, later, ran)
-            index += 1
+        stopped: BudgetExhausted | None = None
+        try:
+            while index < len(req.route.ladder) and reach.get(index):
+                await self._shadow_rung(req, None, index, reach, later, ran)
+                index += 1
+        except BudgetExhausted as exc:
+            # only labels were left to buy: the client still gets what the cascade decided
+            later.append({"rung": index, "error": str(exc), "budget": exc.scope})
+            stopped = exc
         decision = {
             "counterfactual": labelled.counterfactual,
             "gate_label": labelled.label,
             "label_sample": probe.candidate if labelled.label is not None else None,
+            **({"budget": budget_record(stopped)} if stopped is not None else {}),
         }
         record = self._probe_record(probe)
         if later:
@@ -543,6 +554,7 @@ class ElasticRunner:
         if state is not None:
             state.attempts.append(labelled.attempt)
             state.answers.append(probe.answers[0])
+            self.steps.note_verified(req, state)
             await self.steps.revise(req, state, probe.visible[0], labelled.gate0)
         reach[index + 1] = labelled.escalates
         later.append(

@@ -15,9 +15,18 @@ from typing import Any
 
 import structlog
 
-from firstpass.checks import Check, JudgeBinding, build_check
-from firstpass.config import Config, RouteConfig
-from firstpass.errors import FirstpassError, UpstreamTimeout
+from firstpass.budgets import CURRENT_BUDGET, Ledger, budget_record, ledger_for
+from firstpass.checks import Check, Grader, JudgeBinding, build_check
+from firstpass.config import BudgetsConfig, Config, RouteConfig
+from firstpass.errors import (
+    BudgetExhausted,
+    FirstpassError,
+    ReceiptUnavailable,
+    RequestError,
+    SandboxBusy,
+    UpstreamTimeout,
+)
+from firstpass.pipeline._budget import BudgetedGrader
 from firstpass.pipeline._cascade import CascadeRunner
 from firstpass.pipeline._elastic import ElasticRunner
 from firstpass.pipeline._seams import ReceiptSink, SandboxRunner
@@ -26,7 +35,15 @@ from firstpass.pipeline._steps import Steps
 from firstpass.pipeline._trace import Trace
 from firstpass.providers import Provider
 
-__all__ = ["Checks", "Outcome", "Pipeline", "route_checks"]
+__all__ = [
+    "WITHHELD_ACTION",
+    "Checks",
+    "Outcome",
+    "Pipeline",
+    "receipts_unavailable",
+    "route_checks",
+    "withheld",
+]
 
 log = structlog.get_logger("firstpass.pipeline")
 
@@ -36,9 +53,16 @@ def route_checks(
 ) -> dict[str, tuple[tuple[Check, ...], tuple[Check, ...]]]:
     """Each route's ``visible_checks`` and ``gate_checks``, runnable (validated at load)."""
 
+    budgeted = ledger_for(config) is not None
+    default_max_tokens = (config.budgets or BudgetsConfig()).default_max_tokens
+
     def judge(label: str) -> JudgeBinding:
         provider, model = label.split("/", 1)
-        return JudgeBinding(grader=providers[provider], model=model, price=config.prices.get(label))
+        price = config.prices.get(label)
+        grader: Grader = providers[provider]
+        if budgeted:  # the judge's calls count against the request's budgets too
+            grader = BudgetedGrader(providers[provider], price, default_max_tokens)
+        return JudgeBinding(grader=grader, model=model, price=price)
 
     return {
         route.name: (
@@ -47,6 +71,34 @@ def route_checks(
         )
         for route in config.routes
         if route.visible_checks or route.gate_checks
+    }
+
+
+#: ``decision.action`` of a request whose answer was withheld because its receipt could not be
+#: made durable (``[receipts] fsync = "durable"`` on a failing disk)
+WITHHELD_ACTION = "receipts_unavailable"
+
+
+def receipts_unavailable(exc: BaseException | None = None) -> RequestError:
+    """The 503 a request gets when its receipt cannot be written now (clients retry)."""
+    cause = f" ({exc})" if exc is not None else ""
+    return RequestError(
+        "the receipt log cannot be written now, so no answer is served (retry after a moment)"
+        + cause,
+        status=503,
+        code="receipts_unavailable",
+        type="server_error",
+    )
+
+
+def withheld(record: dict[str, Any], err: RequestError) -> dict[str, Any]:
+    """``record`` as it must read when its answer was not sent: everything done (calls, checks,
+    cost, the probe) kept, nothing served, the 503 stated."""
+    return {
+        **record,
+        "decision": {**record.get("decision", {}), "action": WITHHELD_ACTION},
+        "served": None,
+        "error": {"status": 503, "type": "receipts_unavailable", "message": str(err)},
     }
 
 
@@ -60,9 +112,12 @@ class Pipeline:
         providers: Mapping[str, Provider],
         sandbox: SandboxRunner,
         writer: ReceiptSink,
+        budgets: Ledger | None = None,
     ) -> None:
         self.config = config
         self.writer = writer
+        #: today's spend against the caps (None: no budget configured)
+        self.budgets = budgets
         self.steps = Steps(config=config, providers=providers, sandbox=sandbox)
         #: each route's listed checks, built once (a judge bound to its provider)
         self.route_checks = route_checks(config, providers)
@@ -87,6 +142,7 @@ class Pipeline:
         request_info: dict[str, Any],
         prompt_text: str = "",
         started: float | None = None,
+        client_key: str | None = None,
     ) -> Outcome:
         listed = self.route_checks.get(route.name)
         if listed is not None and mode != "passthrough":
@@ -113,7 +169,9 @@ class Pipeline:
             task_id=task_id,
             trace=trace,
             prompt_text=prompt_text,
+            budget=self.budgets.open(client_key) if self.budgets is not None else None,
         )
+        budget_token = CURRENT_BUDGET.set(req.budget)
         outcome: Outcome | None = None
         record: dict[str, Any] | None = None
         deadline = self.config.server.request_timeout_s
@@ -140,6 +198,14 @@ class Pipeline:
                 error={"status": 499, "type": "cancelled", "message": "client disconnected"},
             )
             raise
+        except SandboxBusy as exc:
+            # no sandbox slot in time: a clean 503 the client may retry, stated on the receipt
+            record = trace.record(
+                action="sandbox_busy",
+                served=None,
+                error={"status": exc.http_status, "type": "sandbox_busy", "message": str(exc)},
+            )
+            outcome = Outcome(receipt_id=receipt_id, action="sandbox_busy", mode=mode, error=exc)
         except Exception as exc:  # a bug of ours: answer 500 without a traceback, keep the receipt
             log.exception("pipeline_error", receipt_id=receipt_id)
             message = f"internal error while handling {receipt_id}; see the server log"
@@ -153,11 +219,46 @@ class Pipeline:
             )
             outcome = Outcome(receipt_id=receipt_id, action="internal_error", mode=mode, error=err)
         finally:
+            CURRENT_BUDGET.reset(budget_token)
             if record is not None:
-                await self.writer.write(record)
+                try:
+                    await self.writer.write(record)
+                except ReceiptUnavailable as exc:
+                    # durable receipts and the disk failed: withhold the answer (503) and
+                    # write, without waiting, a receipt that says so instead of the one that
+                    # claims it was sent
+                    err = receipts_unavailable(exc)
+                    await self.writer.enqueue(withheld(record, err))
+                    outcome = Outcome(
+                        receipt_id=receipt_id,
+                        action=WITHHELD_ACTION,
+                        mode=mode,
+                        error=err,
+                    )
         return outcome
 
     async def _run(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+        """The request's runner; a budget that refuses a call ends it here (``_budget_stop``)."""
+        try:
+            return await self._runner(req)
+        except BudgetExhausted as exc:
+            return self._budget_stop(req, exc)
+
+    def _budget_stop(self, req: RunRequest, exc: BudgetExhausted) -> tuple[Outcome, dict[str, Any]]:
+        """A call would have crossed a cap and was not made: serve the first answer that passed
+        every check so far (``serve_best_verified``), else answer the 429; the receipt says
+        which cap, its limit and what was spent (``decision.budget``)."""
+        decision = {"budget": budget_record(exc)}
+        on_exhausted = (self.config.budgets or BudgetsConfig()).on_exhausted
+        if on_exhausted == "serve_best_verified" and req.verified:
+            served = req.verified[0]
+            req.trace.step(f"budget:serve:{served.rung}")
+            action = "served" if served.rung == 0 else "escalated"
+            return self.steps.finish(req, action=action, served=served, decision=decision)
+        req.trace.step("budget:error")
+        return self.steps.error(req, action="budget_exhausted", error=exc, decision=decision)
+
+    async def _runner(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
         """The runner for the request's mode (the server has already checked it is allowed)."""
         if req.mode == "passthrough":
             return await self.cascade.passthrough(req)

@@ -54,6 +54,13 @@ class SandboxService(SandboxRunner, Protocol):
 
 
 class ReceiptSink(Protocol):
-    """Takes one receipt per request (the writer chains and persists it)."""
+    """Takes one receipt per request (the writer chains and persists it).
+
+    ``write`` may wait for the disk (``fsync = "durable"``) and then raises
+    ``ReceiptUnavailable`` when the receipt could not be made durable; ``enqueue`` never waits
+    for the disk (for receipts that acknowledge no answer: refusals, a withheld answer's).
+    """
 
     async def write(self, record: dict[str, Any]) -> None: ...
+
+    async def enqueue(self, record: dict[str, Any]) -> None: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from firstpass.budgets import RequestBudget
 from firstpass.checks import Check, CheckRequest
 from firstpass.config import RouteConfig, Rung
 from firstpass.errors import FirstpassError, UpstreamError
@@ -91,6 +92,11 @@ class RunRequest:
     task_id: str | None
     trace: Trace
     prompt_text: str
+    #: this request's share of the budgets (None: no budget configured)
+    budget: RequestBudget | None = None
+    #: every answer that passed all its checks so far, in order: what ``serve_best_verified``
+    #: serves when a budget stops the request
+    verified: list[Served] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

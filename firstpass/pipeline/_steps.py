@@ -16,9 +16,11 @@ from typing import Any
 
 import structlog
 
+from firstpass.budgets import Hold
 from firstpass.checks import CheckResult, run_all
-from firstpass.config import Config, Rung
-from firstpass.errors import FirstpassError, RequestError, UpstreamError
+from firstpass.config import BudgetsConfig, Config, Rung
+from firstpass.errors import BudgetExhausted, FirstpassError, RequestError, UpstreamError
+from firstpass.pipeline._budget import worst_case_usd
 from firstpass.pipeline._seams import SandboxRunner, SandboxVerdict
 from firstpass.pipeline._state import (
     Answer,
@@ -67,6 +69,9 @@ class Steps:
         self.config = config
         self.providers = providers
         self.sandbox = sandbox
+        budgets = config.budgets or BudgetsConfig()
+        #: output tokens a call's worst case assumes when the request sets no max_tokens
+        self.default_max_tokens = budgets.default_max_tokens
 
     async def run_ladder(
         self, req: RunRequest, state: LadderState, rung_runner: RungRunner | None = None
@@ -143,7 +148,19 @@ class Steps:
         visible, gate = await self.check(req, index, 0, completion.texts[0], purpose=label)
         self.record_attempt(state, index, rung, completion, visible, gate)
         if purpose == "attempt":
+            self.note_verified(req, state)
+        if purpose == "attempt":
             await self.revise(req, state, visible, gate)
+
+    @staticmethod
+    def note_verified(req: RunRequest, state: LadderState) -> None:
+        """Remember ``state``'s last attempt if it passed every check: a budget that stops the
+        request later serves the first such answer (``serve_best_verified``)."""
+        if req.budget is None or not state.attempts or not state.attempts[-1].verified:
+            return
+        answer = state.answers[-1]
+        if answer is not None:
+            req.verified.append(answer.served("verified"))
 
     @staticmethod
     def record_attempt(
@@ -256,7 +273,12 @@ class Steps:
                 entry.update(passed=False, cost_usd=usd(req.trace.cost_usd - cost_before))
                 record["stopped"] = "interrupted"
                 raise
+            except BudgetExhausted:  # a budget cap: the revision (or its judge) was not run
+                entry.update(passed=False, cost_usd=usd(req.trace.cost_usd - cost_before))
+                record["stopped"] = "budget"
+                raise
             self.record_attempt(state, index, rung, completion, visible, gate, revision=n)
+            self.note_verified(req, state)
             entry.update(
                 passed=state.attempts[-1].verified,
                 cost_usd=usd(req.trace.cost_usd - cost_before),
@@ -323,6 +345,7 @@ class Steps:
     ) -> tuple[Completion | None, UpstreamError | None]:
         provider = self.providers[rung.provider]
         # providers copy what they send; copy here only to change a field
+        same_prompt = body is None
         body = req.body if body is None else body
         if "temperature" not in body and req.mode != "passthrough":
             body = {**body, "temperature": req.route.temperature}
@@ -330,9 +353,14 @@ class Steps:
             # k probe samples must be independent draws: one seed on k separate calls (a
             # provider that ignores n) returns one sample k times, which would read as k agreeing
             body = {key: value for key, value in body.items() if key != "seed"}
+        hold = self._reserve(req, rung_index, rung, body, n, same_prompt=same_prompt)
+        spent = 0.0
         t0 = time.perf_counter()
         try:
             completion = await provider.complete(rung.model, body, n=n, request_key=req.task_id)
+            spent = self.config.price(rung.name).cost(
+                completion.input_tokens, completion.output_tokens
+            )
         except asyncio.CancelledError:
             # cut off (the request deadline, or shutdown): the call was made, so it is recorded
             ms = (time.perf_counter() - t0) * 1000.0
@@ -349,6 +377,9 @@ class Steps:
             req.trace.step(f"upstream_error:{rung_index}")
             log.warning("upstream_error", rung=rung.name, error=str(exc), receipt_id=req.receipt_id)
             return None, exc
+        finally:
+            if hold is not None and req.budget is not None:
+                req.budget.settle(hold, spent)
         ms = (time.perf_counter() - t0) * 1000.0
         req.trace.call(
             rung_index=rung_index,
@@ -359,6 +390,36 @@ class Steps:
             completion=completion,
         )
         return completion, None
+
+    def _reserve(
+        self,
+        req: RunRequest,
+        rung_index: int,
+        rung: Rung,
+        body: Mapping[str, Any],
+        n: int,
+        *,
+        same_prompt: bool,
+    ) -> Hold | None:
+        """Hold the call's worst case against the request's budgets, or raise
+        ``BudgetExhausted`` (the call is not made; the runner serves what is verified)."""
+        if req.budget is None:
+            return None
+        # a provider that ignores n makes n calls, each sending the whole prompt
+        calls = 1 if self.config.provider(rung.provider).honours_n else max(1, n)
+        need = worst_case_usd(
+            self.config.price(rung.name),
+            body,
+            n,
+            self.default_max_tokens,
+            input_tokens=req.trace.input_tokens_seen if same_prompt else None,
+            calls=calls,
+        )
+        try:
+            return req.budget.reserve(need)
+        except BudgetExhausted:
+            req.trace.step(f"budget_exhausted:{rung_index}")
+            raise
 
     async def check(
         self, req: RunRequest, rung_index: int, sample: int, answer: str, purpose: str | None = None
@@ -406,6 +467,10 @@ class Steps:
         else:
             results, ms = await listed_checks()
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
+        if req.budget is not None and req.budget.refused is not None:
+            # a check's own call (a judge) was refused by a budget: the stage did not really
+            # run, whatever the check made of it
+            raise req.budget.refused
         return stage_result(tests, results, answer, ms)
 
     def record_check(

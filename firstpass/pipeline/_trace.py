@@ -95,6 +95,9 @@ class Trace:
         self.label_checks_usd = 0.0
         #: how long the last stage verification took (a revision must fit another like it)
         self.last_check_ms = 0.0
+        #: wall time of the elastic probes (call and visible checks) and of the gate runs
+        self.probe_ms = 0.0
+        self.gate_ms = 0.0
 
     # -- what happened -------------------------------------------------------------------------
 
@@ -186,6 +189,8 @@ class Trace:
         if results:
             entry["results"] = results
         self.last_check_ms = float(result.wall_ms)
+        if kind == "gate":
+            self.gate_ms += self.last_check_ms
         self.checks.append(entry)
 
     def check_cost(self, usd_spent: float, *, label: bool = False) -> None:
@@ -207,6 +212,10 @@ class Trace:
             elif c["purpose"] in ("attempt", "revision", "passthrough"):
                 calls += c["cost_usd"]
         return calls + self.checks_cost_usd - self.label_checks_usd
+
+    def probe_wall(self, ms: float) -> None:
+        """Wall time of one elastic probe: its k-sample call and its visible checks."""
+        self.probe_ms += ms
 
     def sandbox_wall(self, ms: float) -> None:
         """Wall time spent waiting for the sandbox (a parallel batch counts once)."""
@@ -298,6 +307,8 @@ class Trace:
                 "upstream": _round(self.upstream_ms),
                 "sandbox": _round(self.sandbox_ms),
                 "overhead": _round(max(0.0, total - self.upstream_ms)),
+                **({"probe": _round(self.probe_ms)} if self.probe_ms else {}),
+                **({"gate": _round(self.gate_ms)} if self.gate_ms else {}),
             },
             "error": error,
         }

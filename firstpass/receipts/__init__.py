@@ -1,8 +1,9 @@
 """Receipts: one hash-chained JSONL line per request, written off the request path.
 
-    writer = ReceiptWriter(path, fsync="batch", queue_size=10_000)
+    writer = ReceiptWriter(path, fsync="batch", queue_size=10_000)   # "durable": write() waits
     await writer.start(); await writer.write(record); await writer.close()
-    report = verify_chain(path)   # VerifyReport(ok, n_lines, head, first_bad_line, reason)
+    report = verify_chain(path)   # VerifyReport(ok, n_lines, head, first_bad_line, reason, gaps)
+    for chain in discover_chains(path_or_directory): verify_files(chain)   # rotated files too
 
 The schema and the canonical form are documented in ``docs/receipts.md``.
 """
@@ -15,26 +16,65 @@ from firstpass.receipts._canonical import (
     record_hash,
     sha256_text,
 )
-from firstpass.receipts._chain import VerifyReport, verify_chain
+from firstpass.receipts._chain import Gap, VerifyReport, verify_chain
+from firstpass.receipts._discover import (
+    ChainFiles,
+    ChainReport,
+    FileReport,
+    discover_chains,
+    verify_files,
+)
 from firstpass.receipts._ids import new_receipt_id
-from firstpass.receipts._read import find_receipt, iter_receipts
+from firstpass.receipts._read import find_by_answer, find_receipt, iter_receipts
+from firstpass.receipts._signing import (
+    CHECKPOINT_KIND,
+    CheckpointSigner,
+    KeyFiles,
+    SignatureProblem,
+    SignatureReport,
+    key_id,
+    load_public_key,
+    load_signing_key,
+    verify_checkpoints,
+    write_key_files,
+)
+from firstpass.receipts._special import is_special
 from firstpass.receipts._summary import CheckRate, ReceiptSummary, summarize
-from firstpass.receipts._writer import FsyncPolicy, ReceiptWriter, WriterStats
+from firstpass.receipts._writer import Checkpointer, FsyncPolicy, ReceiptWriter, WriterStats
 
 __all__ = [
+    "CHECKPOINT_KIND",
     "GENESIS_HASH",
+    "ChainFiles",
+    "ChainReport",
     "CheckRate",
+    "CheckpointSigner",
+    "Checkpointer",
+    "FileReport",
     "FsyncPolicy",
+    "Gap",
+    "KeyFiles",
     "ReceiptSummary",
     "ReceiptWriter",
+    "SignatureProblem",
+    "SignatureReport",
     "VerifyReport",
     "WriterStats",
     "canonical_bytes",
+    "discover_chains",
+    "find_by_answer",
     "find_receipt",
+    "is_special",
     "iter_receipts",
+    "key_id",
+    "load_public_key",
+    "load_signing_key",
     "new_receipt_id",
     "record_hash",
     "sha256_text",
     "summarize",
     "verify_chain",
+    "verify_checkpoints",
+    "verify_files",
+    "write_key_files",
 ]

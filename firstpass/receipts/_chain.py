@@ -37,12 +37,28 @@ _READ_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
+class Gap:
+    """A gap marker in a chain: the writer recorded, in the chain itself, that lines were lost
+    (a torn last line after a crash, receipts dropped while the disk failed)."""
+
+    line: int
+    reason: str
+    lost_receipts: int | None = None
+    lost_bytes: int | None = None
+    moved_to: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerifyReport:
     """The outcome of ``verify_chain``.
 
     ``n_lines`` counts the lines that verified (all of them when ``ok``); ``head`` is the hash of
     the last verified line (``GENESIS_HASH`` for none), the value to anchor elsewhere.
-    ``first_bad_line`` (1-based) and ``reason`` are ``None`` when ``ok``.
+    ``first_bad_line`` (1-based) and ``reason`` are ``None`` when ``ok``. ``gaps`` lists the gap
+    markers among the verified lines (a chain with gaps is ``ok``: the loss is recorded, not
+    hidden); ``n_special`` counts the verified lines that are not requests (gaps, checkpoints).
+    ``first_prev`` is the first line's ``prev_hash`` (``None`` for an empty file) and
+    ``good_bytes`` the length of the verified prefix.
     """
 
     ok: bool
@@ -50,6 +66,20 @@ class VerifyReport:
     head: str
     first_bad_line: int | None = None
     reason: str | None = None
+    gaps: tuple[Gap, ...] = ()
+    n_special: int = 0
+    first_prev: str | None = None
+    good_bytes: int = 0
+
+    @property
+    def n_receipts(self) -> int:
+        """Verified lines that are request receipts."""
+        return self.n_lines - self.n_special
+
+    @property
+    def torn(self) -> bool:
+        """The only damage is an incomplete last line (a crash mid-write)."""
+        return not self.ok and (self.reason or "").startswith("truncated")
 
 
 class BadLine(Exception):
@@ -112,14 +142,22 @@ def check_line(raw: bytes, *, strict: bool = False) -> dict[str, Any]:
     return record
 
 
-def check_link(record: dict[str, Any], prev_hash: str, line_no: int) -> None:
-    """``BadLine`` unless ``record`` points at ``prev_hash``."""
+def check_link(
+    record: dict[str, Any], prev_hash: str, line_no: int, genesis: bool | None = None
+) -> None:
+    """``BadLine`` unless ``record`` points at ``prev_hash``. ``genesis``: whether line 1 must
+    link to the genesis hash (the default) or to a previous file's head."""
     if record["prev_hash"] == prev_hash:
         return
-    if line_no == 1:
+    if line_no == 1 and (genesis if genesis is not None else prev_hash == GENESIS_HASH):
         raise BadLine(
             f"broken link: the first line's prev_hash is {record['prev_hash']}, not the genesis"
             f" hash {GENESIS_HASH} (lines before it were deleted?)"
+        )
+    if line_no == 1:
+        raise BadLine(
+            f"broken link: the first line's prev_hash is {record['prev_hash']}, but the"
+            f" previous file ends at {prev_hash} (a file between them is missing or was edited)"
         )
     raise BadLine(
         f"broken link: prev_hash is {record['prev_hash']} but line {line_no - 1} has hash"
@@ -127,44 +165,128 @@ def check_link(record: dict[str, Any], prev_hash: str, line_no: int) -> None:
     )
 
 
-def verify_chain(path: str | os.PathLike[str], *, strict: bool = False) -> VerifyReport:
+def verify_chain(
+    path: str | os.PathLike[str], *, strict: bool = False, prev: str | None = GENESIS_HASH
+) -> VerifyReport:
     """Re-derive every hash and link of the receipt log at ``path``, streaming it.
 
     Catches an edited, reordered, deleted or inserted line, a truncated last line, a non-JSON line
-    and a missing or ill-formed hash, and names the first bad line. ``ReceiptError`` if the file
-    cannot be read at all.
+    and a missing or ill-formed hash, and names the first bad line. ``prev`` is the hash line 1
+    must link to: the genesis hash for a log's first file, the previous file's head for a rotated
+    one, ``None`` to take line 1's own ``prev_hash`` as given (checking the file on its own).
+    ``ReceiptError`` if the file cannot be read at all.
     """
-    prev = GENESIS_HASH
-    prev_bytes = prev.encode()
-    n_ok = 0
+    gaps: list[Gap] = []
+    n_special = 0
+    first_prev: str | None = None
+    good = 0
     sha256 = hashlib.sha256
     try:
         with open(path, "rb", buffering=_READ_BUFFER) as fh:
+            if prev is None:
+                prev = _first_prev(fh)
+            prev_bytes = prev.encode()
+            n_ok = 0
             for line_no, raw in enumerate(fh, 1):
-                if not strict:
-                    digest = _fast_check(raw, prev_bytes, sha256)
-                    if digest is not None:
-                        prev_bytes = digest
-                        n_ok += 1
-                        continue
-                    prev = prev_bytes.decode()
-                try:
-                    record = check_line(raw, strict=strict)
-                    check_link(record, prev, line_no)
-                except BadLine as bad:
-                    return VerifyReport(
-                        ok=False,
-                        n_lines=n_ok,
-                        head=prev,
-                        first_bad_line=line_no,
-                        reason=str(bad),
-                    )
-                prev = record["hash"]
-                prev_bytes = prev.encode()
+                record: dict[str, Any] | None = None
+                digest = None if strict else _fast_check(raw, prev_bytes, sha256)
+                if digest is None:
+                    try:
+                        record = check_line(raw, strict=strict)
+                        check_link(record, prev_bytes.decode(), line_no)
+                    except BadLine as bad:
+                        return VerifyReport(
+                            ok=False,
+                            n_lines=n_ok,
+                            head=prev_bytes.decode(),
+                            first_bad_line=line_no,
+                            reason=str(bad),
+                            gaps=tuple(gaps),
+                            n_special=n_special,
+                            first_prev=first_prev,
+                            good_bytes=good,
+                        )
+                    digest = record["hash"].encode()
+                if line_no == 1:
+                    first_prev = prev_bytes.decode()
+                if _may_be_special(raw):
+                    kind = _special_kind(raw, record)
+                    if kind is not None:
+                        n_special += 1
+                        if kind == "gap":
+                            gaps.append(_gap(line_no, raw, record))
+                prev_bytes = digest
+                good += len(raw)
                 n_ok += 1
     except OSError as exc:
         raise ReceiptError(f"{os.fspath(path)}: cannot read the receipt log: {exc}") from exc
-    return VerifyReport(ok=True, n_lines=n_ok, head=prev_bytes.decode())
+    return VerifyReport(
+        ok=True,
+        n_lines=n_ok,
+        head=prev_bytes.decode(),
+        gaps=tuple(gaps),
+        n_special=n_special,
+        first_prev=first_prev,
+        good_bytes=good,
+    )
+
+
+_KIND_AFTER_ID = b',"kind":"'
+
+
+def _may_be_special(raw: bytes) -> bool:
+    """Whether a line may carry a top-level ``kind`` (a gap marker, a checkpoint), cheaply.
+
+    Keys sort, so a top-level ``kind`` directly follows ``id``, which directly follows
+    ``hash``; a request's nested ``kind`` (a check run's stage) sits under ``checks``, before
+    ``hash``. One search for the hash member and two short steps; a line this says may be
+    special is parsed to be sure.
+    """
+    at = raw.find(_HASH_MEMBER)
+    if at < 0:
+        return False
+    id_at = at + len(_HASH_MEMBER) + _HEX_LEN + 2  # past '<hex>",'
+    if not raw.startswith(b'"id":"', id_at):
+        return b'"kind":"' in raw  # not the writer's layout: look everywhere
+    close = raw.find(b'"', id_at + 6)
+    return close > 0 and raw.startswith(_KIND_AFTER_ID, close + 1)
+
+
+def _first_prev(fh: Any) -> str:
+    """Line 1's ``prev_hash`` (the genesis hash when it has none readable), rewinding ``fh``."""
+    first = fh.readline()
+    fh.seek(0)
+    try:
+        record = json.loads(first)
+        value = record.get("prev_hash") if isinstance(record, dict) else None
+    except (ValueError, RecursionError):
+        value = None
+    return value if isinstance(value, str) and HASH_RE.fullmatch(value) else GENESIS_HASH
+
+
+def _special_kind(raw: bytes, record: dict[str, Any] | None) -> str | None:
+    """The top-level ``kind`` of a verified line that may carry one (parsed only then)."""
+    if record is None:
+        record = json.loads(raw)
+    kind = record.get("kind")
+    return kind if isinstance(kind, str) else None
+
+
+def _gap(line_no: int, raw: bytes, record: dict[str, Any] | None) -> Gap:
+    data = record if record is not None else json.loads(raw)
+
+    def number(key: str) -> int | None:
+        value = data.get(key)
+        return value if type(value) is int else None
+
+    moved = data.get("moved_to")
+    return Gap(
+        line=line_no,
+        reason=str(data.get("reason", "")),
+        lost_receipts=number("lost_receipts"),
+        lost_bytes=number("lost_bytes"),
+        moved_to=moved if isinstance(moved, str) else None,
+    )
 
 
 def _fast_check(raw: bytes, prev: bytes, sha256: Any) -> bytes | None:

@@ -1,5 +1,6 @@
-"""Reading receipt logs: every record in order, or one by id. Reading does not verify the
-chain; ``verify_chain`` does that."""
+"""Reading receipt logs: every request receipt in order, one by id, or those of one served
+answer. A log is read with its rotated files, a directory chain by chain. Reading does not
+verify the chain; ``verify_chain`` does that."""
 
 from __future__ import annotations
 
@@ -9,33 +10,61 @@ from collections.abc import Iterator
 from typing import Any
 
 from firstpass.errors import ReceiptError
+from firstpass.receipts._discover import discover_chains
 
 _READ_BUFFER = 1 << 20
 
 
-def iter_receipts(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """Yield each receipt of the log at ``path`` as a dict, in file order, streaming.
+def iter_receipts(
+    path: str | os.PathLike[str], *, include_special: bool = False
+) -> Iterator[dict[str, Any]]:
+    """Yield each request receipt at ``path`` as a dict, in chain order, streaming.
 
-    ``ReceiptError`` names the line of the first one that is not a JSON object (e.g. a truncated
-    last line after a crash); to read only the verified prefix, take ``verify_chain(path).n_lines``
-    records (``itertools.islice``).
+    ``path`` is a log (read after its rotated siblings, oldest first) or a directory (every
+    chain in it, one after another). Lines the writer added that are not requests (gap markers,
+    checkpoints: they have a ``kind``) are skipped unless ``include_special``. ``ReceiptError``
+    names the file and line of the first one that is not a JSON object (e.g. a truncated last
+    line after a crash); verify first (``verify_chain``) to know the records are intact.
     """
-    for line_no, raw in _lines(path):
-        yield _parse(raw, line_no, path)
+    for chain in discover_chains(path):
+        for file in chain.files:
+            for line_no, raw in _lines(file):
+                record = _parse(raw, line_no, file)
+                if include_special or "kind" not in record:
+                    yield record
 
 
 def find_receipt(path: str | os.PathLike[str], receipt_id: str) -> dict[str, Any] | None:
-    """The receipt with this ``id`` in the log at ``path``, or ``None``.
+    """The receipt with this ``id`` at ``path`` (a log with its rotated siblings, or a
+    directory), or ``None``.
 
     Scans bytes for the id and parses only lines that contain it.
     """
     needle = json.dumps(receipt_id, ensure_ascii=False).encode()
-    for line_no, raw in _lines(path):
-        if needle in raw:
-            record = _parse(raw, line_no, path)
-            if record.get("id") == receipt_id:
-                return record
+    for chain in discover_chains(path):
+        for file in chain.files:
+            for line_no, raw in _lines(file):
+                if needle in raw:
+                    record = _parse(raw, line_no, file)
+                    if record.get("id") == receipt_id:
+                        return record
     return None
+
+
+def find_by_answer(path: str | os.PathLike[str], answer_sha256: str) -> list[dict[str, Any]]:
+    """Every receipt at ``path`` whose served answer hashes to ``answer_sha256``
+    (``"sha256:" + hex`` of the answer's text as served, UTF-8; see ``sha256_text``)."""
+    needle = json.dumps(answer_sha256).encode()
+    found = []
+    for chain in discover_chains(path):
+        for file in chain.files:
+            for line_no, raw in _lines(file):
+                if needle in raw:
+                    record = _parse(raw, line_no, file)
+                    served = record.get("served")
+                    if isinstance(served, dict) and served.get("answer_sha256") == answer_sha256:
+                        found.append(record)
+    return found
 
 
 def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:

@@ -22,9 +22,11 @@ says so, naming the first bad line.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from firstpass.checks import category_of_test_run
@@ -108,6 +110,51 @@ class ReceiptSummary:
     revision_stops: Mapping[str, int] = field(default_factory=dict)
     #: what the checks spent upstream (``cost.checks_usd``: a judge's calls)
     checks_usd: float = 0.0
+    #: the earliest and latest receipt ``time`` (UTC, as written), ``None`` without any
+    first_time: str | None = None
+    last_time: str | None = None
+    #: receipts answered with an error, by ``error.type``
+    errors: Mapping[str, int] = field(default_factory=dict)
+    #: lines the writer added that are not requests (``kind``: ``gap``, ``checkpoint``), by kind
+    markers: Mapping[str, int] = field(default_factory=dict)
+    #: shadow labels on candidates elastic would have served without the gate (probe regime
+    #: ``serve``), and how many of them failed the gate: the served failure a certificate's α
+    #: bounds (LTT: among skips), observed
+    skip_labels: int = 0
+    skip_label_failures: int = 0
+
+    @property
+    def span_s(self) -> float | None:
+        """Seconds from the first receipt's ``time`` to the last's (``None``: fewer than two
+        readable times)."""
+        first, last = _parse_time(self.first_time), _parse_time(self.last_time)
+        if first is None or last is None:
+            return None
+        return max(0.0, last - first)
+
+    @property
+    def requests_per_minute(self) -> float | None:
+        """Receipts per minute over the log's time span (``None`` for a span of zero)."""
+        span = self.span_s
+        return self.n / span * 60.0 if span else None
+
+    @property
+    def error_rate(self) -> float | None:
+        """The share of receipts answered with an error (``None``: no receipts)."""
+        return sum(self.errors.values()) / self.n if self.n else None
+
+    @property
+    def skip_rate(self) -> float | None:
+        """The share of probes in regime ``serve``: the gate skipped (enforce) or that would have
+        been (shadow); ``None`` without probes."""
+        probes = sum(self.regimes.values())
+        return self.regimes.get("serve", 0) / probes if probes else None
+
+    @property
+    def served_failure(self) -> float | None:
+        """Of the shadow-labelled answers elastic would have served without the gate, the
+        share that failed it; ``None`` without such labels."""
+        return self.skip_label_failures / self.skip_labels if self.skip_labels else None
 
     @property
     def revision_rate(self) -> float | None:
@@ -180,6 +227,20 @@ class ReceiptSummary:
                 "p95": self.latency_p95_ms,
                 "n": self.n_timed,
             },
+            "rate": {
+                "first_time": self.first_time,
+                "last_time": self.last_time,
+                "span_s": self.span_s,
+                "requests_per_minute": self.requests_per_minute,
+            },
+            "errors": {"rate": self.error_rate, "by_type": dict(self.errors)},
+            "skip_rate": self.skip_rate,
+            "served_failure": {
+                "labelled_skips": self.skip_labels,
+                "failed": self.skip_label_failures,
+                "rate": self.served_failure,
+            },
+            "markers": dict(self.markers),
             "probe": {
                 "regimes": dict(self.regimes),
                 "counterfactuals": dict(self.counterfactuals),
@@ -220,8 +281,24 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
     cost = top = probe_cost = 0.0
     latencies: list[float] = []
     labelled = label_passed = 0
+    errors: Counter[str] = Counter()
+    markers: Counter[str] = Counter()
+    first_time: str | None = None
+    last_time: str | None = None
+    skip_labels = skip_label_failures = 0
     for record in records:
+        if "kind" in record:  # a gap marker or a checkpoint: not a request
+            markers[_label(record.get("kind"))] += 1
+            continue
         n += 1
+        stamp = record.get("time")
+        if isinstance(stamp, str) and _TIME.fullmatch(stamp):
+            # the format sorts as text (fixed-width UTC); a log is in write order anyway
+            first_time = stamp if first_time is None or stamp < first_time else first_time
+            last_time = stamp if last_time is None or stamp > last_time else last_time
+        error = record.get("error")
+        if isinstance(error, dict):
+            errors[_label(error.get("type"))] += 1
         modes[_label(record.get("mode"))] += 1
         decision = _dict(record.get("decision"))
         actions[_label(decision.get("action"))] += 1
@@ -269,6 +346,9 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
         probe = record.get("probe")
         if isinstance(probe, dict):
             regimes[_label(probe.get("regime"))] += 1
+            for label in _skip_labels(probe, decision):
+                skip_labels += 1
+                skip_label_failures += label is False
         served = record.get("served")
         if isinstance(served, dict):
             verification = _label(served.get("verification"))
@@ -307,7 +387,41 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
         served_revised=served_revised,
         revision_stops=dict(revision_stops.most_common()),
         checks_usd=checks_usd,
+        first_time=first_time,
+        last_time=last_time,
+        errors=dict(errors.most_common()),
+        markers=dict(markers.most_common()),
+        skip_labels=skip_labels,
+        skip_label_failures=skip_label_failures,
     )
+
+
+def _skip_labels(probe: Mapping[str, Any], decision: Mapping[str, Any]) -> list[bool]:
+    """The gate labels of the probed rungs whose regime was ``serve`` (rung 0's label is on
+    ``decision``, a later rung's on its own entry)."""
+    first = {**probe, "gate_label": decision.get("gate_label")}
+    later = probe.get("later")
+    return [
+        entry["gate_label"]
+        for entry in [first, *(later if isinstance(later, list) else ())]
+        if isinstance(entry, dict)
+        and entry.get("regime") == "serve"
+        and isinstance(entry.get("gate_label"), bool)
+    ]
+
+
+#: a receipt ``time``: fixed-width UTC, so such strings sort as the instants they name
+_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def _parse_time(stamp: str | None) -> float | None:
+    """A receipt ``time`` (``2026-01-31T12:00:00.123Z``) as POSIX seconds, else ``None``."""
+    if stamp is None:
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 #: what a stage's tests are called among the checks, per stage

@@ -1,11 +1,17 @@
 """The background receipt writer: a bounded queue in front of one file-writing thread.
 
 ``write()`` validates and encodes the record on the caller's side (so a bad value raises at the
-call site), puts it on a bounded ``asyncio.Queue`` and returns: the request never waits for disk.
-One task takes records off the queue in order and hands each batch (what arrived within
-``LINGER_S`` of its first record) to a single dedicated thread, which links the records into the
-chain, writes the batch with one ``os.write`` and fsyncs it by policy. The event loop never
-touches the file.
+call site) and puts it on a bounded ``asyncio.Queue``. One task takes records off the queue in
+order and hands each batch to a single dedicated thread, which links the records into the chain,
+writes the batch with one ``os.write`` and fsyncs it by policy. The event loop never touches the
+file. With ``fsync="durable"``, ``write()`` returns only once its record is fsynced (group
+commit: records queued while one batch syncs share the next fsync).
+
+A failed batch (disk full, EIO) is cut back off the file (``ftruncate`` to its size before the
+batch, so no torn line stays), kept in memory in order and retried with backoff; meanwhile the
+writer is unhealthy (``healthy``), which the server turns into 503s. The queue keeps draining
+into that in-memory backlog, so no caller ever hangs on a dead disk; past ``queue_size`` records
+are dropped, counted, and recorded by a gap marker in the chain once the disk is back.
 
 Ordering is the order ``write()`` was called: when the queue is full, callers wait in line
 (FIFO, behind an ``asyncio.Lock``) and newcomers queue behind them instead of overtaking.
@@ -14,22 +20,33 @@ Ordering is the order ``write()`` was called: when the queue is full, callers wa
 from __future__ import annotations
 
 import asyncio
+import errno as errno_names
+import hashlib
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
-from firstpass.errors import ReceiptError
+import structlog
+
+from firstpass.errors import ReceiptError, ReceiptUnavailable
 from firstpass.receipts._canonical import GENESIS_HASH, EncodedRecord, encode_record
-from firstpass.receipts._chain import link, read_tail_hash
+from firstpass.receipts._chain import link, read_tail_hash, verify_chain
+from firstpass.receipts._rotate import next_rotated_name, rotated_siblings
+from firstpass.receipts._special import TORN_REASON, gap_record
 
 try:  # advisory lock so two processes never interleave lines in one chain
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-FsyncPolicy = Literal["batch", "always", "never"]
+__all__ = ["Checkpointer", "FsyncPolicy", "ReceiptWriter", "WriterStats"]
+
+log = structlog.get_logger("firstpass.receipts")
+
+FsyncPolicy = Literal["batch", "always", "never", "durable"]
 
 #: ``fsync="batch"`` syncs at most this often (and on ``flush()`` and ``close()``)
 FSYNC_INTERVAL_S = 1.0
@@ -40,16 +57,40 @@ _MAX_BATCH_BYTES = 1 << 20
 #: the thread carries the records of concurrent requests too: each hand-over costs a thread
 #: wake-up, a loop wake-up and GIL traffic, and measured, fewer of them cut the proxy's CPU per
 #: request by about a tenth under load. Nothing waits on it: ``write()`` has already returned.
+#: (``durable`` skips it: there a caller waits, and records arriving during an fsync already
+#: share the next one.)
 LINGER_S = 0.002
+
+#: after a failed write, retry after this long, doubling up to ``RETRY_MAX_S``
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
+
+#: ``close()`` waits at most this long for a last write on a failing disk, then reports the loss
+CLOSE_TIMEOUT_S = 10.0
+
+
+class Checkpointer(Protocol):
+    """Signs the chain head now and then (``firstpass.receipts.CheckpointSigner``).
+
+    ``checkpoint(head)`` is called in the writer's thread, with ``head`` the hash of the last
+    line written; it returns a complete record (``id``, ``kind="checkpoint"``, ``mode``,
+    ``time``, what it signed) that the writer links right after ``head``.
+    """
+
+    interval_s: float
+
+    def checkpoint(self, head: str) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
 class WriterStats:
     """Counters of a ``ReceiptWriter`` (a snapshot; read ``writer.stats`` again for fresh ones).
 
-    ``queue_full`` counts ``write()`` calls that found the queue full and waited for room;
-    ``lost`` counts records accepted before the writer failed that never reached the file (the
-    failure itself is raised by ``write()``, ``flush()`` and ``close()``).
+    ``written`` counts the callers' records on disk; ``queue_full`` the ``write()`` calls that
+    waited for room; ``queued`` how many records wait now (queue and backlog); ``write_errors``
+    failed write attempts; ``dropped`` records dropped while the disk failed and the backlog was
+    full (a gap marker records them); ``refused`` durable writes that failed (their caller got
+    the error); ``lost`` records never written when the writer closed or broke.
     """
 
     written: int = 0
@@ -58,6 +99,23 @@ class WriterStats:
     bytes: int = 0
     fsyncs: int = 0
     lost: int = 0
+    queued: int = 0
+    write_errors: int = 0
+    dropped: int = 0
+    refused: int = 0
+    gaps: int = 0
+    checkpoints: int = 0
+    rotations: int = 0
+
+
+class _Acked:
+    """A durable record: ``future`` resolves once it is fsynced, or fails with the reason."""
+
+    __slots__ = ("future", "record")
+
+    def __init__(self, record: EncodedRecord, future: asyncio.Future[None]) -> None:
+        self.record = record
+        self.future = future
 
 
 class _Flush:
@@ -70,13 +128,22 @@ class _Flush:
 
 
 _STOP = object()
+_Pending = EncodedRecord | _Acked
+
+
+def _encoded(item: _Pending) -> EncodedRecord:
+    return item.record if isinstance(item, _Acked) else item
 
 
 class ReceiptWriter:
     """Append receipts to a hash-chained JSONL file without blocking the event loop.
 
-    ``fsync``: ``"always"`` fsyncs every batch before acknowledging it, ``"batch"`` at most every
-    ``FSYNC_INTERVAL_S`` seconds and on ``flush()``/``close()``, ``"never"`` leaves it to the OS.
+    ``fsync``: ``"durable"`` fsyncs every batch and ``write()`` waits for it; ``"always"``
+    fsyncs every batch (``write()`` returns once queued); ``"batch"`` at most every
+    ``FSYNC_INTERVAL_S`` seconds and on ``flush()``/``close()``; ``"never"`` leaves it to the OS.
+    ``rotate_bytes``/``rotate_s`` start a new file (the chain continuing) once the active one
+    holds that many bytes or was opened that long ago. A ``checkpointer`` adds a signed line
+    every ``interval_s`` while lines come in, before each rotation and at ``close()``.
     Use as ``async with ReceiptWriter(path) as writer:`` or call ``start()``/``close()``.
     """
 
@@ -86,35 +153,74 @@ class ReceiptWriter:
         *,
         fsync: FsyncPolicy = "batch",
         queue_size: int = 10_000,
+        rotate_bytes: int | None = None,
+        rotate_s: float | None = None,
+        checkpointer: Checkpointer | None = None,
+        close_timeout_s: float = CLOSE_TIMEOUT_S,
     ) -> None:
         if fsync not in get_args(FsyncPolicy):
-            raise ReceiptError(f'fsync must be "batch", "always" or "never", not {fsync!r}')
+            raise ReceiptError(
+                f'fsync must be "durable", "always", "batch" or "never", not {fsync!r}'
+            )
         if not isinstance(queue_size, int) or queue_size < 1:
             raise ReceiptError(f"queue_size must be a positive integer, not {queue_size!r}")
+        if rotate_bytes is not None and rotate_bytes < 1:
+            raise ReceiptError(f"rotate_bytes must be positive, not {rotate_bytes!r}")
+        if rotate_s is not None and rotate_s <= 0:
+            raise ReceiptError(f"rotate_s must be positive, not {rotate_s!r}")
         self._path = Path(path)
         self._fsync: FsyncPolicy = fsync
         self._queue_size = queue_size
+        self._rotate_bytes = rotate_bytes
+        self._rotate_s = rotate_s
+        self._checkpointer = checkpointer
+        self._close_timeout_s = close_timeout_s
         self._queue: asyncio.Queue[Any] | None = None
         self._put_lock = asyncio.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
-        self._fd = -1
-        self._prev = GENESIS_HASH  # owned by the writer thread once started
         self._closed = False
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # a bug: the writer stopped for good
+        # loop side: what is taken off the queue but not on disk yet, and the outage state
+        self._backlog: list[_Pending] = []
+        self._healthy = True
+        self._outage: tuple[float, OSError] | None = None  # (since, first error)
+        self._retry_delay = RETRY_FIRST_S
+        self._retry_at = 0.0
+        self._unmarked_drops = 0  # dropped records no gap marker records yet
         self._dirty = False  # written but not fsynced
         self._last_fsync = 0.0
+        # writer thread side
+        self._fd = -1
+        self._prev = GENESIS_HASH
+        self._file_bytes = 0  # the active file's size when every line so far is whole
+        self._file_opened = 0.0
+        self._needs_cut = False  # a failed batch may have left bytes past ``_file_bytes``
+        self._since_checkpoint = 0  # lines written since the last checkpoint
+        self._last_checkpoint = 0.0
         self._written = self._queue_full = self._batches = self._bytes = 0
-        self._fsyncs = self._lost = 0
+        self._fsyncs = self._lost = self._write_errors = self._dropped = self._refused = 0
+        self._gaps = self._checkpoints = self._rotations = 0
 
     @property
     def path(self) -> Path:
-        """The receipt log this writer appends to."""
+        """The receipt log this writer appends to (the active file)."""
         return self._path
+
+    @property
+    def fsync(self) -> FsyncPolicy:
+        """The fsync policy; ``"durable"`` means ``write()`` waits for the disk."""
+        return self._fsync
+
+    @property
+    def healthy(self) -> bool:
+        """Whether receipts are reaching the disk now (``False`` during an outage)."""
+        return self._healthy and self._error is None
 
     @property
     def stats(self) -> WriterStats:
         """A snapshot of the counters."""
+        queued = len(self._backlog) + (self._queue.qsize() if self._queue is not None else 0)
         return WriterStats(
             written=self._written,
             queue_full=self._queue_full,
@@ -122,6 +228,13 @@ class ReceiptWriter:
             bytes=self._bytes,
             fsyncs=self._fsyncs,
             lost=self._lost,
+            queued=queued,
+            write_errors=self._write_errors,
+            dropped=self._dropped,
+            refused=self._refused,
+            gaps=self._gaps,
+            checkpoints=self._checkpoints,
+            rotations=self._rotations,
         )
 
     async def __aenter__(self) -> ReceiptWriter:
@@ -132,17 +245,18 @@ class ReceiptWriter:
         await self.close()
 
     async def start(self) -> None:
-        """Open (or create, mode 0600) the log and continue its chain from the verified tail.
+        """Open (or create, mode 0600) the log, verify it and continue its chain.
 
-        ``ReceiptError`` if the file cannot be opened, another process is writing it, or its last
-        line does not verify (run ``firstpass receipts verify`` to see where it breaks).
+        A torn last line (a crash mid-write) is moved aside to ``<log>.torn-<time>`` and
+        replaced by a gap marker. ``ReceiptError`` if the file cannot be opened, another process
+        is writing it, or it is damaged otherwise (run ``firstpass receipts verify``).
         """
         if self._task is not None or self._closed:
             raise ReceiptError("this receipt writer was already started")
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="firstpass-receipts")
         try:
-            self._fd, self._prev = await loop.run_in_executor(executor, self._open)
+            await loop.run_in_executor(executor, self._open)
         except BaseException:
             executor.shutdown(wait=False)
             raise
@@ -152,53 +266,88 @@ class ReceiptWriter:
         self._task = loop.create_task(self._run(), name="firstpass-receipt-writer")
 
     async def write(self, record: dict[str, Any]) -> None:
-        """Queue one receipt; returns once it is queued, not once it is on disk.
+        """Queue one receipt; with ``fsync="durable"`` wait until it is fsynced.
 
         Raises ``ReceiptError`` at once for a record that is not canonical JSON (NaN, a set, a
-        non-string key...), lacks ``id``/``mode``, or carries ``hash``/``prev_hash``; and when the
-        writer is closed or has failed. A full queue is counted in ``stats.queue_full`` and waited
-        out: nothing is dropped.
+        non-string key...), lacks ``id``/``mode``, or carries ``hash``/``prev_hash``, and when
+        the writer is closed. In durable mode, ``ReceiptUnavailable`` when the record could not
+        be made durable (the disk failed, or is failing now): it is then not written at all,
+        and the caller must not send the answer. A full queue is counted in
+        ``stats.queue_full`` and waited out.
         """
-        queue = self._ready()
-        encoded = encode_record(record)
-        if not self._put_lock.locked() and not queue.full():
-            queue.put_nowait(encoded)
+        if self._fsync != "durable":
+            await self.enqueue(record)
             return
-        self._queue_full += 1
-        await self._put(encoded)
+        self._ready()
+        encoded = encode_record(record)
+        if not self.healthy:
+            self._refused += 1
+            raise self._unavailable()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._put_record(_Acked(encoded, future))
+        await future
+
+    async def enqueue(self, record: dict[str, Any]) -> None:
+        """Queue one receipt and return, whatever the fsync policy (a refusal's receipt, which
+        acknowledges no answer, need not wait for the disk)."""
+        self._ready()
+        await self._put_record(encode_record(record))
 
     async def flush(self) -> None:
         """Wait until everything queued before this call is written (and fsynced, unless the
-        policy is ``"never"``)."""
+        policy is ``"never"``). ``ReceiptUnavailable`` while the disk is failing."""
         self._ready()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         await self._put(_Flush(future))
         await future
 
     async def close(self) -> None:
-        """Drain the queue, write and fsync everything, close the file.
+        """Drain the queue, write and fsync everything (a last checkpoint too), close the file.
 
-        Raises ``ReceiptError`` if the writer failed at any point (with how many receipts were
-        lost). Calling it again does nothing.
+        On a failing disk it waits at most ``close_timeout_s`` and then raises ``ReceiptError``
+        with how many receipts were lost. Calling it again does nothing.
         """
         if self._closed:
             return
         self._closed = True
         if self._task is None:
             return
+        finished = False
         try:
-            await self._put(_STOP)
-            await self._task
+            async with asyncio.timeout(self._close_timeout_s):
+                await self._put(_STOP)
+                await asyncio.shield(self._task)
+            finished = True
+        except TimeoutError:
+            self._task.cancel()
         finally:
+            unwritten = len(self._backlog) + self._unmarked_drops
+            if not finished and self._queue is not None:
+                while not self._queue.empty():
+                    item = self._queue.get_nowait()
+                    unwritten += isinstance(item, EncodedRecord | _Acked)
+                    if isinstance(item, _Acked | _Flush) and not item.future.done():
+                        item.future.set_exception(ReceiptUnavailable(f"{self._path}: closed"))
+            if unwritten:
+                self._lost += unwritten
+                self._fail_pending(ReceiptUnavailable(f"{self._path}: the writer closed"))
             if self._executor is not None:
-                try:
-                    await asyncio.get_running_loop().run_in_executor(self._executor, self._finish)
-                except OSError as exc:
-                    self._fail(exc)
-                finally:
-                    self._executor.shutdown(wait=False)
-                    self._executor = None
+                if finished:
+                    try:
+                        await asyncio.get_running_loop().run_in_executor(
+                            self._executor, self._finish
+                        )
+                    except OSError as exc:
+                        self._error = self._error or exc
+                self._executor.shutdown(wait=False)
+                self._executor = None
         self._raise_if_failed()
+        if self._lost:
+            cause = self._outage[1] if self._outage is not None else None
+            raise ReceiptError(
+                f"{self._path}: the receipt log could not be written ({cause}); {self._lost}"
+                " receipt(s) were not written"
+            )
 
     # -- loop side ---------------------------------------------------------------------------
 
@@ -218,15 +367,25 @@ class ReceiptWriter:
                 " were not written"
             ) from self._error
 
+    def _unavailable(self) -> ReceiptUnavailable:
+        cause = self._outage[1] if self._outage is not None else "a failed write"
+        return ReceiptUnavailable(
+            f"{self._path}: receipts cannot be written now ({cause}); retrying"
+        )
+
+    async def _put_record(self, item: _Pending) -> None:
+        queue = self._ready()
+        if not self._put_lock.locked() and not queue.full():
+            queue.put_nowait(item)
+            return
+        self._queue_full += 1
+        await self._put(item)
+
     async def _put(self, item: object) -> None:
         """Enqueue in strict FIFO order behind anyone already waiting for room."""
         assert self._queue is not None
         async with self._put_lock:
             await self._queue.put(item)
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._error is None:
-            self._error = exc
 
     async def _run(self) -> None:
         """Write until ``_STOP``; after an unexpected error, keep draining so no caller hangs."""
@@ -235,152 +394,438 @@ class ReceiptWriter:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._fail(exc)
+            self._error = self._error or exc
+            log.exception("receipt_writer_failed", path=str(self._path))
+            self._fail_pending(ReceiptError(f"{self._path}: the receipt writer failed ({exc})"))
             assert self._queue is not None
             while (item := await self._queue.get()) is not _STOP:
-                if isinstance(item, EncodedRecord):
+                if isinstance(item, EncodedRecord | _Acked):
                     self._lost += 1
-                elif isinstance(item, _Flush) and not item.future.done():
+                if isinstance(item, _Acked | _Flush) and not item.future.done():
                     item.future.set_exception(ReceiptError(f"{self._path}: writer failed ({exc})"))
 
     async def _write_until_stop(self) -> None:
-        """Take records off the queue in order and write them in batches until ``_STOP``."""
-        assert self._queue is not None and self._executor is not None
+        """Take items off the queue in order, write them in batches, until ``_STOP``."""
+        assert self._queue is not None
         loop = asyncio.get_running_loop()
         queue = self._queue
         while True:
             first = await self._next_item(loop)
-            if first is None:
-                continue
-            if isinstance(first, EncodedRecord) and queue.empty():
-                await asyncio.sleep(LINGER_S)  # a batch opened by flush()/close() does not wait
-            items = [first]
-            size = first.size if isinstance(first, EncodedRecord) else 0
-            while not queue.empty() and len(items) < _MAX_BATCH_RECORDS and size < _MAX_BATCH_BYTES:
-                item = queue.get_nowait()
-                items.append(item)
-                if isinstance(item, EncodedRecord):
-                    size += item.size
-            records = [item for item in items if isinstance(item, EncodedRecord)]
-            flushes = [item for item in items if isinstance(item, _Flush)]
-            stop = any(item is _STOP for item in items)
-            if self._error is None:
-                due = self._fsync == "always" or (
-                    self._fsync == "batch"
-                    and (bool(flushes) or loop.time() - self._last_fsync >= FSYNC_INTERVAL_S)
-                )
-                sync = due and (bool(records) or self._dirty)
-                try:
-                    n_bytes = (
-                        await loop.run_in_executor(self._executor, self._write_batch, records, sync)
-                        if records or sync
-                        else 0
-                    )
-                except Exception as exc:  # surfaced by write()/flush()/close(), never swallowed
-                    self._fail(exc)
+            items: list[Any] = []
+            if first is not None:
+                if (
+                    isinstance(first, EncodedRecord)
+                    and self._healthy
+                    and self._fsync != "durable"
+                    and queue.empty()
+                ):
+                    await asyncio.sleep(LINGER_S)  # a batch opened by flush()/close() does not
+                items.append(first)
+                while not queue.empty() and len(items) < _MAX_BATCH_RECORDS:
+                    items.append(queue.get_nowait())
+            flushes: list[_Flush] = []
+            stop = False
+            for item in items:
+                if isinstance(item, _Flush):
+                    flushes.append(item)
+                elif item is _STOP:
+                    stop = True
                 else:
-                    self._written += len(records)
-                    self._batches += 1 if records else 0
-                    self._bytes += n_bytes
-                    if sync:
-                        self._fsyncs += 1
-                        self._last_fsync = loop.time()
-                        self._dirty = False
-                    elif records:
-                        self._dirty = True
-            if self._error is not None:
-                self._lost += len(records)
+                    self._accept(item)
+            await self._drain(loop, final=stop, flushing=bool(flushes))
             for flush in flushes:
                 if flush.future.done():  # its caller was cancelled
                     continue
-                if self._error is None:
-                    flush.future.set_result(None)
+                if self._backlog or not self._healthy:
+                    flush.future.set_exception(self._unavailable())
                 else:
-                    flush.future.set_exception(
-                        ReceiptError(f"{self._path}: the receipt writer failed ({self._error})")
-                    )
+                    flush.future.set_result(None)
             if stop:
                 return
 
+    def _accept(self, item: _Pending) -> None:
+        """Take a record off the queue into the backlog; during an outage, fail a durable one
+        (its caller answers 503) and drop past ``queue_size`` (a gap marker records it)."""
+        if isinstance(item, _Acked) and item.future.done():
+            item = item.record  # its caller was cancelled: nobody replaces it, so keep it
+        if self._healthy:
+            self._backlog.append(item)
+        elif isinstance(item, _Acked):
+            self._refused += 1
+            if not item.future.done():
+                item.future.set_exception(self._unavailable())
+        elif len(self._backlog) < self._queue_size:
+            self._backlog.append(item)
+        else:
+            self._dropped += 1
+            self._unmarked_drops += 1
+
     async def _next_item(self, loop: asyncio.AbstractEventLoop) -> Any:
-        """The next queued item; ``None`` after a deferred ``"batch"`` fsync came due instead."""
+        """The next queued item, or ``None`` when a deferred fsync or a retry came due first."""
         assert self._queue is not None
-        if not (self._dirty and self._fsync == "batch" and self._error is None):
+        wake: float | None = None
+        if not self._healthy:
+            wake = self._retry_at
+        elif self._dirty and self._fsync == "batch":
+            wake = self._last_fsync + FSYNC_INTERVAL_S
+        if wake is None:
             return await self._queue.get()
-        delay = self._last_fsync + FSYNC_INTERVAL_S - loop.time()
         try:
-            async with asyncio.timeout(max(delay, 0.0)):
+            async with asyncio.timeout(max(wake - loop.time(), 0.0)):
                 return await self._queue.get()
         except TimeoutError:
+            return None
+
+    async def _drain(self, loop: asyncio.AbstractEventLoop, *, final: bool, flushing: bool) -> None:
+        """Write the backlog in batches. While the disk is failing, only when a retry is due, or
+        for ``flush()`` and ``close()`` (one attempt each, whatever the backoff)."""
+        assert self._executor is not None
+        if not self._healthy and not (final or flushing) and loop.time() < self._retry_at:
+            return
+        while True:
+            chunk: list[_Pending] = []
+            size = 0
+            for item in self._backlog:
+                if len(chunk) >= _MAX_BATCH_RECORDS or size >= _MAX_BATCH_BYTES:
+                    break
+                chunk.append(item)
+                size += _encoded(item).size
+            marker = None
+            if self._unmarked_drops:
+                reason = f"{self._unmarked_drops} receipts lost while the log could not be written"
+                marker = encode_record(gap_record(reason, lost_receipts=self._unmarked_drops))
+            due = self._fsync in ("always", "durable") or (
+                self._fsync == "batch"
+                and (flushing or final or loop.time() - self._last_fsync >= FSYNC_INTERVAL_S)
+            )
+            sync = due and bool(chunk or marker or self._dirty)
+            if not (chunk or marker or sync):
+                if not self._healthy:  # nothing to prove the disk with: wait for a record
+                    self._retry_at = loop.time() + self._retry_delay
+                return
+            records = ([marker] if marker else []) + [_encoded(item) for item in chunk]
             try:
-                await loop.run_in_executor(self._executor, os.fsync, self._fd)
+                n_bytes = await loop.run_in_executor(
+                    self._executor, self._write_batch, records, sync
+                )
             except OSError as exc:
-                self._fail(exc)
-            else:
+                self._failed(loop, exc, chunk)
+                return
+            waited = len(self._backlog)
+            del self._backlog[: len(chunk)]
+            if marker is not None:
+                self._unmarked_drops = 0
+                self._gaps += 1
+            self._written += len(chunk)
+            self._batches += 1 if records else 0
+            self._bytes += n_bytes
+            if sync:
                 self._fsyncs += 1
                 self._last_fsync = loop.time()
                 self._dirty = False
-            return None
+            elif records:
+                self._dirty = True
+            if not self._healthy:
+                self._recovered(waited)
+            for item in chunk:
+                if isinstance(item, _Acked) and not item.future.done():
+                    item.future.set_result(None)
+            if not self._backlog:
+                return
+
+    def _failed(self, loop: asyncio.AbstractEventLoop, exc: OSError, chunk: list[_Pending]) -> None:
+        """A batch did not reach the disk: keep it (durable ones fail now), back off, say so."""
+        self._write_errors += 1
+        if self._healthy:
+            self._healthy = False
+            self._outage = (time.monotonic(), exc)
+            self._retry_delay = RETRY_FIRST_S
+            log.error(
+                "receipt_write_failed",
+                path=str(self._path),
+                error=str(exc),
+                errno=errno_names.errorcode.get(exc.errno or 0, exc.errno),
+                queued=len(self._backlog),
+            )
+        else:
+            self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
+        self._retry_at = loop.time() + self._retry_delay
+        # a durable record whose caller waits is refused (the caller writes its replacement);
+        # one whose caller was cancelled stays, like any other record
+        failed = [item for item in chunk if isinstance(item, _Acked) and not item.future.done()]
+        if failed:
+            refused = {id(item) for item in failed}
+            self._backlog = [item for item in self._backlog if id(item) not in refused]
+            self._refused += len(failed)
+            for item in failed:
+                if not item.future.done():
+                    item.future.set_exception(self._unavailable())
+
+    def _recovered(self, waited: int) -> None:
+        assert self._outage is not None
+        since, exc = self._outage
+        self._healthy = True
+        log.warning(
+            "receipt_write_recovered",
+            path=str(self._path),
+            outage_s=round(time.monotonic() - since, 3),
+            waited=waited,
+            dropped=self._dropped,
+            error=str(exc),
+        )
+        self._outage = None
+
+    def _fail_pending(self, exc: ReceiptError) -> None:
+        for item in self._backlog:
+            if isinstance(item, _Acked) and not item.future.done():
+                item.future.set_exception(exc)
+        self._backlog.clear()
+        self._unmarked_drops = 0
 
     # -- writer thread -----------------------------------------------------------------------
 
-    def _open(self) -> tuple[int, str]:
-        """Open for append (creating 0600), lock, and read the tail's verified hash."""
+    def _open(self) -> None:
+        """Open for append (creating 0600), lock, verify, repair a torn tail, find the head."""
         path = self._path
+        self._file_opened = self._last_checkpoint = time.monotonic()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-            try:
-                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-                os.fchmod(fd, 0o600)  # whatever the umask: receipts are audit data
-            except FileExistsError:
-                fd = os.open(path, flags)
+            fd = self._open_active()
         except OSError as exc:
             raise ReceiptError(f"{path}: cannot open the receipt log: {exc}") from exc
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise ReceiptError(
-                        f"{path}: another receipt writer has this log open (another firstpass "
-                        "serve?); two writers would break the chain. Stop the other process, or "
-                        "give this one its own log ([receipts] path or FIRSTPASS_RECEIPTS)"
-                    ) from None
+            self._lock(fd)
+            self._fd = fd
+            self._prev, self._file_bytes = self._verified_head(fd)
+        except BaseException:
+            self._fd = -1
+            os.close(fd)
+            raise
+
+    def _open_active(self) -> int:
+        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self._path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            os.fchmod(fd, 0o600)  # whatever the umask: receipts are audit data
+        except FileExistsError:
+            fd = os.open(self._path, flags)
+        return fd
+
+    def _lock(self, fd: int) -> None:
+        if fcntl is None:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ReceiptError(
+                f"{self._path}: another receipt writer has this log open (another firstpass "
+                "serve?); two writers would break the chain. Stop the other process, or "
+                "give this one its own log ([receipts] path or FIRSTPASS_RECEIPTS)"
+            ) from None
+
+    def _verified_head(self, fd: int) -> tuple[str, int]:
+        """The hash to link the next line to, and the file's size (after any repair)."""
+        path = self._path
+        try:
+            siblings = rotated_siblings(path)
+            anchor = read_tail_hash(siblings[-1]) if siblings else GENESIS_HASH
+            if os.fstat(fd).st_size == 0:
+                return anchor, 0
+            report = verify_chain(path, prev=None)
+        except OSError as exc:
+            raise ReceiptError(f"{path}: cannot read the receipt log: {exc}") from exc
+        head = report.head if report.n_lines else anchor
+        if report.ok:
+            return head, report.good_bytes
+        if not report.torn:
+            raise ReceiptError(
+                f"{path}: line {report.first_bad_line} does not verify ({report.reason});"
+                f" refusing to extend the chain. Run `firstpass receipts verify {path}` to see"
+                " where it breaks"
+            )
+        try:
+            return self._repair_torn(fd, head, report.good_bytes)
+        except OSError as exc:
+            raise ReceiptError(f"{path}: cannot repair the torn last line: {exc}") from exc
+
+    def _repair_torn(self, fd: int, head: str, good: int) -> tuple[str, int]:
+        """Move the incomplete last line aside, cut it off and link a gap marker in its place."""
+        with open(self._path, "rb") as fh:
+            fh.seek(good)
+            torn = fh.read()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self._path.with_name(f"{self._path.name}.torn-{stamp}")
+        n = 0
+        while aside.exists():
+            n += 1
+            aside = self._path.with_name(f"{self._path.name}.torn-{stamp}-{n}")
+        out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(out, 0o600)
+            os.write(out, torn)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        os.ftruncate(fd, good)
+        self._prev, self._file_bytes = head, good
+        marker = gap_record(
+            TORN_REASON,
+            lost_bytes=len(torn),
+            lost_sha256="sha256:" + hashlib.sha256(torn).hexdigest(),
+            moved_to=aside.name,
+        )
+        self._write_batch([encode_record(marker)], True)
+        self._gaps += 1
+        log.warning(
+            "receipt_log_repaired",
+            path=str(self._path),
+            lost_bytes=len(torn),
+            moved_to=str(aside),
+        )
+        return self._prev, self._file_bytes
+
+    def _write_batch(self, records: list[EncodedRecord], sync: bool) -> int:
+        """Link, write whole lines with one ``os.write`` (looping on short writes), fsync;
+        rotate first when due, checkpoint after when due. On ``OSError`` the file is cut back
+        to its size before the batch and the chain head is unchanged: nothing half-written
+        stays, and the same records can be written again."""
+        start_prev, start_bytes = self._prev, self._file_bytes
+        try:
+            if self._needs_cut:  # an earlier attempt failed and could not cut itself off
+                os.ftruncate(self._fd, start_bytes)
+                self._needs_cut = False
+            if records and self._rotation_due(sum(r.size for r in records)):
+                self._rotate()
+                start_prev, start_bytes = self._prev, self._file_bytes
+            prev = self._prev
+            lines = []
+            for record in records:
+                line, prev = link(record, prev)
+                lines.append(line)
+            since = self._since_checkpoint + len(lines)
+            checkpoint = None
+            if (
+                self._checkpointer is not None
+                and since
+                and time.monotonic() - self._last_checkpoint >= self._checkpointer.interval_s
+            ):
+                checkpoint = self._checkpoint_line(prev)
+                if checkpoint is not None:
+                    lines.append(checkpoint[0])
+                    prev = checkpoint[1]
+            data = b"".join(lines)
+            self._write_all(data)
+            if sync:
+                os.fsync(self._fd)
+        except OSError:
+            self._prev, self._file_bytes = start_prev, start_bytes
+            self._needs_cut = True
             try:
-                prev = read_tail_hash(path)
-            except OSError as exc:
-                raise ReceiptError(f"{path}: cannot read the receipt log: {exc}") from exc
+                os.ftruncate(self._fd, start_bytes)
+                self._needs_cut = False
+            except OSError:
+                pass  # tried again before the next write
+            raise
+        self._prev = prev
+        self._file_bytes += len(data)
+        if checkpoint is not None:
+            self._since_checkpoint = 0
+            self._last_checkpoint = time.monotonic()
+            self._checkpoints += 1
+        else:
+            self._since_checkpoint = since
+        return len(data)
+
+    def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def _checkpoint_line(self, head: str) -> tuple[bytes, str] | None:
+        """The checkpointer's record linked after ``head``; ``None`` if it failed (logged: a
+        missed checkpoint must not stop receipts)."""
+        assert self._checkpointer is not None
+        try:
+            record = self._checkpointer.checkpoint(head)
+            return link(encode_record(record), head)
+        except Exception:
+            log.exception("receipt_checkpoint_failed", path=str(self._path))
+            return None
+
+    def _append_checkpoint(self) -> None:
+        """A checkpoint line on its own (before a rotation, at close), if lines came since."""
+        if self._checkpointer is None or not self._since_checkpoint:
+            return
+        checkpoint = self._checkpoint_line(self._prev)
+        if checkpoint is None:
+            return
+        self._write_all(checkpoint[0])
+        self._prev = checkpoint[1]
+        self._file_bytes += len(checkpoint[0])
+        self._since_checkpoint = 0
+        self._last_checkpoint = time.monotonic()
+        self._checkpoints += 1
+
+    def _rotation_due(self, incoming: int) -> bool:
+        if self._file_bytes == 0:
+            return False
+        if self._rotate_bytes is not None and self._file_bytes + incoming > self._rotate_bytes:
+            return True
+        return self._rotate_s is not None and time.monotonic() - self._file_opened >= self._rotate_s
+
+    def _rotate(self) -> None:
+        """Close the active file as the next numbered sibling and open a fresh one; the chain
+        continues: the new file's first line links to the old file's last."""
+        self._append_checkpoint()
+        os.fsync(self._fd)
+        target = next_rotated_name(self._path)
+        os.rename(self._path, target)
+        try:
+            fd = self._open_active()
+        except OSError:
+            os.rename(target, self._path)
+            raise
+        try:
+            self._lock(fd)
+            _fsync_dir(self._path.parent)
         except BaseException:
             os.close(fd)
             raise
-        return fd, prev
-
-    def _write_batch(self, records: list[EncodedRecord], sync: bool) -> int:
-        """Link, write whole lines with one ``os.write`` (looping on short writes), fsync."""
-        prev = self._prev
-        lines = []
-        for record in records:
-            line, prev = link(record, prev)
-            lines.append(line)
-        data = memoryview(b"".join(lines))
-        n_bytes = len(data)
-        while data:
-            data = data[os.write(self._fd, data) :]
-        self._prev = prev
-        if sync:
-            os.fsync(self._fd)
-        return n_bytes
+        old, self._fd = self._fd, fd
+        os.close(old)
+        self._file_bytes = 0
+        self._file_opened = time.monotonic()
+        self._rotations += 1
+        log.info("receipt_log_rotated", path=str(self._path), rotated_to=str(target))
 
     def _finish(self) -> None:
-        """Final fsync (unless ``"never"`` or nothing is pending) and close."""
-        fd, self._fd = self._fd, -1
+        """A last checkpoint, a final fsync (unless ``"never"`` or nothing is pending), close."""
+        fd = self._fd
         if fd < 0:
             return
         try:
-            if self._dirty and self._fsync != "never" and self._error is None:
-                os.fsync(fd)
-                self._fsyncs += 1
-                self._dirty = False
+            if self._error is None and self._healthy:
+                if self._checkpointer is not None and self._since_checkpoint:
+                    self._append_checkpoint()
+                    self._dirty = True
+                if self._dirty and self._fsync != "never":
+                    os.fsync(fd)
+                    self._fsyncs += 1
+                    self._dirty = False
         finally:
+            self._fd = -1
             os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot open)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

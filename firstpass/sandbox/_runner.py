@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from firstpass.errors import SandboxError, SpecError
+from firstpass.errors import SandboxBusy, SandboxError, SpecError
 
 from . import _contain, _harness, _judge
 from ._extract import extract_code
@@ -204,6 +205,16 @@ def _lock_uid_block() -> tuple[int, IO[str]]:
     raise SandboxError(f"all {UID_BLOCKS} sandbox uid blocks are in use on this host")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SandboxStats:
+    """A snapshot of the sandbox's load: ``busy`` of ``slots`` run a sample now;
+    ``zygote_restarts`` counts dead zygotes replaced since start (each one a fault to look at)."""
+
+    slots: int
+    busy: int
+    zygote_restarts: int
+
+
 class Sandbox:
     """Run untrusted answers against test specs, isolated, in parallel (``concurrency`` at once).
 
@@ -219,8 +230,15 @@ class Sandbox:
         *,
         isolation: str = "auto",
         hide: tuple[str, ...] = (),
+        max_queue: int | None = None,
+        slot_timeout_s: float | None = None,
     ) -> None:
         self.concurrency = int(concurrency or os.cpu_count() or 1)
+        #: samples allowed to wait for a slot, and how long each may wait (None: no bound);
+        #: past either, ``run`` raises ``SandboxBusy`` instead of queueing (the server's 503)
+        self.max_queue = max_queue
+        self.slot_timeout_s = slot_timeout_s
+        self._waiting = 0
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
             raise SandboxError(f"concurrency must be between 1 and {MAX_CONCURRENCY}")
         self.limits = limits or Limits()
@@ -233,6 +251,7 @@ class Sandbox:
         self._zygotes: dict[tuple[bool, bool], _Zygote] = {}
         self._zygote_lock = asyncio.Lock()
         self._deaths: list[float] = []
+        self._restarts = 0
         self._slots: asyncio.Queue[int] = asyncio.Queue()
         self._dirty: set[int] = set()
         self._ids = itertools.count(1)
@@ -291,6 +310,12 @@ class Sandbox:
             await asyncio.to_thread(self._uid_lock.close)
             self._uid_lock = None
         self._started = False
+
+    @property
+    def stats(self) -> SandboxStats:
+        """What ``/metrics`` reads: slots, how many are running a sample, zygote restarts."""
+        busy = self.concurrency - self._slots.qsize() if self._started else 0
+        return SandboxStats(slots=self.concurrency, busy=busy, zygote_restarts=self._restarts)
 
     @property
     def isolation(self) -> str:
@@ -355,6 +380,7 @@ class Sandbox:
                 return zyg
             if zyg is not None:
                 self._deaths.append(time.monotonic())
+                self._restarts += 1
                 await zyg.kill()
             zyg = _Zygote(self._argv(site_packages, alt=alt))
             await zyg.start()
@@ -491,7 +517,7 @@ class Sandbox:
     ) -> dict[str, Any]:
         """Run ``req`` on a free slot. If the caller is cancelled, the slot stays taken until
         the zygote answers: its uid must not be reused while the sample may still run."""
-        slot = await self._slots.get()
+        slot = await self._take_slot(limits)
         task = asyncio.ensure_future(self._submit_on(slot, req, limits, alt))
         try:
             return await asyncio.shield(task)
@@ -500,6 +526,32 @@ class Sandbox:
                 self._slots.put_nowait(slot)
             else:
                 task.add_done_callback(lambda t: self._release(slot, t))
+
+    async def _take_slot(self, limits: Limits) -> int:
+        """A free slot, waiting at most ``slot_timeout_s`` behind at most ``max_queue`` others;
+        ``SandboxBusy`` (retry after about one sample's wall time) when it cannot be had."""
+        if not self._slots.empty():
+            return self._slots.get_nowait()
+        retry = max(1.0, math.ceil(limits.wall_s))
+        if self.max_queue is not None and self._waiting >= self.max_queue:
+            raise SandboxBusy(
+                f"the sandbox is busy: {self._waiting} samples already wait for its "
+                f"{self.concurrency} slots ([sandbox] max_queue = {self.max_queue}); retry "
+                "after a moment",
+                retry_after_s=retry,
+            )
+        self._waiting += 1
+        try:
+            async with asyncio.timeout(self.slot_timeout_s):
+                return await self._slots.get()
+        except TimeoutError:
+            raise SandboxBusy(
+                f"the sandbox is busy: no slot came free within {self.slot_timeout_s:g} s "
+                "([sandbox] slot_timeout_s); retry after a moment",
+                retry_after_s=retry,
+            ) from None
+        finally:
+            self._waiting -= 1
 
     def _release(self, slot: int, task: asyncio.Future[Any]) -> None:
         self._slots.put_nowait(slot)

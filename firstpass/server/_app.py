@@ -18,14 +18,18 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from firstpass.budgets import Ledger, ledger_for, spend_on
 from firstpass.config import Config
 from firstpass.errors import ConfigError
+from firstpass.logs import close_logging, configure_logging
 from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider, build_provider
-from firstpass.receipts import ReceiptWriter
+from firstpass.receipts import CheckpointSigner, ReceiptWriter
+from firstpass.server._auth import KeyRing
 from firstpass.server._errors import error_middleware
 from firstpass.server._handlers import chat_completions, healthz, list_models, readyz
 from firstpass.server._keys import (
+    CLIENT_KEYS,
     CONFIG,
     PARSE_SPEC,
     PIPELINE,
@@ -37,6 +41,7 @@ from firstpass.server._keys import (
     STATE,
     ServerState,
 )
+from firstpass.server._observe import install_observability, observed_sink
 from firstpass.server._workers import run_workers
 
 __all__ = ["RECEIPT_WRITER", "create_app", "run_server", "serve_forever"]
@@ -64,7 +69,25 @@ def _default_sandbox(config: Config) -> SandboxService:
     from firstpass.sandbox import Sandbox
 
     s = config.sandbox
-    return Sandbox(concurrency=s.resolved_concurrency, limits=s.limits())
+    return Sandbox(
+        concurrency=s.resolved_concurrency,
+        limits=s.limits(),
+        max_queue=s.max_queue,
+        slot_timeout_s=s.slot_timeout_s,
+    )
+
+
+async def _seeded_ledger(config: Config) -> Ledger | None:
+    """The budget ledger, holding what today's receipts already spent (read in a thread), so
+    a restart does not hand out a day's budget twice."""
+    ledger = ledger_for(config)
+    if ledger is None:
+        return None
+    day = ledger.day
+    total, by_key = await asyncio.to_thread(spend_on, config.receipts.path, day)
+    ledger.seed(day, total, by_key)
+    log.info("budgets", day=day, spent_usd=round(total, 6), keys=len(by_key))
+    return ledger
 
 
 def _route_checks(config: Config, parse_spec: Any) -> dict[str, Checks]:
@@ -119,12 +142,27 @@ def create_app(
     )
     app[CONFIG] = config
     app[STATE] = ServerState()
+    app[CLIENT_KEYS] = KeyRing(config.server.client_key)
     app[PARSE_SPEC] = parse_spec
     app[ROUTE_CHECKS] = _route_checks(config, parse_spec)
 
     async def receipts_ctx(app: web.Application) -> AsyncIterator[None]:
         r = config.receipts
-        writer = ReceiptWriter(r.path, fsync=r.fsync, queue_size=r.queue_size)
+        signer = (  # read again at start: the file may have changed since the config loaded
+            await asyncio.to_thread(
+                CheckpointSigner.from_file, r.signing_key, interval_s=r.checkpoint_interval_s
+            )
+            if r.signing_key is not None
+            else None
+        )
+        writer = ReceiptWriter(
+            r.path,
+            fsync=r.fsync,
+            queue_size=r.queue_size,
+            rotate_bytes=r.rotate_bytes,
+            rotate_s=r.rotate_s,
+            checkpointer=signer,
+        )
         await writer.start()
         app[RECEIPT_WRITER] = writer
         yield
@@ -155,11 +193,13 @@ def create_app(
 
     async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         built: dict[str, Provider] = app[PROVIDERS]
+        budgets = await _seeded_ledger(config)
         app[PIPELINE] = Pipeline(
             config=config,
             providers=built,
             sandbox=app[SANDBOX],
-            writer=app[RECEIPT_WRITER],
+            writer=observed_sink(app, app[RECEIPT_WRITER]),
+            budgets=budgets,
         )
         app[STATE].ready = True
         log.info(
@@ -177,6 +217,7 @@ def create_app(
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    install_observability(app, config)
     return app
 
 
@@ -278,7 +319,11 @@ def run_server(config: Config) -> None:
             started=lambda url: log.info("listening", url=url),
         )
 
-    asyncio.run(main())
+    configure_logging(background=True)  # the loop hands log lines to a thread from here on
+    try:
+        asyncio.run(main())
+    finally:
+        close_logging()
 
 
 def drain_signals(stop: asyncio.Event, app: web.Application) -> None:
@@ -343,4 +388,8 @@ def _serve_socket(config: Config, sock: socket.socket, index: int) -> None:
         app.on_startup.append(_freeze_startup_objects)
         await serve_forever(config, sock=sock, stop=stop, app=app)
 
-    asyncio.run(main())
+    configure_logging(background=True)  # a thread of this process's own (threads do not fork)
+    try:
+        asyncio.run(main())
+    finally:
+        close_logging()

@@ -16,6 +16,7 @@ from aiohttp import web
 from firstpass.errors import (
     FirstpassError,
     RequestError,
+    SandboxBusy,
     UpstreamError,
     UpstreamTimeout,
 )
@@ -72,6 +73,14 @@ def request_error_for(exc: BaseException) -> RequestError:
     if isinstance(exc, UpstreamError):
         kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
         return RequestError(str(exc), status=exc.http_status, code=kind, type=kind)
+    if isinstance(exc, SandboxBusy):  # no sandbox slot in time: the client may retry
+        return RequestError(
+            str(exc),
+            status=503,
+            code="sandbox_busy",
+            type="server_error",
+            retry_after_s=exc.retry_after_s,
+        )
     if isinstance(exc, FirstpassError):  # the pipeline's own 500: its message is safe to show
         return RequestError(str(exc), status=500, type="server_error")
     return RequestError(

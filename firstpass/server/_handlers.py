@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import re
 import time
 from typing import Any
@@ -18,12 +19,21 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from firstpass.config import Config, RouteConfig
-from firstpass.errors import RequestError
-from firstpass.pipeline import Checks, Outcome, Trace
+from firstpass.budgets import budget_record
+from firstpass.config import ClientKey, Config, RouteConfig
+from firstpass.errors import BudgetExhausted, RequestError
+from firstpass.pipeline import Checks, Outcome, Trace, receipts_unavailable
 from firstpass.receipts import new_receipt_id
 from firstpass.server._errors import error_body, error_response, request_error_for
-from firstpass.server._keys import CONFIG, PARSE_SPEC, PIPELINE, ROUTE_CHECKS, STATE
+from firstpass.server._keys import (
+    CLIENT_KEYS,
+    CONFIG,
+    PARSE_SPEC,
+    PIPELINE,
+    RECEIPT_WRITER,
+    ROUTE_CHECKS,
+    STATE,
+)
 from firstpass.server._request import ChatRequest, parse_chat_body, with_listed_checks
 from firstpass.server._responses import completion_body, sse_chunks, sse_error
 
@@ -36,6 +46,9 @@ __all__ = [
 ]
 
 log = structlog.get_logger("firstpass.server")
+
+#: ``Retry-After`` (seconds) on a 429 or a 503: the writer retries a failing disk about this often
+RETRY_AFTER_S = "1"
 
 
 def resolve_mode(
@@ -92,14 +105,6 @@ def resolve_mode(
     return configured
 
 
-def _authorized(request: web.Request, keys: frozenset[str]) -> bool:
-    if not keys:
-        return True
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    return scheme.lower() == "bearer" and token.strip() in keys
-
-
 async def _read_json(request: web.Request) -> Any:
     raw = await request.read()  # HTTPRequestEntityTooLarge past client_max_size
     if not raw:
@@ -118,13 +123,15 @@ async def _read_json(request: web.Request) -> Any:
         raise RequestError(
             f"the request body is not usable JSON: {exc}", code="invalid_json"
         ) from None
-    if _SURROGATE.search(raw):  # "\udc00" decodes to a lone surrogate, which is not text
+    # a lone surrogate is not text: "\udc00" escapes decode to one, and so do the bytes
+    # ED A0 80-ED BF BF (json decodes bytes with surrogatepass) and UTF-16/32 bodies (NUL bytes)
+    if b"\xed" in raw or b"\x00" in raw or _SURROGATE.search(raw):
         try:
             json.dumps(body, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise RequestError(
-                "the request body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff): "
-                "not valid text",
+                "the request body holds a lone UTF-16 surrogate (U+D800-U+DFFF, escaped or "
+                "encoded): not valid text",
                 code="invalid_json",
             ) from None
     return body
@@ -168,14 +175,44 @@ async def _reject(
         action="rejected",
         served=None,
         error={"status": err.status, "type": err.type, "message": str(err)},
+        decision=_budget_decision(exc),
     )
-    await request.app[PIPELINE].writer.write(record)
+    # a refusal acknowledges no answer: its receipt never waits for the disk
+    await request.app[PIPELINE].writer.enqueue(record)
     headers = {"X-Firstpass-Receipt": receipt_id, "X-Firstpass-Action": "rejected"}
-    if err.status == 429:
-        headers["Retry-After"] = "1"
+    if err.status in (429, 503):
+        headers["Retry-After"] = RETRY_AFTER_S
+    _retry_headers(err, headers)
     return error_response(
         err.status, str(err), type=err.type, param=err.param, code=err.code, headers=headers
     )
+
+
+def _budget_decision(exc: BaseException) -> dict[str, Any] | None:
+    """``decision.budget`` of a request refused by a budget cap (the receipt says which)."""
+    return {"budget": budget_record(exc)} if isinstance(exc, BudgetExhausted) else None
+
+
+def _retry_headers(err: RequestError, headers: dict[str, str]) -> None:
+    """``Retry-After`` from the error itself when it knows (a daily budget: the next UTC
+    midnight; a busy sandbox: about one sample's run); an exhausted quota also tells the openai
+    SDK not to retry at once (``X-Should-Retry: false``), as a retry would only be refused."""
+    if err.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    if err.type == "insufficient_quota":
+        headers["X-Should-Retry"] = "false"
+        if err.retry_after_s is None:
+            headers.pop("Retry-After", None)  # a per-request cap: retrying does not help
+
+
+def _client_key(request: web.Request) -> ClientKey | bool:
+    """The request's client key; True when the server takes requests without one; False (and
+    a 401) when keys are configured and none matches."""
+    ring = request.app[CLIENT_KEYS]
+    if not ring:
+        return True
+    key = ring.match(request.headers.get("Authorization", ""))
+    return False if key is None else key
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -187,15 +224,22 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     receipt_id = new_receipt_id()
     info: dict[str, Any] = {"model": None, "prompt_sha256": None, "stream": None}
 
-    if not _authorized(request, config.server.client_keys):
+    found = _client_key(request)
+    if found is False:
         exc = RequestError(
             "invalid or missing API key: send 'Authorization: Bearer <key>' with a key this "
-            "server accepts (server.client_keys_env)",
+            "server accepts (server.client_keys_env, [[server.client_key]])",
             status=401,
             code="invalid_api_key",
             type="authentication_error",
         )
         return await _reject(request, receipt_id, started, exc, info)
+    key = found if isinstance(found, ClientKey) else None
+    if key is not None:  # receipts and logs name the key, never carry it
+        info["client_key"] = key.name
+    if not app[RECEIPT_WRITER].healthy:
+        # the receipt log is failing: no answer could be receipted, so none is attempted
+        return await _reject(request, receipt_id, started, receipts_unavailable(), info)
     if state.in_flight >= config.server.max_concurrency:
         exc = RequestError(
             f"the server is at its concurrency bound ({config.server.max_concurrency} requests "
@@ -221,6 +265,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     "the request nests too deeply to be a chat request", code="invalid_json"
                 ) from None
             info = _request_info(chat)
+            if key is not None:
+                info["client_key"] = key.name
             route = config.route_for(chat.model)
             if route is None:
                 raise RequestError(
@@ -230,6 +276,19 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     code="model_not_found",
                     type="not_found_error",
                 )
+            if key is not None and key.routes is not None and route.name not in key.routes:
+                raise RequestError(
+                    f"this API key may not use route {route.name!r} (model {chat.model!r}); "
+                    "the operator lists a key's routes in [[server.client_key]] routes",
+                    status=403,
+                    param="model",
+                    code="route_not_allowed",
+                    type="permission_error",
+                )
+            ledger = app[PIPELINE].budgets
+            refused = ledger.refusal(key.name if key else None) if ledger is not None else None
+            if refused is not None:
+                raise refused
             checks = await with_listed_checks(chat.checks, chat.listed_checks)
             no_tests = checks.visible is None and checks.hidden is None
             if no_tests and route.without_checks == "route_checks":
@@ -296,9 +355,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             request_info=info,
             prompt_text=chat.prompt_text,
             started=started,
+            client_key=key.name if key is not None else None,
         )
         if chat.stream:
-            return await _stream(request, run, chat, config.server.keepalive_s)
+            return await _stream(request, run, chat, config.server.keepalive_s, receipt_id)
         outcome = await run
         return _respond(outcome)
     finally:
@@ -321,6 +381,9 @@ def _respond(outcome: Outcome) -> web.Response:
     headers = _headers(outcome)
     if outcome.error is not None:
         err = request_error_for(outcome.error)
+        if err.status == 503:
+            headers["Retry-After"] = RETRY_AFTER_S
+        _retry_headers(err, headers)
         body = error_body(str(err), type=err.type, param=err.param, code=err.code)
         body["firstpass"] = outcome.summary
         return web.json_response(body, status=err.status, headers=headers)
@@ -328,7 +391,7 @@ def _respond(outcome: Outcome) -> web.Response:
 
 
 async def _stream(
-    request: web.Request, run: Any, chat: ChatRequest, keepalive_s: float
+    request: web.Request, run: Any, chat: ChatRequest, keepalive_s: float, receipt_id: str
 ) -> web.StreamResponse:
     """Decide first, then stream; send SSE comments while the decision takes long.
 
@@ -345,7 +408,8 @@ async def _stream(
                 break
             except TimeoutError:
                 if response is None:
-                    response = _sse_response({})
+                    # the receipt id is known already: an error event later can be tied to it
+                    response = _sse_response({"X-Firstpass-Receipt": receipt_id})
                     await response.prepare(request)
                 await response.write(b": firstpass: verifying\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
@@ -413,8 +477,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """GET /readyz: start-up finished (sandbox, providers, receipt writer all open)."""
+    """GET /readyz: start-up finished (sandbox, providers, receipt writer all open), and
+    receipts can be written (else every chat request would get a 503: route traffic away)."""
     state = request.app[STATE]
     if not state.ready:
         return web.json_response({"status": "starting"}, status=503)
+    if not request.app[RECEIPT_WRITER].healthy:
+        return web.json_response(
+            {"status": "receipts_unavailable"}, status=503, headers={"Retry-After": RETRY_AFTER_S}
+        )
     return web.json_response({"status": "ready", "in_flight": state.in_flight})

@@ -18,8 +18,10 @@ from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider
 from firstpass.receipts import ReceiptWriter
 from firstpass.sandbox import TestSpec
+from firstpass.server._auth import KeyRing
 
 __all__ = [
+    "CLIENT_KEYS",
     "CONFIG",
     "PARSE_SPEC",
     "PIPELINE",
@@ -47,6 +49,8 @@ class ServerState:
 SpecParser = Callable[..., TestSpec]
 
 CONFIG = web.AppKey("config", Config)
+#: the accepted client keys (``firstpass.server._auth.KeyRing``), built once at start
+CLIENT_KEYS = web.AppKey("client_keys", KeyRing)
 STATE = web.AppKey("state", ServerState)
 PIPELINE = web.AppKey("pipeline", Pipeline)
 RECEIPT_WRITER = web.AppKey("receipt_writer", ReceiptWriter)

@@ -91,7 +91,7 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(message, Mapping):
             raise _bad(where, "expected an object")
         role = message.get("role")
-        if role not in _ROLES:
+        if not isinstance(role, str) or role not in _ROLES:  # a list or object is unhashable
             raise _bad(f"{where}.role", f"expected one of {', '.join(sorted(_ROLES))}")
         content = message.get("content")
         if content is None and role == "assistant":

@@ -12,7 +12,9 @@ processes appending to one file would need a lock on every line): worker 0 the c
 worker i the same name with ``.w<i>`` before the suffix (``receipts.jsonl``,
 ``receipts.w1.jsonl``...). Each worker's sandbox gets an equal share of ``[sandbox] concurrency``,
 so together they run no more samples at once than a single process would, except that every
-worker keeps at least one slot (more workers than slots: one slot each).
+worker keeps at least one slot (more workers than slots: one slot each). Daily budgets are split
+the same way: each worker holds ``1/N`` of ``[budgets] daily_usd`` and of every key's
+``daily_usd`` (its ledger is its own), so together they never spend more than the cap.
 """
 
 from __future__ import annotations
@@ -52,7 +54,19 @@ def worker_config(config: Config, index: int, workers: int) -> Config:
     slots = config.sandbox.resolved_concurrency
     share = max(1, slots // workers + (1 if index < slots % workers else 0))
     sandbox = dataclasses.replace(config.sandbox, concurrency=share)
-    return dataclasses.replace(config, receipts=receipts, sandbox=sandbox)
+    budgets = config.budgets
+    if budgets is not None and budgets.daily_usd is not None:
+        budgets = dataclasses.replace(budgets, daily_usd=budgets.daily_usd / workers)
+    server = dataclasses.replace(
+        config.server,
+        client_key=tuple(
+            k if k.daily_usd is None else dataclasses.replace(k, daily_usd=k.daily_usd / workers)
+            for k in config.server.client_key
+        ),
+    )
+    return dataclasses.replace(
+        config, receipts=receipts, sandbox=sandbox, budgets=budgets, server=server
+    )
 
 
 def bind_sockets(host: str, port: int, count: int) -> list[socket.socket]:

@@ -1,0 +1,62 @@
+"""``firstpass keygen``: create the Ed25519 key that signs receipt checkpoints.
+
+Writes the private key (PKCS8 PEM, unencrypted, mode 0600: the server reads it unattended) and
+``<out>.pub`` beside it (the file an auditor passes to ``receipts verify --pubkey``), each
+atomically, never over an existing file unless ``--force``: a replaced key cannot verify what the
+old one signed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from firstpass.cli import invoked_as
+from firstpass.receipts import write_key_files
+
+#: where the key goes without ``--out``
+DEFAULT_PATH = Path("firstpass-signing.key")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "keygen",
+        help="create the Ed25519 key that signs receipt checkpoints",
+        description="Create an Ed25519 signing key for [receipts] signing_key: FILE (private, "
+        "mode 0600) and FILE.pub (public, for `firstpass receipts verify --pubkey`). Refuses to "
+        "overwrite either without --force.",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_PATH,
+        metavar="FILE",
+        help=f"the private key file (default: ./{DEFAULT_PATH}); the public key goes to FILE.pub",
+    )
+    p.add_argument("--force", action="store_true", help="replace FILE and FILE.pub if they exist")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    files = write_key_files(args.out, force=args.force)
+    private = files.private.resolve()
+    print(f"wrote {files.private} (private key, mode 0600) and {files.public} (public key)")
+    print(f"key id: {files.key_id}")
+    print("sign receipt checkpoints with it: add to firstpass.toml")
+    print()
+    print("[receipts]")
+    print(f"signing_key = {_toml_string(str(private))}")
+    print()
+    print("and verify a log with:")
+    print(
+        f"  {invoked_as()} receipts verify receipts.jsonl --pubkey {shlex.quote(str(files.public))}"
+    )
+    return 0
+
+
+def _toml_string(text: str) -> str:
+    """``text`` as a TOML basic string: JSON's string escapes are all valid TOML ones."""
+    return json.dumps(text, ensure_ascii=False)

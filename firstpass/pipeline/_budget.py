@@ -1,0 +1,71 @@
+"""Budget enforcement at the two places the pipeline spends: its own upstream calls
+(``Steps.call``) and a judge's call, made from inside a check (``BudgetedGrader``).
+
+Both reserve a call's worst case before making it and settle at its real cost after
+(``firstpass.budgets``). A refused judge call abstains like any failed judge call, and the
+request's budget remembers the refusal, so the pipeline stops there whatever the check made of
+it: a judge that did not run never verifies an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from firstpass.budgets import CURRENT_BUDGET, input_token_bound, output_token_bound
+from firstpass.config import Price
+from firstpass.errors import BudgetExhausted, UpstreamError
+from firstpass.providers import Completion, Provider
+
+__all__ = ["BudgetedGrader", "worst_case_usd"]
+
+
+def worst_case_usd(
+    price: Price,
+    body: Mapping[str, Any],
+    n: int,
+    default_max_tokens: int,
+    *,
+    input_tokens: int | None = None,
+    calls: int = 1,
+) -> float:
+    """The most one call can cost: ``input_tokens`` when known (a count the upstream reported
+    for this very prompt), else the body's byte bound, sent ``calls`` times; the output bound
+    times ``n``."""
+    bound = input_token_bound(body)
+    tokens = bound if input_tokens is None else min(bound, input_tokens)
+    return price.cost(tokens * calls, output_token_bound(body, n, default_max_tokens))
+
+
+class BudgetedGrader:
+    """A judge's provider, holding each call's worst case against the current request's budget
+    (``CURRENT_BUDGET``; outside a request, or without budgets, it only passes through)."""
+
+    def __init__(self, provider: Provider, price: Price | None, default_max_tokens: int) -> None:
+        self.provider = provider
+        self.price = price
+        self.default_max_tokens = default_max_tokens
+
+    async def complete(
+        self,
+        model: str,
+        body: Mapping[str, Any],
+        *,
+        n: int = 1,
+        request_key: str | None = None,
+    ) -> Completion:
+        budget = CURRENT_BUDGET.get()
+        if budget is None or self.price is None:
+            return await self.provider.complete(model, body, n=n, request_key=request_key)
+        need = worst_case_usd(self.price, body, n, self.default_max_tokens)
+        try:
+            hold = budget.reserve(need)
+        except BudgetExhausted as exc:  # the judge abstains; the pipeline stops on ``refused``
+            raise UpstreamError(f"not called: {exc}", provider=self.provider.id) from exc
+        actual = 0.0
+        try:
+            completion = await self.provider.complete(model, body, n=n, request_key=request_key)
+            actual = self.price.cost(completion.input_tokens, completion.output_tokens)
+            return completion
+        finally:
+            budget.settle(hold, actual)

@@ -1,0 +1,388 @@
+"""Signed checkpoints: Ed25519 signatures over chain heads, written into the log itself.
+
+A hash chain proves its own prefix, but whoever can write the file can rewrite it from the
+genesis hash with every hash recomputed. A checkpoint line carries a signature, by a key the
+writer holds and the rewriter does not, over the hash of the line just before it; so a log
+rewritten from genesis no longer verifies under ``--pubkey``: its checkpoints either are gone
+(none left: it cannot be tied to the key) or sign heads that are no longer in the chain.
+
+The writer calls ``CheckpointSigner.checkpoint(head)`` in its own thread every ``interval_s``
+and at close, and links the record right after ``head``; so a checkpoint's ``prev_hash`` is
+the head it signs. Lines after the last checkpoint are not signed yet (the live log's newest
+lines); a clean shutdown signs the head.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from firstpass.errors import ConfigError, ReceiptError
+from firstpass.receipts._canonical import canonical_bytes
+from firstpass.receipts._ids import new_receipt_id
+from firstpass.receipts._special import utc_now
+
+__all__ = [
+    "CHECKPOINT_KIND",
+    "CheckpointSigner",
+    "KeyFiles",
+    "SignatureProblem",
+    "SignatureReport",
+    "key_id",
+    "load_public_key",
+    "load_signing_key",
+    "verify_checkpoints",
+    "write_key_files",
+]
+
+#: ``kind`` (and ``mode``) of a checkpoint line
+CHECKPOINT_KIND = "checkpoint"
+#: what a signature is for, inside the signed bytes: a signature made with the same key for
+#: anything else can never pass as a checkpoint's
+PURPOSE = "firstpass.receipts.checkpoint.v1"
+#: the key path every signing-key error names
+KEY_PATH = "receipts.signing_key"
+
+#: the bytes only a checkpoint line holds (canonical JSON: no spaces): every other line is
+#: counted without a JSON parse
+_CHECKPOINT_MARK = b'"kind":"checkpoint"'
+_READ_BUFFER = 1 << 20
+
+
+def key_id(public_key: Ed25519PublicKey) -> str:
+    """``ed25519:`` + the first 16 hex digits of SHA-256 over the raw public key: a name to
+    tell keys apart in messages and records, not a secret."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+class CheckpointSigner:
+    """Makes checkpoint records for the writer (its ``checkpointer``): one Ed25519 signature
+    over ``{head, time, key_id, host, pid, purpose}`` each, ~40 µs, in the writer's thread."""
+
+    def __init__(self, key: Ed25519PrivateKey, *, interval_s: float) -> None:
+        if not interval_s > 0:
+            raise ReceiptError(f"a checkpoint interval must be positive, not {interval_s!r}")
+        self._key = key
+        self.interval_s = float(interval_s)
+        self.key_id = key_id(key.public_key())
+        self._host = socket.gethostname()
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, interval_s: float) -> CheckpointSigner:
+        """A signer with the key at ``path`` (reads a file: call it off the event loop)."""
+        return cls(load_signing_key(path), interval_s=interval_s)
+
+    def checkpoint(self, head: str) -> dict[str, Any]:
+        """The checkpoint record signing ``head`` (the writer adds ``prev_hash`` = ``head``)."""
+        now = utc_now()
+        signed = {
+            "head": head,
+            "time": now,
+            "key_id": self.key_id,
+            "host": self._host,
+            "pid": os.getpid(),
+            "purpose": PURPOSE,
+        }
+        signature = self._key.sign(canonical_bytes(signed))
+        return {
+            "id": new_receipt_id(),
+            "kind": CHECKPOINT_KIND,
+            "mode": CHECKPOINT_KIND,
+            "time": now,
+            "signed": signed,
+            "signature": base64.b64encode(signature).decode("ascii"),
+        }
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def load_signing_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """The Ed25519 private key at ``path``; ``ConfigError`` naming ``receipts.signing_key``
+    when it is missing, unreadable, readable by group or others, or not an Ed25519 key."""
+    shown = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            data = fh.read()
+    except FileNotFoundError:
+        raise ConfigError(
+            KEY_PATH, f"{shown} does not exist; create it with `firstpass keygen --out {shown}`"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            KEY_PATH, f"cannot read {shown} ({exc.strerror or exc}); check the path and owner"
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(KEY_PATH, f"{shown} is not a regular file")
+    if mode & 0o077:
+        raise ConfigError(
+            KEY_PATH,
+            f"{shown} is readable by group or others (mode {stat.S_IMODE(mode):04o}); a signing"
+            f" key must be private: run `chmod 600 {shown}`",
+        )
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise ConfigError(
+            KEY_PATH, f"{shown} is encrypted; use an unencrypted key from `firstpass keygen`"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise ConfigError(
+            KEY_PATH,
+            f"{shown} is not a PEM private key; create one with `firstpass keygen --out {shown}`",
+        ) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(
+            KEY_PATH,
+            f"{shown} is not an Ed25519 key (RSA, EC...); create one with `firstpass keygen`",
+        )
+    return key
+
+
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    """The Ed25519 public key (PEM) at ``path``; ``ReceiptError`` saying what is wrong."""
+    shown = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ReceiptError(f"{shown}: cannot read the public key: {exc.strerror or exc}") from None
+    if b"PRIVATE KEY" in data:
+        raise ReceiptError(
+            f"{shown} is a private key; verify with the public one (`{shown}.pub`, written beside"
+            " it by `firstpass keygen`), and keep the private key where it is"
+        )
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, UnsupportedAlgorithm):
+        raise ReceiptError(
+            f"{shown} is not a PEM public key (the `.pub` file `firstpass keygen` wrote)"
+        ) from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ReceiptError(f"{shown} is not an Ed25519 public key")
+    return key
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyFiles:
+    """What ``write_key_files`` wrote."""
+
+    private: Path
+    public: Path
+    key_id: str
+
+
+def write_key_files(out: str | os.PathLike[str], *, force: bool = False) -> KeyFiles:
+    """Create a new Ed25519 key: ``out`` (PKCS8 PEM, unencrypted, mode 0600) and ``out.pub``.
+
+    Each file appears whole or not at all (written to a temporary file, then linked in place);
+    an existing file is kept, and ``ReceiptError`` raised, unless ``force``.
+    """
+    private_path = Path(out)
+    public_path = private_path.with_name(private_path.name + ".pub")
+    if not force:
+        for existing in (private_path, public_path):
+            if existing.exists():
+                raise ReceiptError(
+                    f"{existing} already exists; keeping it (a new key cannot verify what the old"
+                    " one signed). Pass --force to replace it, or choose another --out"
+                )
+    key = Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    try:
+        private_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReceiptError(f"cannot create {private_path.parent}: {exc.strerror or exc}") from None
+    _place(private_path, private_pem, 0o600, force=force)
+    try:
+        _place(public_path, public_pem, 0o644, force=force)
+    except BaseException:
+        private_path.unlink(missing_ok=True)  # never a private key without its public half
+        raise
+    return KeyFiles(private=private_path, public=public_path, key_id=key_id(key.public_key()))
+
+
+def _place(path: Path, data: bytes, mode: int, *, force: bool) -> None:
+    """Write ``data`` to a new file at ``path`` with ``mode``, atomically; without ``force``
+    ``os.link`` refuses an existing ``path`` (O_EXCL semantics, no window to overwrite)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        raise ReceiptError(f"cannot create {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            os.fchmod(fd, mode)  # whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if force:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    except FileExistsError:
+        raise ReceiptError(f"{path} already exists; pass --force to replace it") from None
+    except OSError as exc:
+        raise ReceiptError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# -- verification ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignatureProblem:
+    """One checkpoint (or log) that does not hold up: ``line`` is 1-based in ``path``, 0 for
+    the log as a whole."""
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}:{self.line}: {self.reason}"
+            if self.line
+            else f"{self.path}: {self.reason}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignatureReport:
+    """The outcome of ``verify_checkpoints`` over one chain (its files in order).
+
+    ``unsigned_tail_lines`` counts the lines after the last checkpoint (all of them when there
+    is none): not a failure, the live log's newest lines are not signed yet. ``last_head`` and
+    ``last_time`` are what the last good checkpoint signed (``None`` without one).
+    """
+
+    ok: bool
+    n_lines: int
+    n_checkpoints: int
+    unsigned_tail_lines: int
+    key_id: str
+    last_head: str | None = None
+    last_time: str | None = None
+    problems: tuple[SignatureProblem, ...] = ()
+
+
+def verify_checkpoints(
+    files: Iterable[str | os.PathLike[str]], public_key: Ed25519PublicKey
+) -> SignatureReport:
+    """Check every checkpoint of one chain (``files`` in chain order) against ``public_key``.
+
+    Each checkpoint must be signed by this key over its own ``prev_hash`` (a checkpoint copied
+    into a rewritten chain signs a head that is not there), and a non-empty chain needs at
+    least one. The hash chain itself is ``verify_chain``'s job: run it first, since a
+    checkpoint vouches for the line before it only through the chain. Only lines holding
+    ``"kind":"checkpoint"`` are parsed. ``ReceiptError`` if a file cannot be read.
+    """
+    expected_id = key_id(public_key)
+    problems: list[SignatureProblem] = []
+    n_lines = n_checkpoints = since_last = 0
+    last_head: str | None = None
+    last_time: str | None = None
+    shown = ""
+    for path in files:
+        shown = os.fspath(path)
+        try:
+            with open(path, "rb", buffering=_READ_BUFFER) as fh:
+                for line_no, raw in enumerate(fh, 1):
+                    n_lines += 1
+                    since_last += 1
+                    if _CHECKPOINT_MARK not in raw:
+                        continue
+                    record = _json_object(raw)
+                    if record is None or record.get("kind") != CHECKPOINT_KIND:
+                        continue
+                    n_checkpoints += 1
+                    since_last = 0
+                    reason = _checkpoint_problem(record, public_key, expected_id)
+                    if reason is not None:
+                        problems.append(SignatureProblem(path=shown, line=line_no, reason=reason))
+                        continue
+                    last_head, last_time = record["signed"]["head"], record["signed"].get("time")
+        except OSError as exc:
+            raise ReceiptError(f"{shown}: cannot read the receipt log: {exc}") from exc
+    if n_lines and not n_checkpoints:
+        problems.append(
+            SignatureProblem(
+                path=shown,
+                line=0,
+                reason="no signed checkpoint: this log cannot be tied to the key (was it written"
+                " without [receipts] signing_key, or rewritten without the key?)",
+            )
+        )
+    return SignatureReport(
+        ok=not problems,
+        n_lines=n_lines,
+        n_checkpoints=n_checkpoints,
+        unsigned_tail_lines=since_last,
+        key_id=expected_id,
+        last_head=last_head,
+        last_time=last_time,
+        problems=tuple(problems),
+    )
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None  # not a line the chain check would pass either
+    return value if isinstance(value, dict) else None
+
+
+def _checkpoint_problem(
+    record: Mapping[str, Any], public_key: Ed25519PublicKey, expected_id: str
+) -> str | None:
+    """Why this checkpoint record does not hold up under ``public_key``, or ``None``."""
+    signed = record.get("signed")
+    signature = record.get("signature")
+    if not isinstance(signed, dict) or not isinstance(signature, str):
+        return "malformed checkpoint: no 'signed' object or 'signature' string"
+    if signed.get("purpose") != PURPOSE:
+        return f"malformed checkpoint: 'signed.purpose' is not {PURPOSE!r}"
+    claimed_id = signed.get("key_id")
+    if claimed_id != expected_id:
+        return (
+            f"signed by another key ({claimed_id}; the given public key is {expected_id}):"
+            " pass the public key of the signing_key that wrote this log"
+        )
+    try:
+        public_key.verify(base64.b64decode(signature, validate=True), canonical_bytes(signed))
+    except (InvalidSignature, binascii.Error, ValueError, ReceiptError):
+        return "signature does not verify: the checkpoint was edited or forged"
+    if signed.get("head") != record.get("prev_hash"):
+        return (
+            f"the signed head {signed.get('head')} is not this line's prev_hash"
+            f" {record.get('prev_hash')}: a checkpoint copied from another chain (was the log"
+            " rewritten?)"
+        )
+    return None
