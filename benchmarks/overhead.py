@@ -13,14 +13,18 @@ path. If it cannot be installed or started, the peer is skipped with a message.
 
     python -m benchmarks.overhead [--requests 3000] [--verified-requests 300] [--no-peer]
                                   [--workers N]
+    python -m benchmarks.overhead --observability [--requests 3000]
 
 ``--workers N`` runs the proxy with ``[server] workers = N`` (N processes on one port).
+``--observability`` measures instead what ``/metrics``, the request log and receipt signing cost:
+one proxy per variant (off, on, on with signing), measured interleaved in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import socket
@@ -69,9 +73,23 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
     raise RuntimeError(f"{url} did not become ready in {timeout} s")
 
 
-def write_config(tmp: Path, stub_port: int, proxy_port: int, workers: int = 1) -> Path:
-    cfg = tmp / "firstpass.toml"
+def write_config(
+    tmp: Path,
+    stub_port: int,
+    proxy_port: int,
+    workers: int = 1,
+    *,
+    name: str = "firstpass",
+    metrics: bool = True,
+    request_log: bool = True,
+    signing_key: Path | None = None,
+) -> Path:
+    """The proxy's config; ``name`` keeps several proxies' files apart in one run,
+    ``metrics`` and ``request_log`` are ``[observability]``'s, ``signing_key`` signs receipt
+    checkpoints."""
+    cfg = tmp / f"{name}.toml"
     workers_line = f"workers = {workers}" if workers > 1 else ""
+    signing = f'signing_key = "{signing_key}"' if signing_key is not None else ""
     cfg.write_text(
         f"""
 [server]
@@ -80,9 +98,14 @@ port = {proxy_port}
 max_concurrency = 4096
 {workers_line}
 
+[observability]
+metrics = {str(metrics).lower()}
+request_log = {str(request_log).lower()}
+
 [receipts]
-path = "{tmp / "receipts.jsonl"}"
+path = "{tmp / f"{name}-receipts.jsonl"}"
 fsync = "batch"
+{signing}
 
 [[provider]]
 id = "stub"
@@ -253,6 +276,260 @@ async def measure(
     return rows
 
 
+#: the observability comparison: proxy name -> (metrics on, request log on, signing on)
+OBSERVABILITY_VARIANTS: dict[str, tuple[bool, bool, bool]] = {
+    "off": (False, False, False),
+    "metrics": (True, False, False),
+    "log": (False, True, False),
+    "metrics+log": (True, True, False),
+    "metrics+log+signing": (True, True, True),
+}
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) the process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure_observability(
+    direct: str,
+    proxies: dict[str, str],
+    *,
+    requests: int,
+    rounds: int = 10,
+    pids: dict[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Pass-through through each proxy variant, interleaved: ``rounds`` short runs per variant in
+    rotating order, so drift in the machine's load falls on every variant alike. With ``pids``,
+    also each proxy process's CPU time per request (latencies on a busy machine wander; the
+    CPU a process spent on its own requests much less)."""
+    plain = {"model": "bench", "messages": [{"role": "user", "content": "write add(a, b)"}]}
+    urls = {"direct": direct, **proxies}
+    rows: list[dict[str, Any]] = []
+    for conc in (1, 32):
+        latencies: dict[str, list[float]] = {name: [] for name in urls}
+        walls = dict.fromkeys(urls, 0.0)
+        statuses: dict[str, dict[int, int]] = {name: {} for name in urls}
+        names = list(urls)
+        cpu = dict.fromkeys(urls, 0.0)
+        sent = dict.fromkeys(urls, 0)
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                pid = (pids or {}).get(name)
+                before = process_cpu_s(pid) if pid else 0.0
+                res = await run_load(
+                    urls[name], plain, concurrency=conc, requests=requests // rounds, warmup=20
+                )
+                if pid:
+                    await asyncio.sleep(0.06)  # the post-response work and the log batch
+                    cpu[name] += process_cpu_s(pid) - before
+                sent[name] += res.n + 20
+                latencies[name].extend(res.latencies_ms)
+                walls[name] += res.wall_s
+                for status, count in res.statuses.items():
+                    statuses[name][status] = statuses[name].get(status, 0) + count
+        results = {
+            name: LoadResult(
+                latencies_ms=tuple(latencies[name]), wall_s=walls[name], statuses=statuses[name]
+            )
+            for name in urls
+        }
+        d = results["direct"]
+        print(f"pass-through c={conc:<3} direct {fmt(d)}")
+        cpu_us = {name: cpu[name] / max(1, sent[name]) * 1e6 for name in urls}
+        for name in proxies:
+            p = results[name]
+            bad = {st: c for st, c in p.statuses.items() if st != 200}
+            vs_off = p.p50 - results["off"].p50
+            print(
+                f"{'':<16} {name:<20} {fmt(p)}  added p50 {p.p50 - d.p50:+.3f} ms"
+                f"  vs off {vs_off:+.3f} ms  CPU/req {cpu_us[name]:.0f} us"
+                f"{'  ERRORS ' + str(bad) if bad else ''}"
+            )
+            rows.append(
+                {
+                    "variant": name,
+                    "concurrency": conc,
+                    "direct": d,
+                    "proxy": p,
+                    "added_p50": p.p50 - d.p50,
+                    "vs_off_p50": vs_off,
+                    "vs_off_rps": p.rps / results["off"].rps if results["off"].rps else 0.0,
+                    "cpu_us": cpu_us[name] if pids else None,
+                    "cpu_vs_off_us": cpu_us[name] - cpu_us["off"] if pids else None,
+                    "errors": bad,
+                }
+            )
+    return rows
+
+
+def observe_cpu_us(record: dict[str, Any], n: int = 20_000) -> dict[str, float]:
+    """CPU per request (µs) of what the server does for one receipt after the response, in this
+    process on a real receipt: the metric updates, and the JSON ``request`` event rendered and
+    handed to the log thread. Less exposed to the machine's load than latencies are."""
+    import structlog
+
+    from firstpass.logs import close_logging, configure_logging
+    from firstpass.observe import ObservedSink, RequestMetrics, observe_record
+
+    metrics = RequestMetrics()
+    out: dict[str, float] = {}
+    t0 = time.process_time()
+    for _ in range(n):
+        observe_record(metrics, record)
+    out["metrics"] = (time.process_time() - t0) / n * 1e6
+    with open(os.devnull, "w") as devnull:
+        configure_logging({"FIRSTPASS_LOG_FORMAT": "json"}, background=True, stream=devnull)
+        sink = ObservedSink(None, metrics=None, request_log=True)  # type: ignore[arg-type]
+        t0 = time.process_time()
+        for _ in range(n):
+            sink.observe(record)
+        close_logging()  # the writes are counted too: process time covers the thread
+        out["request log"] = (time.process_time() - t0) / n * 1e6
+    structlog.reset_defaults()
+    return out
+
+
+def observability_markdown(
+    rows: list[dict[str, Any]], argv: list[str], note: str, cpu: dict[str, float]
+) -> str:
+    lines = [
+        "# What metrics, the request log and signing cost on the pass-through path",
+        "",
+        f"- command: `python -m benchmarks.overhead {' '.join(argv)}`",
+        f"- date: {datetime.now(UTC).isoformat(timespec='seconds')}",
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}",
+        "- stub upstream: 0 ms; one `firstpass serve` per variant, all running, measured "
+        "interleaved in rotating order; logs JSON at level info to a file; receipts fsync batch",
+        *([f"- {note}"] if note else []),
+        "",
+        "| variant | concurrency | direct p50 ms | proxy p50 ms | added p50 ms | p50 vs off ms | proxy p99 ms | req/s | req/s vs off | proxy CPU µs/req | CPU vs off µs/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        d, p = r["direct"], r["proxy"]
+        cpu_text = "-" if r["cpu_us"] is None else f"{r['cpu_us']:.0f}"
+        cpu_vs = "-" if r["cpu_vs_off_us"] is None else f"{r['cpu_vs_off_us']:+.0f}"
+        lines.append(
+            f"| {r['variant']} | {r['concurrency']} | {d.p50:.3f} | {p.p50:.3f} | "
+            f"{r['added_p50']:+.3f} | {r['vs_off_p50']:+.3f} | {p.pct(99):.3f} | {p.rps:.0f} | "
+            f"{r['vs_off_rps']:.2f}x | {cpu_text} | {cpu_vs} |"
+        )
+    lines += [
+        "",
+        "`off` is `[observability] metrics = false, request_log = false`; `metrics`, `log` one "
+        "of them on; `metrics+log` the defaults; `+signing` adds `[receipts] signing_key` (a "
+        "checkpoint every 60 s). p50 vs off: the variant's p50 minus off's, same run.",
+        "",
+        "CPU per request, in process, on a pass-through receipt of this run: "
+        + ", ".join(f"{name} {us:.1f} µs" for name, us in cpu.items())
+        + f" (total {sum(cpu.values()):.1f} µs).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_observability(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--observability``: one stub, one proxy per variant, measured side by side."""
+    stub_port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
+    env.update(FIRSTPASS_LOG_LEVEL="info", FIRSTPASS_LOG_FORMAT="json")
+    procs: list[subprocess.Popen[bytes]] = []
+    note = ""
+    with tempfile.TemporaryDirectory(prefix="fp-observability-") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable, "-m", "tests.stub_upstream", "--port", str(stub_port),
+                        "--latency-ms", "0", "--answer", ANSWER,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                )
+            )
+            key = tmp / "signing.key"
+            made = subprocess.run(
+                [sys.executable, "-m", "firstpass", "keygen", "--out", str(key)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                timeout=60,
+            )
+            proxies: dict[str, str] = {}
+            pids: dict[str, int] = {}
+            for name, (metrics, request_log, sign) in OBSERVABILITY_VARIANTS.items():
+                if sign and made.returncode != 0:
+                    note = f"signing skipped: firstpass keygen failed ({made.stderr[-200:]!r})"
+                    continue
+                port = free_port()
+                cfg = write_config(
+                    tmp,
+                    stub_port,
+                    port,
+                    name=name.replace("+", "-"),
+                    metrics=metrics,
+                    request_log=request_log,
+                    signing_key=key if sign else None,
+                )
+                log = open(tmp / f"{cfg.stem}.log", "wb")  # noqa: SIM115 - closed with the process
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "firstpass", "serve", "--config", str(cfg)],
+                        cwd=ROOT,
+                        env=env,
+                        stderr=log,
+                    )
+                )
+                log.close()
+                proxies[name] = f"http://127.0.0.1:{port}/v1/chat/completions"
+                pids[name] = procs[-1].pid
+            wait_ready(f"http://127.0.0.1:{stub_port}/v1/models")
+            for name, url in list(proxies.items()):
+                try:
+                    wait_ready(url.replace("/v1/chat/completions", "/readyz"), timeout=20)
+                except RuntimeError as exc:
+                    if not any(OBSERVABILITY_VARIANTS[name]):
+                        raise
+                    note = f"{name} skipped: {exc}"
+                    del proxies[name]
+            try:
+                import uvloop
+
+                run = uvloop.run
+            except ImportError:
+                run = asyncio.run
+            rows = run(
+                measure_observability(
+                    f"http://127.0.0.1:{stub_port}/v1/chat/completions",
+                    proxies,
+                    requests=args.requests,
+                    pids=pids,
+                )
+            )
+            with open(tmp / "metrics-log-receipts.jsonl", "rb") as fh:
+                sample = json.loads(fh.readline())
+            sample = {k: v for k, v in sample.items() if k not in ("hash", "prev_hash")}
+            cpu = observe_cpu_us(sample)
+            print("CPU per request (µs): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    md = observability_markdown(rows, argv, note, cpu)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "overhead-observability.md").write_text(md)
+    print()
+    print(md)
+    return 0
+
+
 def markdown(
     rows: list[dict[str, Any]], argv: list[str], peer_note: str = "", workers: int = 1
 ) -> str:
@@ -320,8 +597,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not write results/overhead.md")
     parser.add_argument("--no-peer", action="store_true", help=f"skip the peer firstpass=={PEER_VERSION}")
     parser.add_argument("--workers", type=int, default=1, help="[server] workers of the proxy")
+    parser.add_argument(
+        "--observability",
+        action="store_true",
+        help="instead: pass-through with metrics and the request log off, on, and on with "
+        "signing, side by side in one run (writes results/overhead-observability.md)",
+    )
     args = parser.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
+    if args.observability:
+        return run_observability(args, argv)
 
     stub_port, proxy_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}

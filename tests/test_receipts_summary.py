@@ -574,3 +574,107 @@ def test_malformed_results_revisions_and_costs_are_skipped_not_guessed() -> None
     assert summary.served_revised == 0
     assert summary.checks_usd == 0.0
     json.dumps(summary.to_dict(), allow_nan=False)
+
+
+# -- operations figures: rate, errors, skip rate, served failure (issue 15) ----------------------
+
+
+def timed(i: int, seconds: float, **extra: Any) -> dict[str, Any]:
+    whole, millis = divmod(round(seconds * 1000), 1000)
+    minutes, secs = divmod(whole, 60)
+    return {
+        "id": f"rcpt_{i}",
+        "mode": "cascade",
+        "time": f"2026-01-31T12:{minutes:02d}:{secs:02d}.{millis:03d}Z",
+        "decision": {"action": "served"},
+        **extra,
+    }
+
+
+def shadow(i: int, regime: str, label: bool | None) -> dict[str, Any]:
+    counterfactual = {"serve": "serve_without_gate", "gate": "serve_after_gate"}.get(regime)
+    return {
+        "id": f"rcpt_s{i}",
+        "mode": "shadow",
+        "decision": {"action": "served", "counterfactual": counterfactual, "gate_label": label},
+        "probe": {"rung": 0, "regime": regime},
+    }
+
+
+def test_requests_per_minute_over_the_receipts_time_span() -> None:
+    records = [timed(0, 0.0), timed(1, 30.0), timed(2, 59.5), timed(3, 60.0)]
+    summary = summarize(records)
+    assert summary.first_time == "2026-01-31T12:00:00.000Z"
+    assert summary.last_time == "2026-01-31T12:01:00.000Z"
+    assert summary.span_s == pytest.approx(60.0)
+    assert summary.requests_per_minute == pytest.approx(4.0)
+    assert summarize([timed(0, 1.0)]).requests_per_minute is None  # one receipt: no span
+
+
+def test_error_rate_counts_receipts_answered_with_an_error_by_type() -> None:
+    records = [
+        timed(0, 0.0),
+        timed(1, 1.0, error={"status": 502, "type": "upstream_error", "message": "x"}),
+        timed(2, 2.0, error={"status": 400, "type": "invalid_request_error", "message": "y"}),
+        timed(3, 3.0, error={"status": 502, "type": "upstream_error", "message": "z"}),
+    ]
+    summary = summarize(records)
+    assert summary.error_rate == pytest.approx(0.75)
+    assert summary.errors == {"upstream_error": 2, "invalid_request_error": 1}
+    assert summary.to_dict()["errors"] == {"rate": 0.75, "by_type": dict(summary.errors)}
+
+
+def test_gap_and_checkpoint_lines_are_not_requests() -> None:
+    records = [
+        timed(0, 0.0),
+        {"id": "g", "mode": "gap", "kind": "gap", "time": "2026-01-31T13:00:00.000Z"},
+        {"id": "c", "mode": "checkpoint", "kind": "checkpoint", "time": "2026-01-31T14:00:00.000Z"},
+        timed(1, 60.0),
+    ]
+    summary = summarize(records)
+    assert summary.n == 2 and summary.actions == {"served": 2}
+    assert summary.markers == {"gap": 1, "checkpoint": 1}
+    assert summary.last_time == "2026-01-31T12:01:00.000Z"  # a marker's time is not traffic
+
+
+def test_skip_rate_and_served_failure_come_from_probes_and_shadow_labels() -> None:
+    records = [
+        shadow(0, "serve", True),
+        shadow(1, "serve", False),
+        shadow(2, "serve", True),
+        shadow(3, "serve", True),
+        shadow(4, "gate", False),  # gated anyway: its failure was never going to be served
+        shadow(5, "escalate", None),
+        timed(6, 0.0),  # cascade: no probe, in neither figure
+    ]
+    summary = summarize(records)
+    assert summary.skip_rate == pytest.approx(4 / 6)
+    assert (summary.skip_labels, summary.skip_label_failures) == (4, 1)
+    assert summary.served_failure == pytest.approx(0.25)
+    out = summary.to_dict()
+    assert out["served_failure"] == {"labelled_skips": 4, "failed": 1, "rate": 0.25}
+    assert out["skip_rate"] == pytest.approx(4 / 6)
+
+
+def test_summary_text_states_rate_errors_regime_shares_skips_and_served_failure() -> None:
+    from firstpass.commands.receipts import format_summary
+
+    records = [
+        timed(0, 0.0),
+        timed(1, 30.0, error={"status": 502, "type": "upstream_error", "message": "x"}),
+        {**shadow(2, "serve", False), "time": "2026-01-31T12:01:00.000Z"},
+        {**shadow(3, "gate", True), "time": "2026-01-31T12:01:00.000Z"},
+    ]
+    text = format_summary(summarize(records), Path("r.jsonl"))
+    assert "rate: 4.0 requests/minute over 60.0 s" in text
+    assert "errors: 1 of 4 (25.0%): upstream_error 1" in text
+    assert "probe regimes: serve 1 (50.0%), gate 1 (50.0%)" in text
+    assert "skip rate: 50.0% of probes" in text
+    assert "served failure (shadow labels): 1 of 1" in text
+
+
+def test_summary_without_such_figures_says_so_rather_than_inventing_them() -> None:
+    summary = summarize([{"id": "a", "mode": "cascade"}])
+    assert summary.requests_per_minute is None and summary.skip_rate is None
+    assert summary.served_failure is None and summary.error_rate == 0.0
+    json.dumps(summary.to_dict(), allow_nan=False)
