@@ -224,6 +224,10 @@ class _CapturingWriter:
         self.records[record["id"]] = record
         await self.writer.write(record)
 
+    async def enqueue(self, record: dict[str, Any]) -> None:
+        self.records[record["id"]] = record
+        await self.writer.enqueue(record)
+
 
 def _score(task: Task, record: dict[str, Any], served_text: str | None, correct: bool) -> RequestResult:
     decision = record.get("decision") or {}
