@@ -622,6 +622,19 @@ def test_the_digest_is_sha256_of_the_canonical_public_config(
     assert build(base, tmp_path).digest != config.digest
 
 
+def test_receipt_keys_at_their_defaults_leave_the_digest_as_it_was(
+    base: dict[str, Any], tmp_path: Path
+) -> None:
+    """Rotation and signing keys written at their defaults keep a config's digest (receipts made
+    before they existed stay comparable); set to something else, they change it."""
+    config = build(base, tmp_path)
+    assert "rotate_bytes" not in public_dict(config)["receipts"]
+    base["receipts"] = {"checkpoint_interval_s": 60.0}
+    assert build(base, tmp_path).digest == config.digest
+    base["receipts"] = {"rotate_bytes": 1 << 20}
+    assert build(base, tmp_path).digest != config.digest
+
+
 # --- environment overrides ---------------------------------------------------------------------
 
 

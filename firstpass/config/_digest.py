@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from firstpass.checks import CheckDef
-from firstpass.config._model import Config, RouteConfig, SandboxSettings
+from firstpass.config._model import Config, ReceiptsConfig, RouteConfig, SandboxSettings
 
 
 def config_digest(config: Config) -> str:
@@ -51,6 +51,10 @@ def public_dict(config: Config) -> dict[str, Any]:
     for key in ("max_queue", "slot_timeout_s"):  # left out at their defaults, as above
         if sandbox[key] == getattr(SandboxSettings, key):
             del sandbox[key]
+    receipts = dataclasses.asdict(config.receipts)
+    for key in ("rotate_bytes", "rotate_s", "signing_key", "checkpoint_interval_s"):
+        if receipts[key] == getattr(ReceiptsConfig, key):  # left out at their defaults, as above
+            del receipts[key]
     providers = []
     for provider in config.providers:
         row = dataclasses.asdict(provider)
@@ -60,7 +64,7 @@ def public_dict(config: Config) -> dict[str, Any]:
         {
             "server": server,
             "sandbox": sandbox,
-            "receipts": dataclasses.asdict(config.receipts),
+            "receipts": receipts,
             "providers": providers,
             "routes": [_route(r) for r in config.routes],
             "prices": {k: dataclasses.asdict(v) for k, v in config.prices.items()},
