@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -15,8 +17,15 @@ __all__ = ["Composite", "run_all"]
 
 
 async def run_all(checks: Sequence[Check], answer: str, request: CheckRequest) -> list[CheckResult]:
-    """Every check on one answer, concurrently (each is I/O or off the loop already)."""
-    return list(await asyncio.gather(*(c.run(answer, request) for c in checks)))
+    """Every check on one answer, concurrently (each is I/O or off the loop already), each
+    result carrying its own wall time (``ms``: receipts and the per-kind latency metric)."""
+    return list(await asyncio.gather(*(_timed(c, answer, request) for c in checks)))
+
+
+async def _timed(check: Check, answer: str, request: CheckRequest) -> CheckResult:
+    started = time.perf_counter()
+    result = await check.run(answer, request)
+    return dataclasses.replace(result, ms=(time.perf_counter() - started) * 1000.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,6 +58,8 @@ class CheckResult:
     details: Mapping[str, object] = field(default_factory=dict)
     feedback: str = ""
     cost_usd: float = 0.0
+    #: wall time of the run in milliseconds (set by ``run_all``; 0 when not measured)
+    ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.verdict not in ("pass", "fail", "abstain"):
@@ -110,6 +112,8 @@ class CheckResult:
             out["details"] = dict(self.details)
         if self.cost_usd:
             out["cost_usd"] = self.cost_usd
+        if self.ms:
+            out["ms"] = round(self.ms, 3)
         if self.parts:
             out["parts"] = [p.to_dict(with_reasons=with_reasons) for p in self.parts]
         return out
