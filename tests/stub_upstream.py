@@ -17,10 +17,23 @@ choice, ``n`` choices when ``honours_n`` (else one). Every request is recorded
 exactly which calls were made. The fixture :func:`stub_upstream` yields a started stub
 (``tests/conftest.py`` registers this module with ``pytest_plugins``).
 
+Faults at random, for load tests: ``faults=FaultMix.parse("5xx=0.02,429=0.02,timeout=0.01")``
+draws, per chat request in arrival order from a seeded generator, whether it gets one of the
+:data:`MIX_FAULTS` instead of its answer (scripted replies still come first). ``marked_answers``
+lets the *client* pick the answer: a last user message containing ``[answer:NAME]`` gets
+``marked_answers[NAME]`` (only from ``marked_models`` when given), e.g. a hostile sample from the
+cheap model and the default from the strong one.
+
 Standalone, as the 0 ms upstream of the overhead benchmark (:class:`FastStub`: fixed JSON bytes
 over a bare asyncio protocol, no recording; ``--server aiohttp`` for the full HTTP stack)::
 
     python -m tests.stub_upstream --port 9000 --latency-ms 0 --answer 'def f(): return 1'
+
+and as the faulty upstream of the reliability benchmark (the aiohttp stub, nothing recorded;
+``GET /v1/stub/stats`` reports the faults injected so far)::
+
+    python -m tests.stub_upstream --port 9000 --faults 5xx=0.03,429=0.02,reset=0.01 --seed 7 \
+        --answers-json answers.json --marked-model cheap-model
 """
 
 from __future__ import annotations
@@ -30,6 +43,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import random
+import re
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -41,7 +56,9 @@ from aiohttp import web
 
 __all__ = [
     "DEFAULT_ANSWER",
+    "MIX_FAULTS",
     "FastStub",
+    "FaultMix",
     "RecordedRequest",
     "Reply",
     "StubUpstream",
@@ -125,6 +142,75 @@ class Reply:
         return cls(fault="no_choices")
 
 
+#: what a :class:`FaultMix` can inject: an upstream 5xx, a 429 with ``Retry-After``, no answer
+#: within the client's timeout, a 200 with a truncated JSON body, the connection closed before
+#: the response (``reset``) or mid-body (``cut``), and a body that stalls half-way (``slow``)
+MIX_FAULTS = ("5xx", "429", "timeout", "malformed_json", "reset", "cut", "slow")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultMix:
+    """A seeded share of faulty replies: ``rates[fault]`` is the chance a request gets it.
+
+    ``timeout_s`` is how long a ``timeout`` stays silent (set it past the provider's
+    ``timeout_s``), ``slow_s`` how long a ``slow`` body stalls half-way (below it: a slow answer
+    that still arrives), ``retry_after_s`` the ``Retry-After`` a 429 carries.
+    """
+
+    rates: Mapping[str, float]
+    seed: int = 0
+    timeout_s: float = 30.0
+    slow_s: float = 0.5
+    retry_after_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.rates) - set(MIX_FAULTS))
+        if unknown:
+            raise ValueError(f"unknown fault(s) {unknown}; known: {', '.join(MIX_FAULTS)}")
+        if any(r < 0 for r in self.rates.values()) or sum(self.rates.values()) > 1:
+            raise ValueError("fault rates must be >= 0 and sum to at most 1")
+
+    @classmethod
+    def parse(cls, spec: str, **kwargs: Any) -> FaultMix:
+        """``"5xx=0.03,429=0.02"`` (empty: no faults)."""
+        rates: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            name, _, value = part.partition("=")
+            rates[name.strip()] = float(value)
+        return cls(rates=rates, **kwargs)
+
+    def drawer(self) -> Callable[[], str | None]:
+        """A function drawing the next request's fault (``None``: answer normally)."""
+        rng = random.Random(self.seed)
+        table = [(name, self.rates[name]) for name in MIX_FAULTS if self.rates.get(name)]
+
+        def draw() -> str | None:
+            x = rng.random()
+            for name, rate in table:
+                if x < rate:
+                    return name
+                x -= rate
+            return None
+
+        return draw
+
+    def reply(self, fault: str) -> Reply:
+        """The :class:`Reply` that injects ``fault``."""
+        if fault == "5xx":
+            return Reply.error(503, "stub overloaded")
+        if fault == "429":
+            return Reply.error(429, "stub rate limit", retry_after=self.retry_after_s)
+        if fault == "timeout":
+            return Reply.timeout(self.timeout_s)
+        if fault == "malformed_json":
+            return Reply.malformed_json()
+        if fault == "reset":
+            return Reply.cut(before_headers=True)
+        if fault == "cut":
+            return Reply.cut()
+        return Reply.stall_body(self.slow_s)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RecordedRequest:
     """One request as the stub received it; ``time`` is ``time.perf_counter()`` at arrival."""
@@ -166,6 +252,10 @@ class StubUpstream:
         host: str = "127.0.0.1",
         port: int = 0,
         fast: bool = False,
+        faults: FaultMix | None = None,
+        marked_answers: Mapping[str, str] | None = None,
+        marked_models: Sequence[str] | None = None,
+        record: bool = True,
     ) -> None:
         self.answer = answer
         self.answers = dict(answers or {})
@@ -179,6 +269,13 @@ class StubUpstream:
         self._host = host
         self._port = port
         self._fast = fast
+        self.faults = faults
+        self._draw_fault = faults.drawer() if faults is not None else None
+        #: faults injected so far, by name (:data:`MIX_FAULTS`)
+        self.injected: dict[str, int] = {}
+        self.marked_answers = dict(marked_answers or {})
+        self.marked_models = frozenset(marked_models) if marked_models is not None else None
+        self.record = record
         self._queues: dict[str | None, deque[Reply]] = {}
         self._ids = itertools.count(1)
         self._closing = asyncio.Event()
@@ -242,6 +339,7 @@ class StubUpstream:
         handler = self._fast_chat if self._fast else self._chat
         app.router.add_post("/v1/chat/completions", handler)
         app.router.add_get("/v1/models", self._list_models)
+        app.router.add_get("/v1/stub/stats", self._stats)
         return app
 
     async def start(self) -> StubUpstream:
@@ -289,6 +387,10 @@ class StubUpstream:
             queue = self._queues.get(key)
             if queue:
                 return queue.popleft()
+        if self._draw_fault is not None and (fault := self._draw_fault()) is not None:
+            assert self.faults is not None
+            self.injected[fault] = self.injected.get(fault, 0) + 1
+            return self.faults.reply(fault)
         if self.responder is not None and (reply := self.responder(body)) is not None:
             return reply
         return Reply(latency_ms=self.latency_ms)
@@ -298,16 +400,31 @@ class StubUpstream:
             request.headers.get("Authorization") == f"Bearer {self.require_key}"
         )
 
+    def _default_answer(self, model: str | None, body: Mapping[str, Any]) -> str:
+        """``marked_answers[NAME]`` for a last user message holding ``[answer:NAME]`` (from a
+        marked model), else ``answers[model]``, else ``answer``."""
+        if self.marked_answers and (
+            self.marked_models is None or (model or "") in self.marked_models
+        ):
+            match = _MARKER.search(_last_user_text(body))
+            if match is not None and match.group(1) in self.marked_answers:
+                return self.marked_answers[match.group(1)]
+        return self.answers.get(model or "", self.answer)
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response({"served": self.served, "faults": self.injected})
+
     async def _list_models(self, request: web.Request) -> web.Response:
-        self.requests.append(
-            RecordedRequest(
-                method=request.method,
-                path=request.path,
-                body=None,
-                headers=dict(request.headers),
-                time=time.perf_counter(),
+        if self.record:
+            self.requests.append(
+                RecordedRequest(
+                    method=request.method,
+                    path=request.path,
+                    body=None,
+                    headers=dict(request.headers),
+                    time=time.perf_counter(),
+                )
             )
-        )
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "stub"} for m in self.models]
         return web.json_response({"object": "list", "data": data})
 
@@ -318,15 +435,16 @@ class StubUpstream:
             body: Any = json.loads(raw)
         except ValueError:
             body = None
-        self.requests.append(
-            RecordedRequest(
-                method=request.method,
-                path=request.path,
-                body=body,
-                headers=dict(request.headers),
-                time=arrived,
+        if self.record:
+            self.requests.append(
+                RecordedRequest(
+                    method=request.method,
+                    path=request.path,
+                    body=body,
+                    headers=dict(request.headers),
+                    time=arrived,
+                )
             )
-        )
         if not self._authorised(request):
             return _error_response(401, "Incorrect API key provided.", "invalid_api_key")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
@@ -354,7 +472,7 @@ class StubUpstream:
         if reply.texts:  # honouring n: at most n of them; ignoring it: all, whatever n was
             texts = list(reply.texts[:n] if honours else reply.texts)
         else:
-            default = self.answers.get(model or "", self.answer)
+            default = self._default_answer(model, body)
             texts = [default] * (n if honours else 1)
         payload = self._render(
             texts,
@@ -436,6 +554,18 @@ class StubUpstream:
 
 
 _JSON = "application/json"
+_MARKER = re.compile(r"\[answer:([A-Za-z0-9_.-]+)\]")
+
+
+def _last_user_text(body: Mapping[str, Any]) -> str:
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return ""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
 
 
 def _error_response(
@@ -647,7 +777,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="raw",
         help="raw: bare asyncio protocol, least CPU (default); aiohttp: the full HTTP stack",
     )
+    parser.add_argument(
+        "--faults",
+        default=None,
+        help=f"a seeded fault mix, e.g. '5xx=0.03,429=0.02' (known: {', '.join(MIX_FAULTS)}); "
+        "implies the aiohttp stub with nothing recorded",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seeds the fault draws")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="a `timeout` fault's silence")
+    parser.add_argument("--slow-s", type=float, default=0.5, help="a `slow` body's stall")
+    parser.add_argument(
+        "--answers-json",
+        default=None,
+        help="a JSON object NAME -> answer text, chosen by '[answer:NAME]' in the last user "
+        "message; implies the aiohttp stub with nothing recorded",
+    )
+    parser.add_argument(
+        "--marked-model",
+        action="append",
+        dest="marked_models",
+        help="only this model's answers follow the markers (repeatable; default: every model)",
+    )
     args = parser.parse_args(argv)
+    scripted = args.faults is not None or args.answers_json is not None
 
     async def serve() -> None:
         options: dict[str, Any] = {
@@ -658,7 +810,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             "host": args.host,
             "port": args.port,
         }
-        stub = FastStub(**options) if args.server == "raw" else StubUpstream(**options, fast=True)
+        stub: FastStub | StubUpstream
+        if scripted:
+            marked: dict[str, str] = {}
+            if args.answers_json is not None:
+                with open(args.answers_json, encoding="utf-8") as f:
+                    marked = json.load(f)
+            faults = None
+            if args.faults is not None:
+                faults = FaultMix.parse(
+                    args.faults, seed=args.seed, timeout_s=args.timeout_s, slow_s=args.slow_s
+                )
+            stub = StubUpstream(
+                **options,
+                faults=faults,
+                marked_answers=marked,
+                marked_models=args.marked_models,
+                record=False,
+            )
+        elif args.server == "raw":
+            stub = FastStub(**options)
+        else:
+            stub = StubUpstream(**options, fast=True)
         async with stub:
             print(f"stub upstream on {stub.url} (latency {args.latency_ms:g} ms)", flush=True)
             await asyncio.Event().wait()
