@@ -158,7 +158,7 @@ def _verify(args: argparse.Namespace) -> int:
                 _print_file(file, indent="  ")
         ok = ok and report.ok
         if report.ok and public_key is not None:
-            ok = verify_signatures(chain.files, public_key) and ok
+            ok = verify_signatures(chain.files, public_key, report) and ok
     return 0 if ok else 1
 
 
@@ -207,10 +207,13 @@ def _gap_text(gap: Gap) -> str:
 _MAX_PROBLEMS = 20
 
 
-def verify_signatures(files: Sequence[Path], public_key: Ed25519PublicKey) -> bool:
-    """``--pubkey``: check one chain's signed checkpoints (its files in chain order, after its
-    hash chain verified) and print the outcome; ``True`` when they hold."""
-    report = verify_checkpoints(files, public_key)
+def verify_signatures(
+    files: Sequence[Path], public_key: Ed25519PublicKey, chain: ChainReport | None = None
+) -> bool:
+    """``--pubkey``: check one chain's signed checkpoints (its files in chain order; ``chain``:
+    their hash chain as verified already) and print the outcome; ``True`` when they hold."""
+    reports = [file.report for file in chain.files] if chain is not None else None
+    report = verify_checkpoints(files, public_key, reports=reports)
     for problem in report.problems[:_MAX_PROBLEMS]:
         print(_printable(str(problem)))
     if len(report.problems) > _MAX_PROBLEMS:

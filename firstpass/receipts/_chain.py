@@ -58,7 +58,9 @@ class VerifyReport:
     markers among the verified lines (a chain with gaps is ``ok``: the loss is recorded, not
     hidden); ``n_special`` counts the verified lines that are not requests (gaps, checkpoints).
     ``first_prev`` is the first line's ``prev_hash`` (``None`` for an empty file) and
-    ``good_bytes`` the length of the verified prefix.
+    ``good_bytes`` the length of the verified prefix. ``checkpoints`` lists each verified
+    checkpoint line as ``(line, head)``: the hash of the line before it, which is what the
+    chain links it to and so what its signature must be over (``verify_checkpoints``).
     """
 
     ok: bool
@@ -70,6 +72,7 @@ class VerifyReport:
     n_special: int = 0
     first_prev: str | None = None
     good_bytes: int = 0
+    checkpoints: tuple[tuple[int, str], ...] = ()
 
     @property
     def n_receipts(self) -> int:
@@ -177,6 +180,7 @@ def verify_chain(
     ``ReceiptError`` if the file cannot be read at all.
     """
     gaps: list[Gap] = []
+    checkpoints: list[tuple[int, str]] = []
     n_special = 0
     first_prev: str | None = None
     good = 0
@@ -190,31 +194,37 @@ def verify_chain(
             for line_no, raw in enumerate(fh, 1):
                 record: dict[str, Any] | None = None
                 digest = None if strict else _fast_check(raw, prev_bytes, sha256)
-                if digest is None:
-                    try:
+                try:
+                    if digest is None:
                         record = check_line(raw, strict=strict)
                         check_link(record, prev_bytes.decode(), line_no)
-                    except BadLine as bad:
-                        return VerifyReport(
-                            ok=False,
-                            n_lines=n_ok,
-                            head=prev_bytes.decode(),
-                            first_bad_line=line_no,
-                            reason=str(bad),
-                            gaps=tuple(gaps),
-                            n_special=n_special,
-                            first_prev=first_prev,
-                            good_bytes=good,
-                        )
-                    digest = record["hash"].encode()
+                        digest = record["hash"].encode()
+                    kind = None
+                    if _may_be_special(raw):
+                        kind, record = _special_kind(raw, record)
+                except BadLine as bad:
+                    return VerifyReport(
+                        ok=False,
+                        n_lines=n_ok,
+                        head=prev_bytes.decode(),
+                        first_bad_line=line_no,
+                        reason=str(bad),
+                        gaps=tuple(gaps),
+                        n_special=n_special,
+                        first_prev=first_prev,
+                        good_bytes=good,
+                        checkpoints=tuple(checkpoints),
+                    )
                 if line_no == 1:
                     first_prev = prev_bytes.decode()
-                if _may_be_special(raw):
-                    kind = _special_kind(raw, record)
-                    if kind is not None:
-                        n_special += 1
-                        if kind == "gap":
-                            gaps.append(_gap(line_no, raw, record))
+                if kind is not None and record is not None:
+                    n_special += 1
+                    if kind == "gap":
+                        gaps.append(_gap(line_no, record))
+                    elif kind == "checkpoint":
+                        # the head this line follows in the chain, as linked above: what a
+                        # checkpoint must sign (its parsed prev_hash may say otherwise)
+                        checkpoints.append((line_no, prev_bytes.decode()))
                 prev_bytes = digest
                 good += len(raw)
                 n_ok += 1
@@ -228,6 +238,7 @@ def verify_chain(
         n_special=n_special,
         first_prev=first_prev,
         good_bytes=good,
+        checkpoints=tuple(checkpoints),
     )
 
 
@@ -264,16 +275,27 @@ def _first_prev(fh: Any) -> str:
     return value if isinstance(value, str) and HASH_RE.fullmatch(value) else GENESIS_HASH
 
 
-def _special_kind(raw: bytes, record: dict[str, Any] | None) -> str | None:
-    """The top-level ``kind`` of a verified line that may carry one (parsed only then)."""
+def _special_kind(raw: bytes, record: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
+    """The top-level ``kind`` of a verified line that may carry one (parsed only then), and the
+    parsed line. ``BadLine`` when its bytes hash and link but are not a JSON object (a line
+    forged to pass the byte-level check: readers could not read it)."""
     if record is None:
-        record = json.loads(raw)
+        try:
+            parsed = json.loads(raw)
+        except UnicodeDecodeError as exc:
+            raise BadLine(f"not UTF-8 text (byte {exc.start + 1})") from exc
+        except json.JSONDecodeError as exc:
+            raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from exc
+        except RecursionError as exc:
+            raise BadLine("not a receipt: JSON nested too deeply to read") from exc
+        if not isinstance(parsed, dict):
+            raise BadLine(f"not a receipt: a JSON {type(parsed).__name__}, not an object")
+        record = parsed
     kind = record.get("kind")
-    return kind if isinstance(kind, str) else None
+    return (kind if isinstance(kind, str) else None), record
 
 
-def _gap(line_no: int, raw: bytes, record: dict[str, Any] | None) -> Gap:
-    data = record if record is not None else json.loads(raw)
+def _gap(line_no: int, data: dict[str, Any]) -> Gap:
 
     def number(key: str) -> int | None:
         value = data.get(key)

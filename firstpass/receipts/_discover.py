@@ -30,6 +30,10 @@ class ChainFiles:
     """One chain: ``files`` in chain order (rotated siblings oldest first, the active file last)."""
 
     files: tuple[Path, ...]
+    #: an earlier chain's first file that starts with the very same line: two chains never
+    #: share a line, so one of them is a copy (a backup left beside the log, say), which would
+    #: count every receipt twice
+    same_start_as: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +110,12 @@ def verify_files(chain: ChainFiles, *, strict: bool = False) -> ChainReport:
             continue
         report = verify_chain(path, strict=strict, prev=prev)
         problem = None
-        if prev is None and report.first_prev not in (None, GENESIS_HASH):
+        if prev is None and chain.same_start_as is not None:
+            problem = (
+                f"starts with the same line as {chain.same_start_as} (another chain here): one of"
+                " them is a copy, and a directory holding both counts every receipt twice"
+            )
+        elif prev is None and report.first_prev not in (None, GENESIS_HASH):
             problem = (
                 f"continues a chain whose previous file is missing (its first line links to"
                 f" {report.first_prev}, which no file given ends with)"
@@ -150,7 +159,26 @@ def _stitch(files: list[Path]) -> list[ChainFiles]:
                 home.append(chain[0])
                 continue
         merged.append(chain)
-    return [ChainFiles(files=tuple(chain)) for chain in sorted(merged, key=lambda c: c[0].name)]
+    found: list[ChainFiles] = []
+    seen: dict[str, Path] = {}
+    for chain in sorted(merged, key=lambda c: c[0].name):
+        first_line = _first_hash(chain[0])
+        same = seen.get(first_line) if first_line is not None else None
+        if first_line is not None and same is None:
+            seen[first_line] = chain[0]
+        found.append(ChainFiles(files=tuple(chain), same_start_as=same))
+    return found
+
+
+def _first_hash(path: Path) -> str | None:
+    """The ``hash`` member of a file's first line (``None`` where unreadable or empty)."""
+    try:
+        with open(path, "rb") as fh:
+            record = json.loads(fh.readline() or b"null")
+    except (OSError, ValueError, RecursionError):
+        return None
+    value = record.get("hash") if isinstance(record, dict) else None
+    return value if isinstance(value, str) and HASH_RE.fullmatch(value) else None
 
 
 def _ends(path: Path) -> tuple[str | None, str | None]:

@@ -22,7 +22,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from firstpass.errors import ConfigError, ReceiptError
-from firstpass.receipts._canonical import canonical_bytes
+from firstpass.receipts._canonical import GENESIS_HASH, canonical_bytes
+from firstpass.receipts._chain import VerifyReport, verify_chain
 from firstpass.receipts._ids import new_receipt_id
 from firstpass.receipts._special import utc_now
 
@@ -215,13 +216,34 @@ def write_key_files(out: str | os.PathLike[str], *, force: bool = False) -> KeyF
         private_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ReceiptError(f"cannot create {private_path.parent}: {exc.strerror or exc}") from None
-    _place(private_path, private_pem, 0o600, force=force)
+    # --force: the key being replaced is kept (a hard link) until the new pair is in place, so
+    # a public half that cannot be written leaves the old pair as it was, not no key at all
+    kept = _keep(private_path) if force else None
     try:
-        _place(public_path, public_pem, 0o644, force=force)
-    except BaseException:
-        private_path.unlink(missing_ok=True)  # never a private key without its public half
-        raise
+        _place(private_path, private_pem, 0o600, force=force)
+        try:
+            _place(public_path, public_pem, 0o644, force=force)
+        except BaseException:
+            if kept is not None:
+                os.replace(kept, private_path)
+            else:
+                private_path.unlink(missing_ok=True)  # never a private key without its public
+            raise
+    finally:
+        if kept is not None:
+            kept.unlink(missing_ok=True)
     return KeyFiles(private=private_path, public=public_path, key_id=key_id(key.public_key()))
+
+
+def _keep(path: Path) -> Path | None:
+    """A second name for the file at ``path`` (a hard link beside it), or ``None`` when there
+    is no file there to keep."""
+    kept = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.old")
+    try:
+        os.link(path, kept, follow_symlinks=False)
+    except OSError:
+        return None
+    return kept
 
 
 def _place(path: Path, data: bytes, mode: int, *, force: bool) -> None:
@@ -293,27 +315,57 @@ class SignatureReport:
 
 
 def verify_checkpoints(
-    files: Iterable[str | os.PathLike[str]], public_key: Ed25519PublicKey
+    files: Iterable[str | os.PathLike[str]],
+    public_key: Ed25519PublicKey,
+    *,
+    reports: Sequence[VerifyReport | None] | None = None,
 ) -> SignatureReport:
     """Check every checkpoint of one chain (``files`` in chain order) against ``public_key``.
 
-    Each checkpoint must be signed by this key over its own ``prev_hash`` (a checkpoint copied
-    into a rewritten chain signs a head that is not there), and a non-empty chain needs at
-    least one. The hash chain itself is ``verify_chain``'s job: run it first, since a
-    checkpoint vouches for the line before it only through the chain. Only lines holding
-    ``"kind":"checkpoint"`` are parsed. ``ReceiptError`` if a file cannot be read.
+    Each checkpoint must be signed by this key over the head it follows in the hash chain,
+    which must also be its own ``prev_hash`` (a checkpoint copied into a rewritten chain signs
+    a head that is not there), and a non-empty chain needs at least one. A checkpoint vouches
+    for the lines before it only through the chain, so the chain is verified here as
+    ``verify_chain`` does (``reports``: the files' ``VerifyReport``s, in the same order, when
+    the caller has them already); lines past a break are not checked, and the break is a
+    problem. Only lines holding ``"kind":"checkpoint"`` are parsed. ``ReceiptError`` if a file
+    cannot be read.
     """
+    paths = list(files)
+    if reports is not None and len(reports) != len(paths):
+        raise ReceiptError("verify_checkpoints: one report per file, in the same order")
     expected_id = key_id(public_key)
     problems: list[SignatureProblem] = []
     n_lines = n_checkpoints = since_last = 0
     last_head: str | None = None
     last_time: str | None = None
     shown = ""
-    for path in files:
+    prev: str | None = None
+    for index, path in enumerate(paths):
         shown = os.fspath(path)
+        chain = reports[index] if reports is not None else verify_chain(path, prev=prev)
+        if chain is None or not chain.ok:
+            where = chain.first_bad_line if chain is not None else 0
+            why = f" ({chain.reason})" if chain is not None and chain.reason else ""
+            problems.append(
+                SignatureProblem(
+                    path=shown,
+                    line=where or 0,
+                    reason=f"the hash chain does not verify here{why}; no checkpoint from here"
+                    " on is checked (run `firstpass receipts verify`)",
+                )
+            )
+        verified = chain.n_lines if chain is not None else 0
+        heads = dict(chain.checkpoints) if chain is not None else {}
+        if chain is not None and chain.n_lines:
+            prev = chain.head
+        elif prev is None:
+            prev = GENESIS_HASH
         try:
             with open(path, "rb", buffering=_READ_BUFFER) as fh:
                 for line_no, raw in enumerate(fh, 1):
+                    if line_no > verified:
+                        break
                     n_lines += 1
                     since_last += 1
                     if _CHECKPOINT_MARK not in raw:
@@ -323,13 +375,17 @@ def verify_checkpoints(
                         continue
                     n_checkpoints += 1
                     since_last = 0
-                    reason = _checkpoint_problem(record, public_key, expected_id)
+                    reason = _checkpoint_problem(
+                        record, public_key, expected_id, heads.get(line_no)
+                    )
                     if reason is not None:
                         problems.append(SignatureProblem(path=shown, line=line_no, reason=reason))
                         continue
                     last_head, last_time = record["signed"]["head"], record["signed"].get("time")
         except OSError as exc:
             raise ReceiptError(f"{shown}: cannot read the receipt log: {exc}") from exc
+        if chain is None or not chain.ok:
+            break
     if n_lines and not n_checkpoints:
         problems.append(
             SignatureProblem(
@@ -360,9 +416,10 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 
 def _checkpoint_problem(
-    record: Mapping[str, Any], public_key: Ed25519PublicKey, expected_id: str
+    record: Mapping[str, Any], public_key: Ed25519PublicKey, expected_id: str, linked: str | None
 ) -> str | None:
-    """Why this checkpoint record does not hold up under ``public_key``, or ``None``."""
+    """Why this checkpoint record does not hold up under ``public_key``, or ``None``.
+    ``linked``: the head the line follows in the verified chain (``None``: not known)."""
     signed = record.get("signed")
     signature = record.get("signature")
     if not isinstance(signed, dict) or not isinstance(signature, str):
@@ -384,5 +441,16 @@ def _checkpoint_problem(
             f"the signed head {signed.get('head')} is not this line's prev_hash"
             f" {record.get('prev_hash')}: a checkpoint copied from another chain (was the log"
             " rewritten?)"
+        )
+    if linked is None:
+        # verify_chain records every checkpoint laid out as the writer lays them out ("kind"
+        # right after "id"); one it did not is not a line the writer wrote
+        return "not a checkpoint line as the writer writes them ('kind' does not follow 'id')"
+    if signed.get("head") != linked:
+        # the chain links the line by its bytes; a line with a second prev_hash member (or one
+        # nested before the real one) links one head and parses as another
+        return (
+            f"the signed head {signed.get('head')} is not the head this line follows in the"
+            f" chain ({linked}): the line's links are ambiguous, or the log was rewritten"
         )
     return None

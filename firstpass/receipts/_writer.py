@@ -33,7 +33,14 @@ import structlog
 
 from firstpass.errors import ReceiptError, ReceiptUnavailable
 from firstpass.receipts._canonical import GENESIS_HASH, EncodedRecord, encode_record
-from firstpass.receipts._chain import link, read_tail_hash, verify_chain
+from firstpass.receipts._chain import (
+    BadLine,
+    check_line,
+    check_link,
+    link,
+    read_tail_hash,
+    verify_chain,
+)
 from firstpass.receipts._rotate import next_rotated_name, rotated_siblings
 from firstpass.receipts._special import TORN_REASON, gap_record
 
@@ -590,9 +597,14 @@ class ReceiptWriter:
         self._file_opened = self._last_checkpoint = time.monotonic()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+            existed = path.exists()
             fd = self._open_active()
         except OSError as exc:
             raise ReceiptError(f"{path}: cannot open the receipt log: {exc}") from exc
+        if not existed and self._fsync == "durable":
+            # a log created just now must survive a crash with the receipts acknowledged in
+            # it: its directory entry is made durable too (as rotation does for its new files)
+            _fsync_dir(path.parent)
         try:
             self._lock(fd)
             self._fd = fd
@@ -644,9 +656,29 @@ class ReceiptWriter:
                 " where it breaks"
             )
         try:
+            completed = self._complete_torn(fd, head, report.good_bytes)
+            if completed is not None:
+                return completed
             return self._repair_torn(fd, head, report.good_bytes)
         except OSError as exc:
             raise ReceiptError(f"{path}: cannot repair the torn last line: {exc}") from exc
+
+    def _complete_torn(self, fd: int, head: str, good: int) -> tuple[str, int] | None:
+        """A last line that lacks only its newline (a write cut short by one byte) is a whole
+        receipt: it hashes and links to ``head``. End it with its newline instead of moving it
+        aside (nothing was lost); ``None`` for a truly torn line."""
+        with open(self._path, "rb") as fh:
+            fh.seek(good)
+            tail = fh.read()
+        try:
+            record = check_line(tail + b"\n")
+            check_link(record, head, 2)
+        except BadLine:
+            return None
+        self._write_all_to(fd, b"\n")
+        os.fsync(fd)
+        log.warning("receipt_log_completed", path=str(self._path), line_bytes=len(tail))
+        return str(record["hash"]), good + len(tail) + 1
 
     def _repair_torn(self, fd: int, head: str, good: int) -> tuple[str, int]:
         """Move the incomplete last line aside, cut it off and link a gap marker in its place."""
@@ -662,10 +694,11 @@ class ReceiptWriter:
         out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.fchmod(out, 0o600)
-            os.write(out, torn)
+            self._write_all_to(out, torn)
             os.fsync(out)
         finally:
             os.close(out)
+        _fsync_dir(aside.parent)  # the gap marker names it: it must outlive a crash too
         os.ftruncate(fd, good)
         self._prev, self._file_bytes = head, good
         marker = gap_record(
@@ -737,9 +770,13 @@ class ReceiptWriter:
         return len(data)
 
     def _write_all(self, data: bytes) -> None:
+        self._write_all_to(self._fd, data)
+
+    @staticmethod
+    def _write_all_to(fd: int, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view) :]
+            view = view[os.write(fd, view) :]
 
     def _checkpoint_line(self, head: str) -> tuple[bytes, str] | None:
         """The checkpointer's record linked after ``head``; ``None`` if it failed (logged: a
