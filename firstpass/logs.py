@@ -2,7 +2,8 @@
 
 ``FIRSTPASS_LOG_LEVEL`` (debug, info, warning, error; default info) and ``FIRSTPASS_LOG_FORMAT``
 (``console`` or ``json``; production runs ``json``: one object a line, see docs/operations.md).
-Log events carry hashes and ids, never prompt or answer text.
+Log events carry hashes and ids, never prompt or answer text. Records of the standard
+``logging`` module (aiohttp, asyncio) are routed through the same renderer and writer.
 
 The server logs through a background writer (``configure_logging(background=True)``): a log
 call renders its line (CPU, microseconds) and hands it to one thread that writes it. A stderr
@@ -142,6 +143,80 @@ _background: BackgroundLog | None = None
 _json_level: int | None = None
 
 
+class _StdlibHandler(logging.Handler):
+    """Records of the standard ``logging`` module (aiohttp's "Error handling request" with its
+    traceback, asyncio's, the sandbox's) as structlog events: rendered like every other event
+    (under ``json`` one object a line, the traceback in ``exception``) and written by the same
+    writer, instead of Python's last-resort handler printing plain lines to stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if _malformed_http(record):
+                return
+            try:
+                message = record.getMessage()
+            except Exception:  # bad %-args: the template, not a lost record
+                message = str(record.msg)
+            level = max((n for n in _LEVEL_NUMBERS if n <= record.levelno), default=logging.DEBUG)
+            fields: dict[str, Any] = {"logger": record.name}
+            if record.exc_info and record.exc_info[0] is not None:
+                fields["exc_info"] = record.exc_info
+            structlog.get_logger(record.name).log(level, message, **fields)
+        except Exception:
+            self.handleError(record)
+
+
+def _malformed_http(record: logging.LogRecord) -> bool:
+    """aiohttp's "Error handling request" for HTTP it could not parse, logged as one
+    ``malformed_http_request`` event (info: the client's mistake, not ours) without the parser's
+    message, which quotes the offending bytes: a bad ``Authorization`` line would put the
+    client's key in the log. ``True`` when ``record`` was that and is handled."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is None or not record.name.startswith("aiohttp."):
+        return False
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    if not isinstance(exc, HttpProcessingError):
+        return False
+    remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
+    structlog.get_logger(record.name).info(
+        "malformed_http_request",
+        logger=record.name,
+        remote=str(remote) if remote is not None else None,
+        status=exc.code,
+        error=type(exc).__name__,
+    )
+    return True
+
+
+#: the levels structlog's filtering loggers name (a custom stdlib level logs as the one below it)
+_LEVEL_NUMBERS = (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
+_stdlib_handler: _StdlibHandler | None = None
+#: the root logger's level before ``_route_stdlib`` set it
+_root_level = logging.WARNING
+
+
+def _route_stdlib(level: int) -> None:
+    """Send the root logger's records (every library's) through structlog, from ``level`` but
+    never below warning: what Python's last-resort handler showed, now rendered like the rest
+    (a library's info lines, such as an HTTP client's one per request, stay off)."""
+    global _stdlib_handler, _root_level
+    _unroute_stdlib()
+    _stdlib_handler = _StdlibHandler()
+    _root_level = logging.root.level
+    logging.root.addHandler(_stdlib_handler)
+    logging.root.setLevel(max(level, logging.WARNING))
+
+
+def _unroute_stdlib() -> None:
+    """Undo ``_route_stdlib``: the handler removed, the root level as it was."""
+    global _stdlib_handler
+    if _stdlib_handler is not None:
+        logging.root.removeHandler(_stdlib_handler)
+        logging.root.setLevel(_root_level)
+        _stdlib_handler = None
+
+
 def write_event(
     event: str, fields: dict[str, Any], *, level: str = "info", timestamp: str | None = None
 ) -> bool:
@@ -201,6 +276,7 @@ def configure_logging(
             logger_factory=lambda *_args: _QueueLogger(sink),
             cache_logger_on_first_use=False,
         )
+        _route_stdlib(level)
         return
     structlog.configure(
         processors=[*common, renderer],
@@ -208,6 +284,7 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(file=out),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
+    _route_stdlib(level)
 
 
 def flush_logging(timeout: float = 5.0) -> None:
@@ -220,6 +297,7 @@ def close_logging() -> None:
     """Write what the background writer holds and stop it (no-op without one)."""
     global _background, _json_level
     _json_level = None
+    _unroute_stdlib()
     if _background is not None:
         background, _background = _background, None
         background.close()

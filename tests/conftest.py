@@ -6,7 +6,9 @@ developer has exported can change a result or leak into a sandbox.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,49 @@ def _scrubbed_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(_SCRUB_PREFIXES) and name != "FIRSTPASS_DATA":
             monkeypatch.delenv(name, raising=False)
+
+
+class _Stderr:
+    """Whatever ``sys.stderr`` is at write time (pytest swaps it per test)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _quiet_structlog() -> None:
+    """structlog for tests: warnings and errors only, to the stderr pytest captures. An
+    in-process server logs each ``request`` event in a callback that may run after its test
+    returned, outside any capture: at info level those lines landed in pytest's own output.
+    Tests that read the log configure their own (``configure_logging(..., stream=...)``)."""
+    import structlog
+
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.format_exc_info,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+        cache_logger_on_first_use=False,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    """Every test starts and ends with the quiet test logging and no background log writer: a
+    test that configured logging (an in-process ``firstpass`` command, a JSON log fixture) must
+    not leave later tests' in-process servers writing to a stream of its choosing."""
+    from firstpass.logs import close_logging
+
+    close_logging()
+    _quiet_structlog()
+    yield
+    close_logging()
+    _quiet_structlog()
 
 
 @pytest.fixture
