@@ -339,3 +339,26 @@ def test_a_bug_of_ours_is_a_500_without_traceback_and_still_one_receipt(
     (receipt,) = stack.receipts_list()
     assert receipt["decision"]["action"] == "internal_error"
     assert receipt["error"]["status"] == 500
+
+
+def test_a_client_that_leaves_mid_body_still_gets_one_receipt(live_stack: Any) -> None:
+    """A POST whose body stops short and whose connection closes is a `client_disconnected`
+    receipt (499), not a missing receipt or an `unhandled_error` in the log."""
+    import socket
+    from urllib.parse import urlsplit
+
+    stack = live_stack()
+    url = urlsplit(stack.base_url)
+    with socket.create_connection((url.hostname, url.port)) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n" + b'{"model": "'
+        )
+        time.sleep(0.2)  # let the server start reading the body before the client leaves
+    deadline = time.monotonic() + 10
+    while not (records := stack.receipts_list()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (receipt,) = records
+    assert receipt["decision"]["action"] == "rejected"
+    assert receipt["error"]["status"] == 499
+    assert "closed the connection" in receipt["error"]["message"]

@@ -51,6 +51,8 @@ def demo_config(receipts: Path, *, mode: str | None = None, k: int = 5, lam: flo
     data: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0},
         "receipts": {"path": str(receipts), "fsync": "batch"},
+        # the demo prints its own table; a log line per request would interleave with it
+        "observability": {"request_log": False},
         "provider": [{"id": "replay", "kind": "replay", "samples": "samples.jsonl", "seed": 0}],
         "route": [
             {

@@ -107,6 +107,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             405: f"method {request.method} is not allowed on {request.path}",
         }.get(exc.status, exc.reason)
         return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+    except ConnectionResetError:
+        # the client went away while we answered (its receipt is already written): routine,
+        # not a fault of ours, and no one is left to read a response
+        log.info("client_disconnected", path=request.path)
+        return web.Response(status=499)
     except Exception as exc:
         log.exception("unhandled_error", path=request.path)
         message = "internal error; the server log has the details"

@@ -106,7 +106,14 @@ def resolve_mode(
 
 
 async def _read_json(request: web.Request) -> Any:
-    raw = await request.read()  # HTTPRequestEntityTooLarge past client_max_size
+    try:
+        raw = await request.read()  # HTTPRequestEntityTooLarge past client_max_size
+    except ConnectionResetError:  # the client left mid-body: still this request's one receipt
+        raise RequestError(
+            "the client closed the connection before the request body arrived",
+            status=499,
+            code="client_disconnected",
+        ) from None
     if not raw:
         raise RequestError("the request body is empty; send a JSON object", code="invalid_body")
     try:
