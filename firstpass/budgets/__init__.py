@@ -7,7 +7,14 @@ receipt log at start. docs/config.md ("Budgets") says what a client sees.
 
 from __future__ import annotations
 
-from firstpass.budgets._ledger import CURRENT_BUDGET, Hold, Ledger, RequestBudget, ledger_for
+from firstpass.budgets._ledger import (
+    CURRENT_BUDGET,
+    IN_FLIGHT_RETRY_S,
+    Hold,
+    Ledger,
+    RequestBudget,
+    ledger_for,
+)
 from firstpass.budgets._policy import (
     SCOPES,
     Crossing,
@@ -23,6 +30,7 @@ from firstpass.budgets._seed import spend_on
 
 __all__ = [
     "CURRENT_BUDGET",
+    "IN_FLIGHT_RETRY_S",
     "SCOPES",
     "Crossing",
     "Hold",

@@ -24,7 +24,10 @@ from firstpass.budgets._policy import (
 from firstpass.config import Config
 from firstpass.errors import BudgetExhausted
 
-__all__ = ["CURRENT_BUDGET", "Hold", "Ledger", "RequestBudget", "ledger_for"]
+__all__ = ["CURRENT_BUDGET", "IN_FLIGHT_RETRY_S", "Hold", "Ledger", "RequestBudget", "ledger_for"]
+
+#: the Retry-After of a call refused only for what requests in flight hold (they finish soon)
+IN_FLIGHT_RETRY_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,20 +118,50 @@ class Ledger:
             else 0.0,
             "daily": today.spent + self._held,
         }
-        if at_start:  # refused when nothing at all is left, not when a worst case may not fit
+        if at_start:
+            # refused when nothing at all is left (spent, not held: a hold is a worst case
+            # released within a request's time), not when a worst case may not fit
             for scope in ("per_key_daily", "daily"):
                 limit = limits[scope]
-                if limit is not None and committed[scope] >= limit:
-                    return Crossing(
-                        scope=scope, limit_usd=limit, spent_usd=committed[scope], needed_usd=0.0
-                    )
+                settled = self._settled(scope, key)
+                if limit is not None and settled >= limit:
+                    return Crossing(scope=scope, limit_usd=limit, spent_usd=settled, needed_usd=0.0)
             return None
         return crossing(amount, limits=limits, committed=committed)
 
-    def error(self, found: Crossing, key: str | None) -> BudgetExhausted:
-        """The client's error for a crossed cap; a daily one says when it resets."""
+    def _settled(self, scope: Scope, key: str | None) -> float:
+        """What is spent today against a daily ``scope`` (no holds)."""
+        today = self._day()
+        if scope == "per_key_daily":
+            return today.by_key.get(key, 0.0) if key is not None else 0.0
+        return today.spent
+
+    def error(self, found: Crossing, key: str | None, *, held: float = 0.0) -> BudgetExhausted:
+        """The client's error for a crossed cap; a daily one says when it resets.
+
+        ``held``: what other requests in flight hold against the cap, when the call would fit
+        without them: the refusal is then a retryable 429 (``rate_limit_error``, a Retry-After
+        of seconds), never "exhausted until midnight", which makes SDKs give up for the day."""
         limit, spent = found.limit_usd, found.spent_usd
         retry: float | None = None
+        if held > 0.0 and found.scope != "per_request":
+            whose = f"API key {key!r}" if found.scope == "per_key_daily" else "this server"
+            message = (
+                f"{whose} has ${spent:.6f} of its ${limit:g} daily budget spent or held for "
+                f"the UTC day {self._day().day}, ${held:.6f} of it held by requests in flight "
+                f"until their calls finish; the next call may cost up to "
+                f"${found.needed_usd:.6f}. Retry in a few seconds"
+            )
+            exc = BudgetExhausted(
+                message,
+                scope=found.scope,
+                limit_usd=limit,
+                spent_usd=spent,
+                needed_usd=found.needed_usd,
+                retry_after_s=IN_FLIGHT_RETRY_S,
+            )
+            exc.type = "rate_limit_error"  # the quota is not spent: SDKs retry this
+            return exc
         if found.scope == "per_request":
             message = (
                 f"this request's budget of ${limit:g} ([budgets] per_request_usd) does not cover "
@@ -163,11 +196,21 @@ class Ledger:
             amount, budget.key, request_committed=budget.spent + budget.held, at_start=False
         )
         if found is not None:
-            raise self.error(found, budget.key)
+            raise self.error(found, budget.key, held=self._others_hold(found, budget, amount))
         self._held += amount
         if budget.key is not None:
             self._held_by_key[budget.key] = self._held_by_key.get(budget.key, 0.0) + amount
         return Hold(amount)
+
+    def _others_hold(self, found: Crossing, budget: RequestBudget, amount: float) -> float:
+        """What other requests hold against the daily cap ``found`` crossed, when the call
+        would fit without those holds (0.0 when it would not: the cap is really spent)."""
+        if found.scope == "per_request":
+            return 0.0
+        settled = self._settled(found.scope, budget.key)
+        if settled + budget.held + amount > found.limit_usd + 1e-12:
+            return 0.0
+        return max(0.0, found.spent_usd - settled - budget.held)
 
     def _settle(self, budget: RequestBudget, hold: Hold, actual: float) -> None:
         self._held = max(0.0, self._held - hold.amount)

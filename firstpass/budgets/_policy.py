@@ -56,13 +56,15 @@ def input_token_bound(body: Mapping[str, Any]) -> int:
 
 
 def output_token_bound(body: Mapping[str, Any], n: int, default_max_tokens: int) -> int:
-    """The request's own ``max_completion_tokens`` / ``max_tokens`` per choice, else the
-    configured default, times the choices asked for."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value * max(1, n)
-    return default_max_tokens * max(1, n)
+    """The request's own ``max_completion_tokens`` / ``max_tokens`` per choice (the larger
+    when it sets both: upstreams differ in which one they honour), else the configured
+    default, times the choices asked for."""
+    limits = [
+        value
+        for value in (body.get("max_completion_tokens"), body.get("max_tokens"))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0
+    ]
+    return (max(limits) if limits else default_max_tokens) * max(1, n)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -125,8 +125,8 @@ def config_from_dict(
 def _env_secret(env: Mapping[str, str], name: str, key_path: str) -> str:
     if not _ENV_NAME.match(name):
         raise ConfigError(key_path, f'"{name}" is not an environment variable name')
-    value = env.get(name, "")
-    if not value.strip():
+    value = env.get(name, "").strip()  # a secret file's newline: HTTP strips it from headers
+    if not value:
         raise ConfigError(key_path, f"environment variable {name} is not set")
     return value
 
@@ -142,6 +142,7 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
         for i, name in enumerate(names)
     ]
     accepted += _client_keys(f.get_tables(table, "client_key", p), env, {k.name for k in accepted})
+    _check_distinct_secrets(accepted, len(names))
     keys = frozenset(k.secret for k in accepted)
     return ServerConfig(
         host=f.get_str(table, "host", p, "127.0.0.1"),
@@ -191,6 +192,25 @@ def _client_keys(
             )
         )
     return out
+
+
+def _check_distinct_secrets(accepted: list[ClientKey], from_env: int) -> None:
+    """Every accepted key holds its own secret: a request is one key's, and two keys with one
+    secret would make the second's name, routes and daily cap silently never apply."""
+    seen: dict[str, str] = {}
+    for i, key in enumerate(accepted):
+        where = (
+            f"server.client_keys_env[{i}]"
+            if i < from_env
+            else f"server.client_key[{i - from_env}].key_env"
+        )
+        first = seen.setdefault(key.secret, key.name)
+        if len(seen) <= i:  # this secret was already taken by an earlier key
+            raise ConfigError(
+                where,
+                f'{key.key_env} holds the same key as "{first}": each key must be its own '
+                "(requests are told apart by their key alone)",
+            )
 
 
 def _check_key_routes(server: ServerConfig, routes: tuple[RouteConfig, ...]) -> None:

@@ -3,12 +3,15 @@
 
 Both reserve a call's worst case before making it and settle at its real cost after
 (``firstpass.budgets``). A refused judge call abstains like any failed judge call, and the
-request's budget remembers the refusal, so the pipeline stops there whatever the check made of
-it: a judge that did not run never verifies an answer.
+stage it ran in (``Steps.verify``, which collects refusals in ``STAGE_REFUSALS``) raises it, so
+the pipeline stops there whatever the check made of it: a judge that did not run never verifies
+an answer. The refusal belongs to that one stage: a concurrent stage (shadow's label gate beside
+the cascade's gate) or a later one is not failed by it.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +20,13 @@ from firstpass.config import Price
 from firstpass.errors import BudgetExhausted, UpstreamError
 from firstpass.providers import Completion, Provider
 
-__all__ = ["BudgetedGrader", "worst_case_usd"]
+__all__ = ["STAGE_REFUSALS", "BudgetedGrader", "settled_usd", "worst_case_usd"]
+
+#: the budget refusals of the calls a verification stage's checks made (set by ``Steps.verify``
+#: around one stage; None outside one)
+STAGE_REFUSALS: contextvars.ContextVar[list[BudgetExhausted] | None] = contextvars.ContextVar(
+    "firstpass_stage_refusals", default=None
+)
 
 
 def worst_case_usd(
@@ -35,6 +44,17 @@ def worst_case_usd(
     bound = input_token_bound(body)
     tokens = bound if input_tokens is None else min(bound, input_tokens)
     return price.cost(tokens * calls, output_token_bound(body, n, default_max_tokens))
+
+
+def settled_usd(price: Price, completion: Completion, held: float) -> float:
+    """What a call counts against the budgets once it answered: its cost from the upstream's
+    token counts, or the worst case it held when the upstream counted nothing (no ``usage``,
+    or no tokens for an answer it wrote), so such an upstream cannot make every call free."""
+    actual = price.cost(completion.input_tokens, completion.output_tokens)
+    unreported = completion.input_tokens <= 0 or (
+        completion.output_tokens <= 0 and any(completion.texts)
+    )
+    return max(actual, held) if unreported else actual
 
 
 class BudgetedGrader:
@@ -60,12 +80,15 @@ class BudgetedGrader:
         need = worst_case_usd(self.price, body, n, self.default_max_tokens)
         try:
             hold = budget.reserve(need)
-        except BudgetExhausted as exc:  # the judge abstains; the pipeline stops on ``refused``
+        except BudgetExhausted as exc:  # the judge abstains; its stage raises the refusal
+            found = STAGE_REFUSALS.get()
+            if found is not None:
+                found.append(exc)
             raise UpstreamError(f"not called: {exc}", provider=self.provider.id) from exc
         actual = 0.0
         try:
             completion = await self.provider.complete(model, body, n=n, request_key=request_key)
-            actual = self.price.cost(completion.input_tokens, completion.output_tokens)
+            actual = settled_usd(self.price, completion, hold.amount)
             return completion
         finally:
             budget.settle(hold, actual)

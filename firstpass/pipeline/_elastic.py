@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from firstpass.budgets import budget_record
 from firstpass.config import Certificate, ElasticConfig, Given, Rung, candidate_rule
-from firstpass.errors import BudgetExhausted, FirstpassError, UpstreamError
+from firstpass.errors import BudgetExhausted, FirstpassError, SandboxBusy, UpstreamError
 from firstpass.pipeline._cascade import CascadeRunner
 from firstpass.pipeline._seams import SandboxVerdict
 from firstpass.pipeline._state import Answer, LadderResult, LadderState, RunRequest
@@ -173,6 +174,17 @@ class Labelled:
     attempt: Attempt
     #: the cascade's gate on sample 0 (what a revision of it would be told), if it ran
     gate0: StageResult | None = None
+    #: why a label gate did not run (a budget cap, no sandbox slot): the label is then
+    #: absent, never guessed, and the request goes on as the cascade would
+    refused: BudgetExhausted | SandboxBusy | None = None
+
+    def note(self) -> dict[str, Any]:
+        """The receipt's reason for an absent label (empty when every label gate ran)."""
+        if isinstance(self.refused, BudgetExhausted):
+            return {"label_budget": budget_record(self.refused)}
+        if self.refused is not None:
+            return {"label_error": {"type": "sandbox_busy", "message": str(self.refused)}}
+        return {}
 
 
 def sampling(req: RunRequest) -> tuple[float | None, float | None]:
@@ -468,7 +480,16 @@ class ElasticRunner:
         if not req.checks.has_visible:
             req.trace.step("probe:skipped:no_visible_tests")
             return await self.cascade.cascade(req)
-        probe, error = await self._probe(req, 0)
+        try:
+            probe, error = await self._probe(req, 0)
+        except BudgetExhausted as exc:
+            # k samples (or their checks' calls) do not fit where the cascade's one call may:
+            # no probe, no label, and the client gets what the plain cascade makes of it
+            req.trace.step("probe:0:budget")
+            result = await self.steps.run_ladder(req, LadderState())
+            return self.steps.conclude(
+                req, result, probe={"rung": 0, "error": str(exc), "budget": budget_record(exc)}
+            )
         if probe is None:
             # no probe, no label: the cascade makes its own rung-0 call as it always would
             result = await self.steps.run_ladder(req, LadderState())
@@ -498,10 +519,14 @@ class ElasticRunner:
             # only labels were left to buy: the client still gets what the cascade decided
             later.append({"rung": index, "error": str(exc), "budget": exc.scope})
             stopped = exc
+        except SandboxBusy as exc:
+            # the label's samples got no sandbox slot: likewise, the cascade's answer stands
+            later.append({"rung": index, "error": str(exc), "sandbox_busy": True})
         decision = {
             "counterfactual": labelled.counterfactual,
             "gate_label": labelled.label,
             "label_sample": probe.candidate if labelled.label is not None else None,
+            **labelled.note(),
             **({"budget": budget_record(stopped)} if stopped is not None else {}),
         }
         record = self._probe_record(probe)
@@ -540,7 +565,19 @@ class ElasticRunner:
             reach[index + 1] = elastic_here and not attempt.verified
             return
         given = [ran[j].to_dict() for j in sorted(ran) if j < index]
-        probe, error = await self._probe(req, index)
+        try:
+            probe, error = await self._probe(req, index)
+        except BudgetExhausted as exc:
+            if state is None:  # only a label was to be bought: the caller records the refusal
+                raise
+            # the cascade's attempt still fits where k samples do not: made the cascade way
+            req.trace.step(f"probe:{index}:budget")
+            later.append(
+                {"rung": index, "error": str(exc), "budget": budget_record(exc), "given": given}
+            )
+            reach[index + 1] = False  # unknown: nothing above is labelled for this request
+            await self.steps.attempt_rung(req, state, index)
+            return
         if probe is None:
             later.append({"rung": index, "error": str(error), "given": given})
             reach[index + 1] = False  # unknown: nothing above is labelled for this request
@@ -561,6 +598,7 @@ class ElasticRunner:
             {
                 **self._probe_record(probe),
                 "gate_label": labelled.label,
+                **labelled.note(),
                 "counterfactual": labelled.counterfactual,
                 "cascade_reached": state is not None,
                 "given": given,
@@ -587,12 +625,32 @@ class ElasticRunner:
         cascade_gate = cascade and needs_gate(summary_of(first), has_gate)
         candidate = probe.candidate
         separate_label = has_gate and not (cascade_gate and candidate == 0)
-        jobs = []
+        refused: list[BudgetExhausted | SandboxBusy] = []
+
+        async def label_gate(sample: int) -> StageResult | None:
+            """A gate run for the label alone: a budget that refuses it (its judge) or a sandbox
+            with no slot for it leaves the label unknown and never fails the request, which
+            gets what the cascade serves."""
+            try:
+                return await self._gate(req, probe, sample, purpose="label")
+            except (BudgetExhausted, SandboxBusy) as exc:
+                why = "budget" if isinstance(exc, BudgetExhausted) else "sandbox_busy"
+                req.trace.step(f"label:{probe.rung_index}:{sample}:{why}")
+                refused.append(exc)
+                return None
+
+        jobs: list[Coroutine[Any, Any, StageResult | None]] = []
         if cascade_gate:
             jobs.append(self._gate(req, probe, 0, purpose=None))
         if separate_label:
-            jobs.append(self._gate(req, probe, candidate, purpose="label"))
-        results = await asyncio.gather(*jobs)
+            jobs.append(label_gate(candidate))
+        tasks = [asyncio.ensure_future(job) for job in jobs]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:  # the cascade's gate failed the request: its label stops too
+            for task in tasks:
+                task.cancel()
+            raise
         gate0 = results[0] if cascade_gate else None
         label_result = results[-1] if separate_label else gate0
         label = bool(label_result.passed) if label_result is not None else None
@@ -605,7 +663,11 @@ class ElasticRunner:
                 if sample in tried:
                     continue
                 tried.add(sample)
-                if (await self._gate(req, probe, sample, purpose="label")).passed:
+                found = await label_gate(sample)
+                if found is None:  # not run: whether enforce would have served is unknown
+                    gate_any = None
+                    break
+                if found.passed:
                     gate_any = True
                     break
         if probe.regime == "escalate":
@@ -614,6 +676,8 @@ class ElasticRunner:
             counterfactual = "serve_without_gate"
         elif not has_gate:  # the visible tests were the whole check
             counterfactual = "serve_after_gate"
+        elif gate_any is None:  # a label gate that could not run: nothing is claimed
+            counterfactual = None
         else:
             counterfactual = counterfactual_action("gate", gate_any)
         return Labelled(
@@ -626,6 +690,7 @@ class ElasticRunner:
                 gate=summary_of(gate0) if gate0 is not None else None,
             ),
             gate0=gate0,
+            refused=refused[0] if refused else None,
         )
 
     # -- counterfactual costs (estimates, documented in docs/receipts.md) ---------------------

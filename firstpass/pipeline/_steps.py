@@ -20,7 +20,7 @@ from firstpass.budgets import Hold
 from firstpass.checks import CheckResult, run_all
 from firstpass.config import BudgetsConfig, Config, Rung
 from firstpass.errors import BudgetExhausted, FirstpassError, RequestError, UpstreamError
-from firstpass.pipeline._budget import worst_case_usd
+from firstpass.pipeline._budget import STAGE_REFUSALS, settled_usd, worst_case_usd
 from firstpass.pipeline._seams import SandboxRunner, SandboxVerdict
 from firstpass.pipeline._state import (
     Answer,
@@ -358,9 +358,8 @@ class Steps:
         t0 = time.perf_counter()
         try:
             completion = await provider.complete(rung.model, body, n=n, request_key=req.task_id)
-            spent = self.config.price(rung.name).cost(
-                completion.input_tokens, completion.output_tokens
-            )
+            if hold is not None:
+                spent = settled_usd(self.config.price(rung.name), completion, hold.amount)
         except asyncio.CancelledError:
             # cut off (the request deadline, or shutdown): the call was made, so it is recorded
             ms = (time.perf_counter() - t0) * 1000.0
@@ -412,7 +411,7 @@ class Steps:
             body,
             n,
             self.default_max_tokens,
-            input_tokens=req.trace.input_tokens_seen if same_prompt else None,
+            input_tokens=self._prompt_tokens(req, rung_index) if same_prompt else None,
             calls=calls,
         )
         try:
@@ -420,6 +419,22 @@ class Steps:
         except BudgetExhausted:
             req.trace.step(f"budget_exhausted:{rung_index}")
             raise
+
+    @staticmethod
+    def _prompt_tokens(req: RunRequest, rung_index: int) -> int | None:
+        """The request's prompt in input tokens as this very rung counted them (its own
+        tokenizer), when a call of it to this rung answered with a count; else None (the byte
+        bound holds). Another rung's count bounds nothing here, and neither does a count of 0."""
+        for made in req.trace.upstream_calls:
+            if (
+                made["rung"] == rung_index
+                and made["purpose"] != "revision"
+                and made["error"] is None
+                and made["calls"] > 0
+                and made["input_tokens"] > 0
+            ):
+                return int(made["input_tokens"]) // int(made["calls"])
+        return None
 
     async def check(
         self, req: RunRequest, rung_index: int, sample: int, answer: str, purpose: str | None = None
@@ -459,18 +474,32 @@ class Steps:
             results = await run_all(listed, answer, req.checks.request) if listed else []
             return results, (time.perf_counter() - c0) * 1000.0
 
-        if run_tests:
-            assert spec is not None
-            tests, (results, ms) = await asyncio.gather(
-                self.sandbox.run(answer, spec), listed_checks()
-            )
-        else:
-            results, ms = await listed_checks()
+        refusals: list[BudgetExhausted] = []
+        scope = STAGE_REFUSALS.set(refusals)  # this stage's own refusals, not a concurrent one's
+        try:
+            if run_tests:
+                assert spec is not None
+                both = (
+                    asyncio.ensure_future(self.sandbox.run(answer, spec)),
+                    asyncio.ensure_future(listed_checks()),
+                )
+                try:
+                    tests, (results, ms) = await asyncio.gather(*both)
+                except BaseException:
+                    # no sandbox slot (503): a judge beside it stops too, not spending for a
+                    # request already answered
+                    for task in both:
+                        task.cancel()
+                    raise
+            else:
+                results, ms = await listed_checks()
+        finally:
+            STAGE_REFUSALS.reset(scope)
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
-        if req.budget is not None and req.budget.refused is not None:
+        if refusals:
             # a check's own call (a judge) was refused by a budget: the stage did not really
             # run, whatever the check made of it
-            raise req.budget.refused
+            raise refusals[0]
         return stage_result(tests, results, answer, ms)
 
     def record_check(

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -253,6 +253,8 @@ class Sandbox:
         self._deaths: list[float] = []
         self._restarts = 0
         self._slots: asyncio.Queue[int] = asyncio.Queue()
+        #: samples waiting for a slot, oldest first: a freed slot is handed to the first
+        self._slot_waiters: deque[asyncio.Future[int]] = deque()
         self._dirty: set[int] = set()
         self._ids = itertools.count(1)
         self._resolved: OrderedDict[str, CasesSpec] = OrderedDict()  # LRU, RESOLVED_CACHE long
@@ -460,14 +462,22 @@ class Sandbox:
         *,
         probe: ProbeInputs | None = None,
     ) -> list[SampleResult]:
-        """Run several answers against one spec in parallel; results keep the answers' order."""
+        """Run several answers against one spec in parallel; results keep the answers' order.
+
+        The first failure (``SandboxBusy``: a sample got no slot) ends the batch: the other
+        samples stop waiting for slots (one already running finishes, its slot kept until then)."""
         if isinstance(spec, CasesSpec) and not spec.resolved:
             spec = await self.resolve(spec, limits)
-        return list(
-            await asyncio.gather(
-                *(self.run(a, spec, limits, entry_point, probe=probe) for a in answers)
-            )
-        )
+        tasks = [
+            asyncio.ensure_future(self.run(a, spec, limits, entry_point, probe=probe))
+            for a in answers
+        ]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
 
     @staticmethod
     def _request(code: str, spec: TestSpec, entry_point: str | None) -> dict[str, Any]:
@@ -523,14 +533,17 @@ class Sandbox:
             return await asyncio.shield(task)
         finally:
             if task.done():
-                self._slots.put_nowait(slot)
+                self._free(slot)
             else:
                 task.add_done_callback(lambda t: self._release(slot, t))
 
     async def _take_slot(self, limits: Limits) -> int:
         """A free slot, waiting at most ``slot_timeout_s`` behind at most ``max_queue`` others;
-        ``SandboxBusy`` (retry after about one sample's wall time) when it cannot be had."""
-        if not self._slots.empty():
+        ``SandboxBusy`` (retry after about one sample's wall time) when it cannot be had.
+
+        First come, first served: a sample arriving while others wait queues behind them, and
+        a freed slot is handed to the oldest waiter (``_free``), so arrivals cannot starve it."""
+        if not self._slot_waiters and not self._slots.empty():
             return self._slots.get_nowait()
         retry = max(1.0, math.ceil(limits.wall_s))
         if self.max_queue is not None and self._waiting >= self.max_queue:
@@ -540,10 +553,15 @@ class Sandbox:
                 "after a moment",
                 retry_after_s=retry,
             )
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
         self._waiting += 1
+        got = False
         try:
             async with asyncio.timeout(self.slot_timeout_s):
-                return await self._slots.get()
+                slot = await waiter
+                got = True
+                return slot
         except TimeoutError:
             raise SandboxBusy(
                 f"the sandbox is busy: no slot came free within {self.slot_timeout_s:g} s "
@@ -552,9 +570,26 @@ class Sandbox:
             ) from None
         finally:
             self._waiting -= 1
+            if not got:
+                if waiter.done() and not waiter.cancelled():
+                    # handed a slot in the instant the wait ended (timed out, cancelled)
+                    self._free(waiter.result())
+                else:
+                    waiter.cancel()
+                    with contextlib.suppress(ValueError):
+                        self._slot_waiters.remove(waiter)
+
+    def _free(self, slot: int) -> None:
+        """``slot`` is free: to the sample that has waited longest, else back to the pool."""
+        while self._slot_waiters:
+            waiter = self._slot_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(slot)
+                return
+        self._slots.put_nowait(slot)
 
     def _release(self, slot: int, task: asyncio.Future[Any]) -> None:
-        self._slots.put_nowait(slot)
+        self._free(slot)
         if not task.cancelled():
             task.exception()  # retrieved: nobody awaits an abandoned run
 
