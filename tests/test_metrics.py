@@ -280,3 +280,20 @@ async def test_sandbox_stats_count_busy_slots_and_zygote_restarts() -> None:
         os.kill(pid, signal.SIGKILL)
         assert (await sb.run("def f(x):\n    return x + 1\n", spec)).passed
         assert sb.stats.zygote_restarts == 1
+
+
+def test_each_listed_check_kind_has_its_own_latency(live_stack: Any) -> None:
+    """A route's regex check times itself: the receipt's result carries `ms` and the scrape's
+    per-kind histogram counts it under its kind, never under a client's name for it."""
+    stack = live_stack(
+        route_extra={"visible_checks": [{"kind": "regex", "name": "has-def", "must_match": ["def "]}]}
+    )
+    stack.stub.script(Reply.ok(GOOD))
+    ask(stack)
+    (receipt,) = stack.receipts_list()
+    (result,) = [r for c in receipt["checks"] for r in c.get("results", ())]
+    assert result["kind"] == "regex" and result["ms"] >= 0
+    samples = scrape(stack)
+    name = "firstpass_check_kind_duration_seconds_count"
+    assert value(samples, name, stage="visible", kind="regex") == 1
+    assert value(samples, name) == 1

@@ -127,6 +127,15 @@ class RequestMetrics:
             buckets=OVERHEAD_BUCKETS,
             registry=r,
         )
+        self.check_kind_duration = Histogram(
+            "firstpass_check_kind_duration_seconds",
+            "One listed check's run on one answer (checks[].results[].ms), by stage and check "
+            "kind (regex, json_schema, judge, sql_evidence...); a stage's tests are in "
+            "firstpass_sandbox_duration_seconds",
+            ("stage", "kind"),
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
         self.check_runs = Counter(
             "firstpass_check_runs",
             "Check runs by stage, check name (tests, hidden tests, a configured check; "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from firstpass.checks import CONFIG_KINDS, REQUEST_KINDS
 from firstpass.observe._metrics import RequestMetrics
 
 __all__ = ["NONE", "check_label", "observe_record"]
@@ -21,6 +22,8 @@ NONE = "none"
 _REQUEST_PREFIX = "request:"
 #: what a stage's tests are called among the checks
 _TESTS = {"visible": "tests", "gate": "hidden tests"}
+#: the check kinds a label may name (anything else counts as "other")
+_CHECK_KINDS = frozenset(CONFIG_KINDS) | frozenset(REQUEST_KINDS) | {"composite"}
 
 
 def check_label(name: str) -> str:
@@ -119,6 +122,11 @@ def _checks(m: RequestMetrics, checks: Any) -> float:
             if isinstance(tests_passed, bool):
                 m.child(m.check_runs, stage, _TESTS[stage], _verdict(tests_passed)).inc()
         for result in listed:
+            kind_ms = _ms(result.get("ms"))
+            if kind_ms is not None:
+                kind = _text(result.get("kind"))
+                kind = kind if kind in _CHECK_KINDS else "other"  # bounded, whatever it says
+                m.child(m.check_kind_duration, stage, kind).observe(kind_ms)
             ok = result.get("passed")
             if isinstance(ok, bool):
                 name = check_label(_text(result.get("name")))
