@@ -77,6 +77,8 @@ class BudgetedGrader:
         budget = CURRENT_BUDGET.get()
         if budget is None or self.price is None:
             return await self.provider.complete(model, body, n=n, request_key=request_key)
+        if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+            body = {**body, "max_tokens": self.default_max_tokens}  # what the hold assumes
         need = worst_case_usd(self.price, body, n, self.default_max_tokens)
         try:
             hold = budget.reserve(need)

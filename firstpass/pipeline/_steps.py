@@ -353,6 +353,11 @@ class Steps:
             # k probe samples must be independent draws: one seed on k separate calls (a
             # provider that ignores n) returns one sample k times, which would read as k agreeing
             body = {key: value for key, value in body.items() if key != "seed"}
+        budgets = self.config.budgets
+        if req.budget is not None and budgets is not None and not _bounds_output(body):
+            # the hold assumes default_max_tokens of output: ask for no more, or the cap holds
+            # only on paper (an upstream left unbounded can answer past it)
+            body = {**body, "max_tokens": budgets.default_max_tokens}
         hold = self._reserve(req, rung_index, rung, body, n, same_prompt=same_prompt)
         spent = 0.0
         t0 = time.perf_counter()
@@ -649,3 +654,8 @@ def _response_summary(record: dict[str, Any]) -> dict[str, Any]:
         summary["counterfactual"] = decision.get("counterfactual")
         summary["gate_label"] = decision.get("gate_label")
     return summary
+
+
+def _bounds_output(body: Mapping[str, Any]) -> bool:
+    """The body caps the output tokens an upstream may bill."""
+    return body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
