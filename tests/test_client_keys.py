@@ -134,3 +134,18 @@ def test_named_keys_stay_out_of_repr_and_digest(tmp_path: Path) -> None:
     capped = _config(tmp_path, [{"name": "a", "key_env": "K", "daily_usd": 2.0}], {"K": "v1"})
     assert one.digest == two.digest != capped.digest
     assert "v1" not in repr(one.server)
+
+
+def test_models_takes_a_key_and_lists_only_the_routes_it_may_use(live_stack: Any) -> None:
+    """GET /v1/models with keys configured: 401 without one; team-a (route code) sees the
+    route's model, team-b (no routes) sees none."""
+
+    def models(key: str) -> list[str]:
+        client = openai.OpenAI(base_url=stack.base_url, api_key=key, max_retries=0, timeout=30)
+        return [m.id for m in client.models.list()]
+
+    stack = live_stack(env=KEYS, tables={"server": NAMED})
+    with pytest.raises(openai.AuthenticationError):
+        models("nope")
+    assert MODEL in models(KEYS["TEAM_A_KEY"])
+    assert models(KEYS["TEAM_B_KEY"]) == []

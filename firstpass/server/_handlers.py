@@ -453,12 +453,27 @@ def _sse_response(headers: dict[str, str]) -> web.StreamResponse:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    """GET /v1/models: each route's model names, as OpenAI lists models."""
+    """GET /v1/models: each route's model names, as OpenAI lists models.
+
+    With client keys configured it takes a key like chat does (route and ladder names are the
+    operator's business) and lists only the routes that key may use."""
     config = request.app[CONFIG]
+    found = _client_key(request)
+    if found is False:
+        raise RequestError(
+            "invalid or missing API key: send 'Authorization: Bearer <key>' with a key this "
+            "server accepts (server.client_keys_env, [[server.client_key]])",
+            status=401,
+            code="invalid_api_key",
+            type="authentication_error",
+        )
+    allowed = found.routes if isinstance(found, ClientKey) else None
     created = int(request.app[STATE].started_at)
     data = []
     seen: set[str] = set()
     for route in config.routes:
+        if allowed is not None and route.name not in allowed:
+            continue
         for name in route.models:
             if name == "*" or name in seen:
                 continue
