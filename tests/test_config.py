@@ -635,6 +635,20 @@ def test_receipt_keys_at_their_defaults_leave_the_digest_as_it_was(
     assert build(base, tmp_path).digest != config.digest
 
 
+def test_a_probe_the_sandbox_could_never_hold_is_refused_at_load(
+    base: dict[str, Any], tmp_path: Path
+) -> None:
+    """k = 5 samples into 1 slot + 2 queued: every probe would be a 503 on an idle server, so
+    the config is refused naming sandbox.max_queue and the smallest value that works."""
+    base["escalation"] = {"elastic": {"mode": "shadow", "k": 5, "lambda": 0.8}}
+    base["sandbox"] = {"concurrency": 1, "max_queue": 2}
+    with pytest.raises(ConfigError) as info:
+        build(base, tmp_path)
+    assert info.value.key_path == "sandbox.max_queue" and "at least 4" in str(info.value)
+    base["sandbox"]["max_queue"] = 4
+    assert build(base, tmp_path).sandbox.max_queue == 4
+
+
 # --- environment overrides ---------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, get_args
@@ -28,6 +28,7 @@ from firstpass.config._model import (
     BudgetsConfig,
     ClientKey,
     Config,
+    ElasticConfig,
     FsyncPolicy,
     ObservabilityConfig,
     Price,
@@ -107,6 +108,7 @@ def config_from_dict(
     server, receipts, elastic = apply_env(env, server, receipts, elastic)
     mode_key = ENV_ELASTIC_MODE if ENV_ELASTIC_MODE in env else f"{ELASTIC_PATH}.mode"
     elastic = bind_licences(elastic, routes, mode_key)
+    _check_sandbox_room(sandbox, server, routes, elastic)
     config = Config(
         server=server,
         sandbox=sandbox,
@@ -120,6 +122,31 @@ def config_from_dict(
         source=source,
     )
     return dataclasses.replace(config, digest=config_digest(config))
+
+
+def _check_sandbox_room(
+    sandbox: SandboxSettings,
+    server: ServerConfig,
+    routes: Sequence[RouteConfig],
+    elastic: ElasticConfig | None,
+) -> None:
+    """A probe's k samples go to the sandbox at once: if they cannot all be running or queued
+    (a worker's slots plus ``max_queue``), every probe would answer 503 on an idle server."""
+    if elastic is None:
+        return
+    slots = max(1, sandbox.resolved_concurrency // server.workers)
+    room = slots + sandbox.max_queue
+    for i, route in enumerate(routes):
+        for j, rung in enumerate(route.ladder):
+            k = rung.k or elastic.k
+            if k > room:
+                raise ConfigError(
+                    "sandbox.max_queue",
+                    f"route[{i}].ladder[{j}] probes k = {k} samples at once, but the sandbox "
+                    f"holds {slots} running + {sandbox.max_queue} queued per worker: every "
+                    f"probe would be refused. Raise max_queue to at least {k - slots}, or "
+                    "lower k",
+                )
 
 
 def _env_secret(env: Mapping[str, str], name: str, key_path: str) -> str:
