@@ -272,6 +272,27 @@ def test_todays_spend_survives_a_restart(tmp_path: Path) -> None:
         second.close()
 
 
+def test_a_restart_with_fewer_workers_still_counts_what_every_worker_spent(
+    tmp_path: Path,
+) -> None:
+    """Spend logged by worker 1 of an earlier run (receipts.w1.jsonl) counts after a restart
+    with one worker: the seed reads every worker's log, not only its own."""
+    budgets = {"budgets": {"daily_usd": 0.0005}}
+    worker1 = LiveStack(tmp_path / "receipts.w1.jsonl", tables=budgets)
+    try:
+        worker1.stub.script(Reply.ok(GOOD, usage=(2000, 1000)), model=CHEAP)  # $0.0006
+        assert _ask(worker1).headers["X-Firstpass-Action"] == "served"
+    finally:
+        worker1.close()
+    single = LiveStack(tmp_path / "receipts.jsonl", tables=budgets)
+    try:
+        with pytest.raises(openai.RateLimitError) as info:
+            _ask(single)
+        assert info.value.code == "daily_budget_exhausted"
+    finally:
+        single.close()
+
+
 def test_a_judge_call_counts_against_the_budget_and_is_not_made_past_it(
     live_stack: Any,
 ) -> None:

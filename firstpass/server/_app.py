@@ -42,7 +42,7 @@ from firstpass.server._keys import (
     ServerState,
 )
 from firstpass.server._observe import install_observability, observed_sink
-from firstpass.server._workers import run_workers
+from firstpass.server._workers import run_workers, worker_logs
 
 __all__ = ["RECEIPT_WRITER", "create_app", "run_server", "serve_forever"]
 
@@ -84,7 +84,17 @@ async def _seeded_ledger(config: Config) -> Ledger | None:
     if ledger is None:
         return None
     day = ledger.day
-    total, by_key = await asyncio.to_thread(spend_on, config.receipts.path, day)
+    # every worker's log, whatever the worker count was when it was written; each of N workers
+    # holds 1/N of every cap, so it also takes 1/N of what was spent
+    logs = await asyncio.to_thread(worker_logs, config.receipts.path)
+    total, by_key = 0.0, dict[str, float]()
+    for path in logs:
+        spent, keyed = await asyncio.to_thread(spend_on, path, day)
+        total += spent
+        for name, usd in keyed.items():
+            by_key[name] = by_key.get(name, 0.0) + usd
+    share = config.server.workers
+    total, by_key = total / share, {name: usd / share for name, usd in by_key.items()}
     ledger.seed(day, total, by_key)
     log.info("budgets", day=day, spent_usd=round(total, 6), keys=len(by_key))
     return ledger

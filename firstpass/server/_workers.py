@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import sys
@@ -35,7 +36,7 @@ import structlog
 from firstpass.config import Config
 from firstpass.errors import ConfigError, FirstpassError
 
-__all__ = ["bind_sockets", "receipts_path", "run_workers", "worker_config"]
+__all__ = ["bind_sockets", "receipts_path", "run_workers", "worker_config", "worker_logs"]
 
 log = structlog.get_logger("firstpass.server")
 
@@ -45,6 +46,23 @@ def receipts_path(path: Path, index: int) -> Path:
     if index == 0:
         return path
     return path.with_name(f"{path.stem}.w{index}{path.suffix}")
+
+
+_WORKER_STEM = re.compile(r"^(?P<base>.+)\.w[0-9]+$")
+
+
+def worker_logs(path: Path) -> list[Path]:
+    """Every worker's log of the family ``path`` belongs to (worker 0's and each
+    ``<stem>.w<i><suffix>`` beside it that exists), whatever the worker count was when they were
+    written: today's spend is in all of them."""
+    found = _WORKER_STEM.match(path.stem)
+    base = path.with_name(f"{found['base']}{path.suffix}") if found else path
+    pattern = re.compile(re.escape(base.stem) + r"\.w[0-9]+" + re.escape(base.suffix) + "$")
+    try:
+        others = sorted(p for p in base.parent.iterdir() if pattern.match(p.name))
+    except OSError:
+        others = []
+    return [base, *others]
 
 
 def worker_config(config: Config, index: int, workers: int) -> Config:
