@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import structlog
+import yaml
 from prometheus_client import Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -305,7 +306,7 @@ def test_every_dashboard_and_alert_expression_uses_exported_labels_and_types(
     dashboard = json.loads((ROOT / "deploy/grafana/firstpass-dashboard.json").read_text("utf-8"))
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", []) if "expr" in t]
     text = (ROOT / "deploy/prometheus/alerts.yml").read_text("utf-8")
-    rules = json.loads("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")))
+    rules = yaml.safe_load(text)
     exprs += [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
     problems = {expr: _check_expr(expr, exported) for expr in exprs}
     assert not {e: p for e, p in problems.items() if p}
