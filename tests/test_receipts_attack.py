@@ -351,8 +351,9 @@ def test_kill_9_at_random_points_never_loses_an_acknowledged_durable_receipt(
     tmp_path: Path, key: KeyFiles
 ) -> None:
     """A real writer process killed with SIGKILL at random moments (mid-batch, mid-rotation),
-    restarted each time: the directory always verifies as one chain, signatures included, and
-    every record whose durable ``write()`` returned is in it."""
+    restarted each time: the directory always verifies as one chain, every checkpoint's
+    signature holds (the only signature failures are the lines of a crash window, which no
+    checkpoint signed), and every record whose durable ``write()`` returned is in it."""
     logs = tmp_path / "logs"
     log = logs / "receipts.jsonl"
     child = tmp_path / "child.py"
@@ -384,7 +385,10 @@ def test_kill_9_at_random_points_never_loses_an_acknowledged_durable_receipt(
         report = verify_files(chains[0])
         assert report.ok, [(f.path.name, f.report, f.problem) for f in report.files]
         signatures = verify_checkpoints(chains[0].files, load_public_key(key.public))
-        assert signatures.ok, signatures.problems
+        # a kill between two checkpoints leaves the lines after the last one signed by no one:
+        # the only failure allowed is naming them (tests/test_receipts_signing.py: "crash")
+        assert signatures.n_checkpoints, signatures
+        assert all(" not vouched for: " in p.reason for p in signatures.problems), signatures
         have = {r["id"] for r in iter_receipts(logs)}
         assert acked <= have
     assert len(acked) > 100

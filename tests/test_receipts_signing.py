@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ from firstpass import cli
 from firstpass.config import config_from_dict
 from firstpass.errors import ConfigError, ReceiptError
 from firstpass.receipts import (
+    GENESIS_HASH,
     CheckpointSigner,
     KeyFiles,
     ReceiptWriter,
@@ -27,6 +33,7 @@ from firstpass.receipts import (
     verify_checkpoints,
     write_key_files,
 )
+from firstpass.receipts._rotate import next_rotated_name
 
 #: an interval no test waits out: the only checkpoints are the ones a test makes happen
 NEVER_S = 3600.0
@@ -494,3 +501,275 @@ def test_a_rotated_signed_log_verifies_across_its_files(tmp_path: Path, key: Key
     assert cli.main(["receipts", "verify", str(log.parent), "--pubkey", str(key.public)]) == 0
     out = capsys.readouterr().out
     assert "signatures ok:" in out and "not signed yet" not in out
+
+
+# -- what a checkpoint vouches for: only the lines its own writer wrote -----------------------
+
+
+def signed_writer(log: Path, key: KeyFiles, **options: Any) -> ReceiptWriter:
+    signer = CheckpointSigner.from_file(key.private, interval_s=NEVER_S)
+    return ReceiptWriter(log, fsync="never", checkpointer=signer, **options)
+
+
+async def _restart_and_write(log: Path, key: KeyFiles, n: int, **options: Any) -> None:
+    async with signed_writer(log, key, **options) as writer:
+        for i in range(n):
+            await writer.write(request(100 + i))
+            await writer.flush()  # one batch each: rotation happens between batches
+
+
+def kinds(log: Path) -> list[str | None]:
+    return [record.get("kind") for record in iter_receipts(log, include_special=True)]
+
+
+def test_a_log_forged_while_the_server_was_stopped_is_not_signed_by_the_next_start(
+    tmp_path: Path, key: KeyFiles, capsys
+):
+    """The laundering reproduction: a signed log rewritten from genesis without its
+    checkpoints fails ``verify --pubkey``; a writer restarted on it with the key and one more
+    request must not make it pass (its checkpoint signed the forged head): its checkpoint
+    vouches only from where it started, and the forged lines 1-5 are named."""
+    log = tmp_path / "receipts.jsonl"
+    write_signed(log, key, [3, 2])
+    rewrite_from_genesis(log, keep_checkpoints=False)
+    assert cli.main(["receipts", "verify", str(log), "--pubkey", str(key.public)]) == 1
+    asyncio.run(_restart_and_write(log, key, 1))
+    assert kinds(log) == [None] * 6 + ["checkpoint"]
+    assert verify_chain(log).ok
+    report = verify_checkpoints([log], public(key))
+    assert not report.ok and report.n_checkpoints == 1
+    assert [(p.line, p.reason.split(":")[0]) for p in report.problems] == [
+        (7, "lines 1-5 are not vouched for")
+    ]
+    capsys.readouterr()
+    assert cli.main(["receipts", "verify", str(log), "--pubkey", str(key.public)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"{log}:7: lines 1-5 are not vouched for: they were never signed by this key, written"
+        " before a crash that came before a checkpoint, or rewritten while the server was"
+        " stopped"
+    ) in out
+    assert "signatures FAIL" in out
+
+
+def test_requests_appended_while_the_server_was_stopped_are_named_after_a_signed_restart(
+    tmp_path: Path, key: KeyFiles
+):
+    """A clean shutdown signed lines 1-2; someone appends two requests (hashes and all) while
+    the server is stopped; the restarted writer's checkpoint does not cover them."""
+    log = tmp_path / "receipts.jsonl"
+    asyncio.run(_restart_and_write(log, key, 2))
+    asyncio.run(_append(log, [request(8), request(9)]))  # no key: the attacker's writer
+    asyncio.run(_restart_and_write(log, key, 1))
+    assert kinds(log) == [None, None, "checkpoint", None, None, None, "checkpoint"]
+    report = verify_checkpoints([log], public(key))
+    assert [(p.line, p.reason.split(":")[0]) for p in report.problems] == [
+        (7, "lines 4-5 are not vouched for")
+    ]
+
+
+def test_a_clean_stop_and_restart_with_more_records_verifies(tmp_path: Path, key: KeyFiles, capsys):
+    """Stop (the last checkpoint signs the head), start again, write, stop, and once more
+    with nothing written: between one writer's last checkpoint and the next writer's first
+    line there is only that checkpoint, which vouches for itself."""
+    log = tmp_path / "receipts.jsonl"
+    asyncio.run(_restart_and_write(log, key, 3))
+    asyncio.run(_restart_and_write(log, key, 2))
+    asyncio.run(_restart_and_write(log, key, 0))
+    asyncio.run(_restart_and_write(log, key, 1))
+    records = list(iter_receipts(log, include_special=True))
+    assert kinds(log) == [None] * 3 + ["checkpoint"] + [None] * 2 + [
+        "checkpoint",
+        None,
+        "checkpoint",
+    ]
+    # each writer's checkpoint vouches from the head it inherited: the previous one's line
+    assert records[3]["signed"]["since"] == GENESIS_HASH
+    assert records[6]["signed"]["since"] == records[3]["hash"]
+    assert records[8]["signed"]["since"] == records[6]["hash"]
+    report = verify_checkpoints([log], public(key))
+    assert report.ok and report.n_checkpoints == 3 and report.problems == ()
+    assert cli.main(["receipts", "verify", str(log), "--pubkey", str(key.public)]) == 0
+    assert "signatures ok: 3 checkpoint(s)" in capsys.readouterr().out
+
+
+def test_a_torn_line_after_a_clean_stop_is_repaired_and_still_verifies(
+    tmp_path: Path, key: KeyFiles
+):
+    """A start-up gap marker right after a checkpoint (the torn bytes of a line no receipt was
+    acknowledged for) is a line the writer adds itself: nothing unvouched."""
+    log = tmp_path / "receipts.jsonl"
+    asyncio.run(_restart_and_write(log, key, 2))
+    with log.open("ab") as fh:
+        fh.write(b'{"hash":"sha256:0123')
+    asyncio.run(_restart_and_write(log, key, 1))
+    assert kinds(log) == [None, None, "checkpoint", "gap", None, "checkpoint"]
+    assert verify_checkpoints([log], public(key)).ok
+
+
+def test_a_checkpoint_follows_the_restarts_head_even_after_older_checkpoints_without_since(
+    tmp_path: Path, key: KeyFiles
+):
+    """Logs signed before ``since`` existed: their checkpoints vouch from the previous one's
+    head (they still verify), and a writer restarted on such a log signs on from its end."""
+    log = tmp_path / "receipts.jsonl"
+    write_signed(log, key, [2, 1])  # checkpoints made by hand: no begin, no since
+    assert all(
+        "since" not in r["signed"]
+        for r in iter_receipts(log, include_special=True)
+        if r.get("kind")
+    )
+    assert verify_checkpoints([log], public(key)).ok
+    asyncio.run(_restart_and_write(log, key, 2))
+    report = verify_checkpoints([log], public(key))
+    assert report.ok and report.n_checkpoints == 3
+
+
+_CRASHING_CHILD = r"""
+import asyncio, sys, time
+from firstpass.receipts import CheckpointSigner, ReceiptWriter, new_receipt_id
+
+async def main():
+    signer = CheckpointSigner.from_file(sys.argv[2], interval_s=3600)
+    writer = ReceiptWriter(sys.argv[1], fsync="always", checkpointer=signer)
+    await writer.start()
+    def request():
+        return {"id": new_receipt_id(), "mode": "cascade"}
+    for _ in range(4):
+        await writer.write(request())
+        await writer.flush()
+    signer.interval_s = 1e-9  # the writer reads it for each batch: this one ends signed
+    await writer.write(request())
+    await writer.flush()
+    signer.interval_s = 3600
+    for _ in range(2):  # the crash window: written, never signed
+        await writer.write(request())
+        await writer.flush()
+    print("READY", flush=True)
+    time.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["whole", "torn"])
+def test_lines_written_between_the_last_checkpoint_and_a_kill_are_named_after_the_restart(
+    tmp_path: Path, key: KeyFiles, torn: bool
+):
+    """A signed writer (a real process) writes lines 1-5 (the 6th a checkpoint), lines 7-8,
+    and is killed with SIGKILL before its next checkpoint (``torn``: in the middle of a 9th
+    line). Until a writer starts again the unsigned lines are only the tail; once a new writer
+    writes and closes, ``verify --pubkey`` fails naming exactly lines 7-8: no checkpoint can
+    ever sign them (the new writer did not write them, the dead one cannot any more)."""
+    log = tmp_path / "receipts.jsonl"
+    child = tmp_path / "child.py"
+    child.write_text(_CRASHING_CHILD)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(
+        [sys.executable, str(child), str(log), str(key.private)], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"READY\n"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    assert kinds(log) == [None] * 5 + ["checkpoint", None, None]
+    report = verify_checkpoints([log], public(key))
+    assert report.ok and report.unsigned_tail_lines == 2  # the tail of a log nobody restarted
+    if torn:
+        with log.open("ab") as fh:
+            fh.write(b'{"hash":"sha256:4567')
+    asyncio.run(_restart_and_write(log, key, 1))
+    assert kinds(log) == [None] * 5 + ["checkpoint", None, None] + (["gap"] if torn else []) + [
+        None,
+        "checkpoint",
+    ]
+    report = verify_checkpoints([log], public(key))
+    assert not report.ok
+    last = 11 if torn else 10
+    assert [(p.line, p.reason.split(":")[0]) for p in report.problems] == [
+        (last, "lines 7-8 are not vouched for")
+    ]
+
+
+def test_a_checkpoint_lost_with_a_failed_write_leaves_no_lines_unvouched(
+    tmp_path: Path, key: KeyFiles, monkeypatch: pytest.MonkeyPatch
+):
+    """The disk fails the batch that carries a checkpoint (the signer already made it); the
+    batch is cut back and written again with a new one, which must vouch from where the
+    lost one did, not from the head the lost one signed."""
+    log = tmp_path / "receipts.jsonl"
+    real_write = os.write
+    failed: list[bytes] = []
+
+    def write(fd: int, data: Any) -> int:
+        if (
+            threading.current_thread().name.startswith("firstpass-receipts")
+            and b'"kind":"checkpoint"' in bytes(data)
+            and not failed
+        ):
+            failed.append(bytes(data))
+            raise OSError(28, os.strerror(28))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    signer = CheckpointSigner.from_file(key.private, interval_s=NEVER_S)
+
+    async def run() -> None:
+        async with ReceiptWriter(log, fsync="never", checkpointer=signer) as writer:
+            await writer.write(request(1))
+            await writer.flush()
+            signer.interval_s = 1e-9  # the next batch ends with a checkpoint
+            await writer.enqueue(request(2))
+            with pytest.raises(ReceiptError):  # ReceiptUnavailable: the disk failed
+                await writer.flush()
+            await writer.flush()  # the disk is back: the batch lands, signed anew
+            signer.interval_s = NEVER_S
+            await writer.write(request(3))
+
+    asyncio.run(run())
+    assert failed
+    assert kinds(log) == [None, None, "checkpoint", None, "checkpoint"]
+    report = verify_checkpoints([log], public(key))
+    assert report.ok, report.problems
+
+
+def test_a_restart_after_a_rotation_vouches_across_files(tmp_path: Path, key: KeyFiles, capsys):
+    """Rotated files, a restart whose inherited head is the last line of a rotated file (the
+    active file was moved aside, as a crash mid-rotation leaves it), more rotations: the chain
+    of files verifies under the key, each writer's first checkpoint found in another file."""
+    log = tmp_path / "logs" / "receipts.jsonl"
+    asyncio.run(_restart_and_write(log, key, 6, rotate_bytes=400))
+    log.rename(next_rotated_name(log))
+    asyncio.run(_restart_and_write(log, key, 6, rotate_bytes=400))
+    asyncio.run(_restart_and_write(log, key, 2, rotate_bytes=400))
+    assert len(list(log.parent.iterdir())) > 4
+    assert cli.main(["receipts", "verify", str(log.parent), "--pubkey", str(key.public)]) == 0
+    out = capsys.readouterr().out
+    assert "signatures ok:" in out and "not signed yet" not in out
+
+
+def test_a_crash_window_across_a_rotation_is_named_in_both_files(tmp_path: Path, key: KeyFiles):
+    """Lines written after the last checkpoint, a rotation without a checkpoint (a writer
+    without a key rotated the log), and a signed restart: the span is named by file and line."""
+    log = tmp_path / "logs" / "receipts.jsonl"
+    asyncio.run(_restart_and_write(log, key, 1))
+
+    async def unsigned() -> None:
+        async with ReceiptWriter(log, fsync="never", rotate_bytes=300) as writer:
+            for n in range(3):
+                await writer.write(request(n))
+                await writer.flush()
+
+    asyncio.run(unsigned())
+    asyncio.run(_restart_and_write(log, key, 1))
+    files = sorted(log.parent.iterdir())  # chain order: receipts.000001.jsonl ... receipts.jsonl
+    assert [len(f.read_bytes().splitlines()) for f in files] == [2, 1, 1, 3]
+    report = verify_checkpoints(files, public(key))
+    assert not report.ok
+    # the signed writer's request and checkpoint, then one unsigned request in each file
+    assert [str(p) for p in report.problems] == [
+        f"{log}:3: lines {files[1]}:1 to {log}:1 are not vouched for: they were never signed by"
+        " this key, written before a crash that came before a checkpoint, or rewritten while"
+        " the server was stopped (this checkpoint's writer started after them)"
+    ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from firstpass.receipts._canonical import (
     canonical_bytes,
     record_hash,
 )
+from firstpass.receipts._special import SPECIAL_KINDS
 
 _HASH_MEMBER = b'"hash":"sha256:'
 _PREV_MEMBER = b'"prev_hash":"'
@@ -61,6 +63,9 @@ class VerifyReport:
     ``good_bytes`` the length of the verified prefix. ``checkpoints`` lists each verified
     checkpoint line as ``(line, head)``: the hash of the line before it, which is what the
     chain links it to and so what its signature must be over (``verify_checkpoints``).
+    ``special_heads`` lists each verified gap marker and checkpoint line as ``(line, hash)``
+    (its own hash: the head right after it), and ``found`` each verified line whose hash is
+    one of ``verify_chain``'s ``find`` as ``(line, hash)``: where a head lies in the chain.
     """
 
     ok: bool
@@ -73,6 +78,8 @@ class VerifyReport:
     first_prev: str | None = None
     good_bytes: int = 0
     checkpoints: tuple[tuple[int, str], ...] = ()
+    special_heads: tuple[tuple[int, str], ...] = ()
+    found: tuple[tuple[int, str], ...] = ()
 
     @property
     def n_receipts(self) -> int:
@@ -169,7 +176,11 @@ def check_link(
 
 
 def verify_chain(
-    path: str | os.PathLike[str], *, strict: bool = False, prev: str | None = GENESIS_HASH
+    path: str | os.PathLike[str],
+    *,
+    strict: bool = False,
+    prev: str | None = GENESIS_HASH,
+    find: Collection[str] = (),
 ) -> VerifyReport:
     """Re-derive every hash and link of the receipt log at ``path``, streaming it.
 
@@ -177,10 +188,14 @@ def verify_chain(
     and a missing or ill-formed hash, and names the first bad line. ``prev`` is the hash line 1
     must link to: the genesis hash for a log's first file, the previous file's head for a rotated
     one, ``None`` to take line 1's own ``prev_hash`` as given (checking the file on its own).
-    ``ReceiptError`` if the file cannot be read at all.
+    ``find``: hashes to locate (``VerifyReport.found``). ``ReceiptError`` if the file cannot be
+    read at all.
     """
     gaps: list[Gap] = []
     checkpoints: list[tuple[int, str]] = []
+    special_heads: list[tuple[int, str]] = []
+    found: list[tuple[int, str]] = []
+    wanted = frozenset(value.encode() for value in find)
     n_special = 0
     first_prev: str | None = None
     good = 0
@@ -214,6 +229,8 @@ def verify_chain(
                         first_prev=first_prev,
                         good_bytes=good,
                         checkpoints=tuple(checkpoints),
+                        special_heads=tuple(special_heads),
+                        found=tuple(found),
                     )
                 if line_no == 1:
                     first_prev = prev_bytes.decode()
@@ -225,6 +242,10 @@ def verify_chain(
                         # the head this line follows in the chain, as linked above: what a
                         # checkpoint must sign (its parsed prev_hash may say otherwise)
                         checkpoints.append((line_no, prev_bytes.decode()))
+                    if kind in SPECIAL_KINDS:
+                        special_heads.append((line_no, digest.decode()))
+                if wanted and digest in wanted:
+                    found.append((line_no, digest.decode()))
                 prev_bytes = digest
                 good += len(raw)
                 n_ok += 1
@@ -239,6 +260,8 @@ def verify_chain(
         first_prev=first_prev,
         good_bytes=good,
         checkpoints=tuple(checkpoints),
+        special_heads=tuple(special_heads),
+        found=tuple(found),
     )
 
 

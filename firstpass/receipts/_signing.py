@@ -10,6 +10,14 @@ The writer calls ``CheckpointSigner.checkpoint(head)`` in its own thread every `
 and at close, and links the record right after ``head``; so a checkpoint's ``prev_hash`` is
 the head it signs. Lines after the last checkpoint are not signed yet (the live log's newest
 lines); a clean shutdown signs the head.
+
+A checkpoint vouches only for lines its own writer wrote: it also signs ``since``, the head
+from which it vouches (the head the writer inherited at start, via ``begin``, for its first
+checkpoint; the head its previous checkpoint signed for the others). Otherwise a writer
+restarted on a log rewritten while the server was stopped would sign the forged head. So the
+lines between one checkpoint's head and the next one's ``since`` are signed by no one: lines
+written before a crash that came before a checkpoint (or forged), which ``verify_checkpoints``
+reports, unless they are all lines the writer adds itself (a checkpoint, a gap marker).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from firstpass.errors import ConfigError, ReceiptError
-from firstpass.receipts._canonical import GENESIS_HASH, canonical_bytes
+from firstpass.receipts._canonical import GENESIS_HASH, HASH_RE, canonical_bytes
 from firstpass.receipts._chain import VerifyReport, verify_chain
 from firstpass.receipts._ids import new_receipt_id
 from firstpass.receipts._special import utc_now
@@ -73,7 +81,9 @@ def key_id(public_key: Ed25519PublicKey) -> str:
 
 class CheckpointSigner:
     """Makes checkpoint records for the writer (its ``checkpointer``): one Ed25519 signature
-    over ``{head, time, key_id, host, pid, purpose}`` each, ~40 µs, in the writer's thread."""
+    over ``{head, since, time, key_id, host, pid, purpose}`` each, ~40 µs, in the writer's
+    thread. ``since`` is signed once ``begin`` was called (the writer always calls it); it
+    follows one chain, so give each writer its own signer (the key may be shared)."""
 
     def __init__(self, key: Ed25519PrivateKey, *, interval_s: float) -> None:
         if not interval_s > 0:
@@ -82,16 +92,25 @@ class CheckpointSigner:
         self.interval_s = float(interval_s)
         self.key_id = key_id(key.public_key())
         self._host = socket.gethostname()
+        self._since: str | None = None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str], *, interval_s: float) -> CheckpointSigner:
         """A signer with the key at ``path`` (reads a file: call it off the event loop)."""
         return cls(load_signing_key(path), interval_s=interval_s)
 
+    def begin(self, head: str) -> None:
+        """The next checkpoint vouches for the lines after ``head`` only (the head the writer
+        inherited at start); each later one for the lines after the head the one before it
+        signed."""
+        self._since = head
+
     def checkpoint(self, head: str) -> dict[str, Any]:
-        """The checkpoint record signing ``head`` (the writer adds ``prev_hash`` = ``head``)."""
+        """The checkpoint record signing ``head`` (the writer adds ``prev_hash`` = ``head``)
+        and, after ``begin``, ``since``: the lines between ``since`` and ``head`` are the ones
+        this checkpoint vouches for."""
         now = utc_now()
-        signed = {
+        signed: dict[str, Any] = {
             "head": head,
             "time": now,
             "key_id": self.key_id,
@@ -99,6 +118,9 @@ class CheckpointSigner:
             "pid": os.getpid(),
             "purpose": PURPOSE,
         }
+        if self._since is not None:
+            signed["since"] = self._since
+            self._since = head
         signature = self._key.sign(canonical_bytes(signed))
         return {
             "id": new_receipt_id(),
@@ -325,11 +347,17 @@ def verify_checkpoints(
     Each checkpoint must be signed by this key over the head it follows in the hash chain,
     which must also be its own ``prev_hash`` (a checkpoint copied into a rewritten chain signs
     a head that is not there), and a non-empty chain needs at least one. A checkpoint vouches
-    for the lines before it only through the chain, so the chain is verified here as
-    ``verify_chain`` does (``reports``: the files' ``VerifyReport``s, in the same order, when
-    the caller has them already); lines past a break are not checked, and the break is a
-    problem. Only lines holding ``"kind":"checkpoint"`` are parsed. ``ReceiptError`` if a file
-    cannot be read.
+    for the lines from its signed ``since`` to its head, through the chain: the lines between
+    the previous good checkpoint's head (the chain's start for the first) and ``since`` were
+    signed by no one (written before a crash that came before a checkpoint, or forged while
+    the writer was stopped) and are a problem naming them, unless each is a line the writer
+    adds itself (a checkpoint, a gap marker: a clean restart). A checkpoint without ``since``
+    (written before it was signed) vouches from the previous good checkpoint's head.
+
+    The chain is verified here as ``verify_chain`` does (``reports``: the files'
+    ``VerifyReport``s, in the same order, when the caller has them already); lines past a
+    break are not checked, and the break is a problem. Only lines holding
+    ``"kind":"checkpoint"`` are parsed. ``ReceiptError`` if a file cannot be read.
     """
     paths = list(files)
     if reports is not None and len(reports) != len(paths):
@@ -341,6 +369,8 @@ def verify_checkpoints(
     last_time: str | None = None
     shown = ""
     prev: str | None = None
+    layout = _Layout()
+    vouches: list[_Vouch] = []  # the good checkpoints, in chain order
     for index, path in enumerate(paths):
         shown = os.fspath(path)
         chain = reports[index] if reports is not None else verify_chain(path, prev=prev)
@@ -357,6 +387,9 @@ def verify_checkpoints(
             )
         verified = chain.n_lines if chain is not None else 0
         heads = dict(chain.checkpoints) if chain is not None else {}
+        offset = n_lines  # the chain position of the head before this file's line 1
+        if chain is not None and chain.n_lines:
+            layout.add(path, offset, chain)
         if chain is not None and chain.n_lines:
             prev = chain.head
         elif prev is None:
@@ -382,10 +415,15 @@ def verify_checkpoints(
                         problems.append(SignatureProblem(path=shown, line=line_no, reason=reason))
                         continue
                     last_head, last_time = record["signed"]["head"], record["signed"].get("time")
+                    since = record["signed"].get("since")
+                    vouches.append(
+                        _Vouch(path=shown, line=line_no, at=offset + line_no, since=since)
+                    )
         except OSError as exc:
             raise ReceiptError(f"{shown}: cannot read the receipt log: {exc}") from exc
         if chain is None or not chain.ok:
             break
+    problems.extend(_unvouched(vouches, layout))
     if n_lines and not n_checkpoints:
         problems.append(
             SignatureProblem(
@@ -426,6 +464,9 @@ def _checkpoint_problem(
         return "malformed checkpoint: no 'signed' object or 'signature' string"
     if signed.get("purpose") != PURPOSE:
         return f"malformed checkpoint: 'signed.purpose' is not {PURPOSE!r}"
+    since = signed.get("since")
+    if since is not None and not (isinstance(since, str) and HASH_RE.fullmatch(since)):
+        return "malformed checkpoint: 'signed.since' is not a hash"
     claimed_id = signed.get("key_id")
     if claimed_id != expected_id:
         return (
@@ -454,3 +495,113 @@ def _checkpoint_problem(
             f" chain ({linked}): the line's links are ambiguous, or the log was rewritten"
         )
     return None
+
+
+# -- what each checkpoint vouches for ---------------------------------------------------------
+#
+# Positions count lines along the whole chain (its files in order): position p is the head
+# right after the chain's p-th verified line, 0 the head the chain starts from.
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Vouch:
+    """A good checkpoint: its place, and the ``since`` it signed (``None``: an older one)."""
+
+    path: str
+    line: int
+    at: int  # its own chain position (its head is at ``at - 1``)
+    since: str | None
+
+
+class _Layout:
+    """Where heads and special lines lie along the chain, from the files' ``VerifyReport``s."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[str | os.PathLike[str], int, VerifyReport]] = []
+        self.heads: dict[str, int] = {}  # head -> position (the ones the reports name)
+        self.special: set[int] = set()  # positions of checkpoint and gap lines
+        self.start: str | None = None  # the head the chain starts from
+
+    def add(self, path: str | os.PathLike[str], offset: int, chain: VerifyReport) -> None:
+        self.files.append((path, offset, chain))
+        if chain.first_prev is not None:
+            self.heads.setdefault(chain.first_prev, offset)
+            if self.start is None:
+                self.start = chain.first_prev
+        for line, head in chain.checkpoints:
+            self.heads.setdefault(head, offset + line - 1)
+        for line, head in chain.special_heads:
+            self.heads.setdefault(head, offset + line)
+            self.special.add(offset + line)
+
+    def locate(self, wanted: set[str]) -> None:
+        """Find heads no report names (a line that is not special): one more pass, made only
+        when some checkpoint vouches from such a head (a crash, a forged log)."""
+        for path, offset, chain in self.files:
+            found = verify_chain(path, prev=chain.first_prev, find=wanted).found
+            for line, head in found:
+                if line <= chain.n_lines:
+                    self.heads.setdefault(head, offset + line)
+
+    def where(self, position: int) -> tuple[str, int]:
+        """The file and line of the line at ``position``."""
+        for path, offset, chain in self.files:
+            if offset < position <= offset + chain.n_lines:
+                return os.fspath(path), position - offset
+        raise AssertionError(f"no line at chain position {position}")  # pragma: no cover
+
+    def lines(self, first: int, last: int, here: str) -> str:
+        """``lines 3-9`` (of the file ``here``), ``line 3 of F``, ``lines F:40 to G:3``."""
+        (a_path, a), (b_path, b) = self.where(first), self.where(last)
+        if a_path != b_path:
+            return f"lines {a_path}:{a} to {b_path}:{b}"
+        of = "" if a_path == here else f" of {a_path}"
+        return f"line {a}{of}" if a == b else f"lines {a}-{b}{of}"
+
+
+def _unvouched(vouches: Sequence[_Vouch], layout: _Layout) -> list[SignatureProblem]:
+    """The lines no good checkpoint vouches for, before the last one: between a checkpoint's
+    head (the chain's start before the first) and the next one's ``since``, lines that are not
+    checkpoints or gap markers."""
+    unknown = {v.since for v in vouches if v.since is not None and v.since not in layout.heads}
+    if unknown:
+        layout.locate(unknown)
+    problems: list[SignatureProblem] = []
+    vouched = 0  # everything up to this position is vouched for (or is the chain's start)
+    for index, vouch in enumerate(vouches):
+        since = vouched if vouch.since is None else layout.heads.get(vouch.since)
+        if since is None and index == 0 and layout.start != GENESIS_HASH:
+            since = 0  # the files given start after a head of earlier files, left out
+        if since is None or since > vouch.at - 1:
+            problems.append(
+                SignatureProblem(
+                    path=vouch.path,
+                    line=vouch.line,
+                    reason=f"it vouches from {vouch.since}, a head that is not in this chain"
+                    " before it (was the log rewritten?)",
+                )
+            )
+        else:
+            first = vouched + 1
+            while first <= since and first in layout.special:
+                first += 1
+            if first <= since:
+                last = since
+                while last in layout.special:
+                    last -= 1
+                what = layout.lines(first, last, vouch.path)
+                is_, it_was, it = (
+                    ("is", "it was", "it") if first == last else ("are", "they were", "them")
+                )
+                problems.append(
+                    SignatureProblem(
+                        path=vouch.path,
+                        line=vouch.line,
+                        reason=f"{what} {is_} not vouched for: {it_was} never signed by this key,"
+                        " written before a crash that came before a checkpoint, or rewritten"
+                        " while the server was stopped (this checkpoint's writer started after"
+                        f" {it})",
+                    )
+                )
+        vouched = vouch.at - 1
+    return problems

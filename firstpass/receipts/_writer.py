@@ -82,9 +82,19 @@ class Checkpointer(Protocol):
     ``checkpoint(head)`` is called in the writer's thread, with ``head`` the hash of the last
     line written; it returns a complete record (``id``, ``kind="checkpoint"``, ``mode``,
     ``time``, what it signed) that the writer links right after ``head``.
+
+    ``begin(head)``, also in the writer's thread, says from which head the next checkpoint
+    vouches: the writer calls it once at start, with the chain head it inherited (after any
+    gap marker it writes at start, before any record of its own), so its checkpoints never
+    vouch for lines it did not write; each later checkpoint vouches from the head the one
+    before it signed. The writer calls it again only if a checkpoint it was handed never
+    reached the file (a failed write), with the head the last one on disk signed. A
+    checkpointer without ``begin`` is still accepted (its checkpoints carry no ``since``).
     """
 
     interval_s: float
+
+    def begin(self, head: str) -> None: ...
 
     def checkpoint(self, head: str) -> dict[str, Any]: ...
 
@@ -205,6 +215,10 @@ class ReceiptWriter:
         self._needs_cut = False  # a failed batch may have left bytes past ``_file_bytes``
         self._since_checkpoint = 0  # lines written since the last checkpoint
         self._last_checkpoint = 0.0
+        # the head the last checkpoint in the file signed (the inherited head before one):
+        # where the next checkpoint vouches from; ``None`` until ``_open`` calls ``begin``
+        self._vouched: str | None = None
+        self._signer_from: str | None = None  # where the checkpointer believes it vouches from
         self._written = self._queue_full = self._batches = self._bytes = 0
         self._fsyncs = self._lost = self._write_errors = self._dropped = self._refused = 0
         self._gaps = self._checkpoints = self._rotations = 0
@@ -609,6 +623,7 @@ class ReceiptWriter:
             self._lock(fd)
             self._fd = fd
             self._prev, self._file_bytes = self._verified_head(fd)
+            self._begin(self._prev)  # after any repair, before any record of this writer
         except BaseException:
             self._fd = -1
             os.close(fd)
@@ -722,7 +737,8 @@ class ReceiptWriter:
         rotate first when due, checkpoint after when due. On ``OSError`` the file is cut back
         to its size before the batch and the chain head is unchanged: nothing half-written
         stays, and the same records can be written again."""
-        start_prev, start_bytes = self._prev, self._file_bytes
+        start_prev, start_bytes, start_vouched = self._prev, self._file_bytes, self._vouched
+        checkpoint = None
         try:
             if self._needs_cut:  # an earlier attempt failed and could not cut itself off
                 os.ftruncate(self._fd, start_bytes)
@@ -736,9 +752,10 @@ class ReceiptWriter:
                 line, prev = link(record, prev)
                 lines.append(line)
             since = self._since_checkpoint + len(lines)
-            checkpoint = None
+            signed_head = prev
             if (
                 self._checkpointer is not None
+                and self._vouched is not None  # not before begin (a repair's gap marker)
                 and since
                 and time.monotonic() - self._last_checkpoint >= self._checkpointer.interval_s
             ):
@@ -752,6 +769,7 @@ class ReceiptWriter:
                 os.fsync(self._fd)
         except OSError:
             self._prev, self._file_bytes = start_prev, start_bytes
+            self._vouched = start_vouched  # a checkpoint cut off with the batch vouches nothing
             self._needs_cut = True
             try:
                 os.ftruncate(self._fd, start_bytes)
@@ -765,6 +783,7 @@ class ReceiptWriter:
             self._since_checkpoint = 0
             self._last_checkpoint = time.monotonic()
             self._checkpoints += 1
+            self._vouched = signed_head
         else:
             self._since_checkpoint = since
         return len(data)
@@ -781,22 +800,41 @@ class ReceiptWriter:
     def _checkpoint_line(self, head: str) -> tuple[bytes, str] | None:
         """The checkpointer's record linked after ``head``; ``None`` if it failed (logged: a
         missed checkpoint must not stop receipts)."""
-        assert self._checkpointer is not None
+        assert self._checkpointer is not None and self._vouched is not None
         try:
+            if self._signer_from != self._vouched:  # its last checkpoint never reached the file
+                self._begin(self._vouched)
+            self._signer_from = None  # unknown until this checkpoint is made
             record = self._checkpointer.checkpoint(head)
+            self._signer_from = head
             return link(encode_record(record), head)
         except Exception:
             log.exception("receipt_checkpoint_failed", path=str(self._path))
             return None
 
+    def _begin(self, head: str) -> None:
+        """Tell the checkpointer its next checkpoint vouches from ``head`` (``begin``)."""
+        self._vouched = head
+        begin = getattr(self._checkpointer, "begin", None)
+        if begin is None:
+            return
+        try:
+            begin(head)
+            self._signer_from = head
+        except Exception:
+            self._signer_from = None
+            log.exception("receipt_checkpoint_failed", path=str(self._path))
+
     def _append_checkpoint(self) -> None:
         """A checkpoint line on its own (before a rotation, at close), if lines came since."""
-        if self._checkpointer is None or not self._since_checkpoint:
+        if self._checkpointer is None or self._vouched is None or not self._since_checkpoint:
             return
-        checkpoint = self._checkpoint_line(self._prev)
+        head = self._prev
+        checkpoint = self._checkpoint_line(head)
         if checkpoint is None:
             return
         self._write_all(checkpoint[0])
+        self._vouched = head
         self._prev = checkpoint[1]
         self._file_bytes += len(checkpoint[0])
         self._since_checkpoint = 0
