@@ -176,6 +176,13 @@ def _worker_main(
             other.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches workers as one SIGTERM
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # until ``serve`` installs its own
+    if sys.platform == "linux":  # a supervisor killed outright (kill -9) leaves no orphan serving
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PDEATHSIG
+        parent = multiprocessing.parent_process()
+        if parent is None or os.getppid() != parent.pid:  # it died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
     try:
         serve(config, sock, index)
     except FirstpassError as exc:  # one line, as the CLI prints it; the supervisor stops the rest
