@@ -123,3 +123,24 @@ async def test_synchronous_logging_to_a_file_would_block_the_loop(
     finally:
         structlog.reset_defaults()
         await asyncio.to_thread(stream.close)
+
+
+def test_the_request_event_names_the_client_key_never_the_key(
+    live_stack: Any, log_file: Path
+) -> None:
+    """With named keys, an operator can break the log down by key: the event carries the key's
+    configured name, and the key itself appears nowhere in the log."""
+    secret = "sk-team-a-log-0123456789"
+    stack = live_stack(
+        env={"TEAM_A_KEY": secret},
+        tables={"server": {"client_key": [{"name": "team-a", "key_env": "TEAM_A_KEY"}]}},
+    )
+    stack.stub.script(Reply.ok(GOOD), model=CHEAP)
+    client = openai.OpenAI(base_url=stack.base_url, api_key=secret, max_retries=0)
+    client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": PROMPT}], extra_body={"firstpass": TESTS}
+    )
+    stack.flush()
+    (event,) = [e for e in events(log_file) if e["event"] == "request"]
+    assert event["client_key"] == "team-a"
+    assert secret not in log_file.read_text("utf-8")

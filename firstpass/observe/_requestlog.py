@@ -51,6 +51,8 @@ def request_event(record: Mapping[str, Any]) -> dict[str, Any]:
         "status": error.get("status", 200),
         "prompt_sha256": request.get("prompt_sha256"),
     }
+    if request.get("client_key") is not None:  # the key's configured name, never the key
+        event["client_key"] = request.get("client_key")
     if error:
         event["error_type"] = error.get("type")
     return event
