@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from firstpass.errors import FirstpassError
 
 #: subcommand modules, in the order ``--help`` lists them
-COMMANDS = ("init", "serve", "demo", "check", "receipts", "calibrate", "keygen")
+COMMANDS = ("init", "serve", "demo", "check", "receipts", "calibrate", "keygen", "db")
 
 
 def build_parser() -> argparse.ArgumentParser:

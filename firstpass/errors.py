@@ -13,7 +13,8 @@
     ├── ReceiptError               the receipt log cannot be read or written
     │   ├── ReceiptUnavailable     ... not now (a failing disk); the answer is withheld → HTTP 503
     │   └── ChainError             the hash chain does not verify; names the first bad line
-    └── CalibrationError           calibration input or parameters are unusable
+    ├── CalibrationError           calibration input or parameters are unusable
+    └── DatabaseError              PostgreSQL cannot be reached, or its schema is not ours
 
 Library errors (aiohttp, OSError, subprocess, json) are converted where they cross into our code,
 with ``raise ... from exc`` so the cause stays in the traceback for whoever debugs it.
@@ -28,6 +29,7 @@ __all__ = [
     "ChainError",
     "CheckSpecError",
     "ConfigError",
+    "DatabaseError",
     "FirstpassError",
     "ReceiptError",
     "ReceiptUnavailable",
@@ -204,3 +206,8 @@ class ChainError(ReceiptError):
 
 class CalibrationError(FirstpassError):
     """Calibration cannot run on this input or with these parameters."""
+
+
+class DatabaseError(FirstpassError):
+    """PostgreSQL cannot be reached or used (an unset DSN variable, a refused connection, a
+    schema newer than this version knows); the message says what to do."""

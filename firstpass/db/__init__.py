@@ -1,0 +1,16 @@
+"""PostgreSQL for several replicas: the connection (a DSN read from a named environment
+variable, never from a file) and the versioned schema (``firstpass db migrate``).
+
+    dsn = dsn_from_env("FIRSTPASS_DSN")          # DatabaseError naming the variable if unset
+    applied = await migrate(dsn)                  # idempotent; safe from many replicas at once
+
+The driver is psycopg 3: one library for the server's async path and the CLI's sync one, with
+COPY, pipeline mode and binary wheels.
+"""
+
+from __future__ import annotations
+
+from firstpass.db._connect import dsn_from_env
+from firstpass.db._migrate import MIGRATIONS, Migration, current_version, migrate
+
+__all__ = ["MIGRATIONS", "Migration", "current_version", "dsn_from_env", "migrate"]

@@ -1,0 +1,118 @@
+"""A throwaway PostgreSQL server for the tests that need one: initdb in a temporary directory,
+started with pg_ctl on a Unix socket there (no TCP port, nothing shared), stopped afterwards.
+
+Run as root (CI, this machine), the server runs as the ``postgres`` user, as PostgreSQL requires;
+otherwise as the current user. Without PostgreSQL's server binaries the tests that use it skip
+with how to get them: ``apt-get install postgresql`` (Debian/Ubuntu), or point
+``FIRSTPASS_TEST_DSN`` at a server you run yourself (each test creates and drops its own
+database there).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SKIP_HOW = (
+    "PostgreSQL's server binaries (initdb, pg_ctl) are not installed: apt-get install postgresql "
+    "(Debian/Ubuntu), or set FIRSTPASS_TEST_DSN to a server the tests may create databases on"
+)
+
+
+@dataclass(frozen=True)
+class PgServer:
+    """A running server: ``dsn(db)`` reaches database ``db`` on it."""
+
+    base_dsn: str
+
+    def dsn(self, database: str) -> str:
+        sep = "&" if "?" in self.base_dsn else "?"
+        return f"{self.base_dsn}{sep}dbname={database}"
+
+
+def _bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return candidates[-1] if candidates else None
+
+
+def _as_user(cmd: list[str], user: str | None) -> list[str]:
+    if user is None:
+        return cmd
+    runuser = shutil.which("runuser")
+    return [runuser, "-u", user, "--", *cmd] if runuser else ["su", user, "-c", " ".join(cmd)]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One server for the session (initdb costs seconds); tests take fresh databases on it."""
+    external = os.environ.get("FIRSTPASS_TEST_DSN")
+    if external:
+        yield PgServer(base_dsn=external)
+        return
+    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.skip(SKIP_HOW)
+    user: str | None = None
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root without a 'postgres' user to run PostgreSQL as")
+        user = "postgres"
+    root = Path(tempfile.mkdtemp(prefix="firstpass-pg-"))
+    data = root / "data"
+    if user is not None:
+        entry = pwd.getpwnam(user)
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+    run = {"capture_output": True, "text": True, "timeout": 120}
+    init = subprocess.run(
+        _as_user([initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"], user),
+        **run,  # type: ignore[call-overload]
+    )
+    if init.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"initdb failed: {init.stderr.strip()[-500:]}")
+    opts = f"-k {root} -c listen_addresses='' -c fsync=off -c max_connections=200"
+    start = subprocess.run(
+        _as_user([pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"], user),
+        **run,  # type: ignore[call-overload]
+    )
+    if start.returncode != 0:
+        log = (root / "log").read_text(errors="replace")[-800:] if (root / "log").exists() else ""
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"pg_ctl start failed: {start.stderr.strip()[-300:]} {log}")
+    try:
+        yield PgServer(base_dsn=f"postgresql://postgres@/?host={root}")
+    finally:
+        subprocess.run(
+            _as_user([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], user), **run  # type: ignore[call-overload]
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_database(pg_server: PgServer) -> Iterator[str]:
+    """A fresh, empty database on the session's server; its DSN. Dropped afterwards."""
+    import psycopg
+
+    name = f"fp_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.dsn("postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        with psycopg.connect(pg_server.dsn("postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
