@@ -120,16 +120,7 @@ def check_line(raw: bytes, *, strict: bool = False) -> dict[str, Any]:
     body = raw[:-1]
     if not body.strip():
         raise BadLine("not JSON: empty line")
-    try:
-        record = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise BadLine(f"not UTF-8 text (byte {exc.start + 1})") from exc
-    except json.JSONDecodeError as exc:
-        raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from exc
-    except RecursionError as exc:
-        raise BadLine("not a receipt: JSON nested too deeply to read") from exc
-    if not isinstance(record, dict):
-        raise BadLine(f"not a receipt: a JSON {type(record).__name__}, not an object")
+    record = _parse_object(body)
     for key in ("hash", "prev_hash"):
         value = record.get(key)
         if value is None:
@@ -303,19 +294,24 @@ def _special_kind(raw: bytes, record: dict[str, Any] | None) -> tuple[str | None
     parsed line. ``BadLine`` when its bytes hash and link but are not a JSON object (a line
     forged to pass the byte-level check: readers could not read it)."""
     if record is None:
-        try:
-            parsed = json.loads(raw)
-        except UnicodeDecodeError as exc:
-            raise BadLine(f"not UTF-8 text (byte {exc.start + 1})") from exc
-        except json.JSONDecodeError as exc:
-            raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from exc
-        except RecursionError as exc:
-            raise BadLine("not a receipt: JSON nested too deeply to read") from exc
-        if not isinstance(parsed, dict):
-            raise BadLine(f"not a receipt: a JSON {type(parsed).__name__}, not an object")
-        record = parsed
+        record = _parse_object(raw)
     kind = record.get("kind")
     return (kind if isinstance(kind, str) else None), record
+
+
+def _parse_object(raw: bytes) -> dict[str, Any]:
+    """A line's JSON object; ``BadLine`` saying why it is not one."""
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadLine(f"not UTF-8 text (byte {exc.start + 1})") from exc
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from exc
+    except RecursionError as exc:
+        raise BadLine("not a receipt: JSON nested too deeply to read") from exc
+    if not isinstance(record, dict):
+        raise BadLine(f"not a receipt: a JSON {type(record).__name__}, not an object")
+    return record
 
 
 def _gap(line_no: int, data: dict[str, Any]) -> Gap:
