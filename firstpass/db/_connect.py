@@ -19,9 +19,10 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 def dsn_from_env(name: str, env: Mapping[str, str] | None = None) -> str:
     """The DSN in environment variable ``name``; ``DatabaseError`` saying what to set if not."""
-    if not _ENV_NAME.match(name):
+    if not _ENV_NAME.fullmatch(name):
+        shown = "that looks like a DSN: it" if "=" in name or "@" in name else repr(name)
         raise DatabaseError(
-            f"{name!r} is not an environment variable name: pass the NAME of the variable that "
+            f"{shown} is not an environment variable name: pass the NAME of the variable that "
             "holds the DSN (e.g. --dsn-env FIRSTPASS_DSN), never the DSN itself"
         )
     value = (os.environ if env is None else env).get(name, "").strip()

@@ -8,6 +8,7 @@ newer than this version knows is refused rather than written with the wrong shap
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import psycopg
@@ -119,8 +120,8 @@ async def _connect(dsn: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
         return await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)
     except psycopg.Error as exc:
         raise DatabaseError(
-            f"cannot connect to PostgreSQL: {_first_line(exc)} (check the DSN's host, port, "
-            "user and database, and that the server is running)"
+            f"cannot connect to PostgreSQL: {_redact(_first_line(exc), dsn)} (check the DSN's "
+            "host, port, user and database, and that the server is running)"
         ) from exc
 
 
@@ -132,3 +133,9 @@ def _version(value: object) -> int:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _redact(text: str, dsn: str) -> str:
+    """``text`` without the DSN's password: libpq quotes a URI it cannot parse whole."""
+    text = text.replace(dsn, "<the DSN>") if dsn else text
+    return re.sub(r"(://[^:/@\s\"]*:)[^@\s\"]*@", r"\1***@", text)
