@@ -517,7 +517,7 @@ class ElasticRunner:
                 index += 1
         except BudgetExhausted as exc:
             # only labels were left to buy: the client still gets what the cascade decided
-            later.append({"rung": index, "error": str(exc), "budget": exc.scope})
+            later.append({"rung": index, "error": str(exc), "budget": budget_record(exc)})
             stopped = exc
         except SandboxBusy as exc:
             # the label's samples got no sandbox slot: likewise, the cascade's answer stands
