@@ -138,6 +138,8 @@ def _check_sandbox_room(
     room = slots + sandbox.max_queue
     for i, route in enumerate(routes):
         for j, rung in enumerate(route.ladder):
+            if j > 0 and not rung.k:  # probed: rung 0, and a higher rung with its own k
+                continue
             k = rung.k or elastic.k
             if k > room:
                 raise ConfigError(

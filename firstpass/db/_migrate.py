@@ -122,7 +122,7 @@ async def _connect(dsn: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
         raise DatabaseError(
             f"cannot connect to PostgreSQL: {_redact(_first_line(exc), dsn)} (check the DSN's "
             "host, port, user and database, and that the server is running)"
-        ) from exc
+        ) from None  # libpq's own error can quote the whole DSN, password included
 
 
 def _version(value: object) -> int:

@@ -353,11 +353,11 @@ class Steps:
             # k probe samples must be independent draws: one seed on k separate calls (a
             # provider that ignores n) returns one sample k times, which would read as k agreeing
             body = {key: value for key, value in body.items() if key != "seed"}
-        budgets = self.config.budgets
-        if req.budget is not None and budgets is not None and not _bounds_output(body):
+        if req.budget is not None and not _bounds_output(body):
             # the hold assumes default_max_tokens of output: ask for no more, or the cap holds
-            # only on paper (an upstream left unbounded can answer past it)
-            body = {**body, "max_tokens": budgets.default_max_tokens}
+            # only on paper (an upstream left unbounded can answer past it); a key's daily cap
+            # without a [budgets] table is a budget too
+            body = {**body, "max_tokens": self.default_max_tokens}
         hold = self._reserve(req, rung_index, rung, body, n, same_prompt=same_prompt)
         spent = 0.0
         t0 = time.perf_counter()

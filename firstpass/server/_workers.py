@@ -48,15 +48,16 @@ def receipts_path(path: Path, index: int) -> Path:
     return path.with_name(f"{path.stem}.w{index}{path.suffix}")
 
 
-_WORKER_STEM = re.compile(r"^(?P<base>.+)\.w[0-9]+$")
+#: a worker's log name: ``<stem>.w<i><suffix>``, the suffix possibly empty (``receipts.w1``)
+_WORKER_NAME = re.compile(r"^(?P<stem>.+)\.w[0-9]+(?P<suffix>\.[^.]*)?$")
 
 
 def worker_logs(path: Path) -> list[Path]:
     """Every worker's log of the family ``path`` belongs to (worker 0's and each
     ``<stem>.w<i><suffix>`` beside it that exists), whatever the worker count was when they were
     written: today's spend is in all of them."""
-    found = _WORKER_STEM.match(path.stem)
-    base = path.with_name(f"{found['base']}{path.suffix}") if found else path
+    found = _WORKER_NAME.match(path.name)
+    base = path.with_name(f"{found['stem']}{found['suffix'] or ''}") if found else path
     pattern = re.compile(re.escape(base.stem) + r"\.w[0-9]+" + re.escape(base.suffix) + "$")
     try:
         others = sorted(p for p in base.parent.iterdir() if pattern.match(p.name))
