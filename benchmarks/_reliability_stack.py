@@ -32,6 +32,7 @@ __all__ = [
     "StubSettings",
     "free_port",
     "log_problems",
+    "scrape_metrics",
     "start_proxy",
     "start_stub",
     "stub_faults",
@@ -180,6 +181,15 @@ class ProxySettings:
     request_timeout_s: float = 60.0
     max_concurrency: int = 1024
     visible_checks_route: bool = False
+    #: ``"postgresql"``: receipts to the table (the DSN in the env var ``dsn_env`` at start);
+    #: ``receipts`` then only names the default spill file's place
+    sink: str = "file"
+    dsn_env: str = "FIRSTPASS_DSN"
+    replica: str | None = None
+    spill_path: Path | None = None
+    spill_max_bytes: int | None = None
+    #: ``[budgets] daily_usd`` (kept in the database with the PostgreSQL sink); None: no budget
+    daily_usd: float | None = None
 
 
 def write_proxy_config(tmp: Path, stub_url: str, port: int, s: ProxySettings) -> Path:
@@ -189,9 +199,17 @@ def write_proxy_config(tmp: Path, stub_url: str, port: int, s: ProxySettings) ->
         tmp / "calibration.json", certificate(route="code", lam=0.8, model=f"stub/{CHEAP}")
     )
     queue = f"max_queue = {s.sandbox_max_queue}" if s.sandbox_max_queue is not None else ""
+    sink = ""
+    if s.sink != "file":
+        sink = f'sink = "{s.sink}"\ndsn_env = "{s.dsn_env}"'
+        sink += f'\nreplica = "{s.replica}"' if s.replica is not None else ""
+        sink += f'\nspill_path = "{s.spill_path}"' if s.spill_path is not None else ""
+        sink += f"\nspill_max_bytes = {s.spill_max_bytes}" if s.spill_max_bytes else ""
     extra = ""
+    if s.daily_usd is not None:
+        extra += f"\n[budgets]\ndaily_usd = {s.daily_usd}\ndefault_max_tokens = 512\n"
     if s.visible_checks_route:  # answers verified without the sandbox (regex on the text)
-        extra = """
+        extra += """
 [[route]]
 name = "regex"
 models = ["rel-regex"]
@@ -223,6 +241,7 @@ memory_mb = {s.memory_mb}
 [receipts]
 path = "{s.receipts}"
 fsync = "{s.fsync}"
+{sink}
 
 [[provider]]
 id = "stub"
@@ -312,3 +331,22 @@ def log_problems(stderr_path: Path, limit: int = 10) -> tuple[int, list[str]]:
                 if len(first) < limit:
                     first.append(line.rstrip()[:300])
     return count, first
+
+
+def scrape_metrics(url: str, timeout: float = 5.0) -> dict[str, float]:
+    """``GET {url}/metrics``: each unlabelled sample by name (a counter both as ``name`` and as
+    Prometheus's ``name_total``)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=timeout) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or "{" in line:
+            continue
+        name, _, value = line.partition(" ")
+        try:
+            out[name] = float(value.split()[0])
+        except (ValueError, IndexError):
+            continue
+        if name.endswith("_total"):
+            out.setdefault(name.removesuffix("_total"), out[name])
+    return out

@@ -15,6 +15,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from firstpass.cli import quiet_broken_pipe
 from firstpass.errors import CalibrationError, FirstpassError
@@ -37,9 +38,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--receipts", nargs="+", metavar="PATH", help="shadow receipt logs (JSONL, hash-chained)"
     )
     src.add_argument(
+        "--dsn-env",
+        metavar="VAR",
+        help="read the shadow receipts from PostgreSQL (firstpass_receipts; the DSN is in "
+        "environment variable VAR): every replica's chain, verified as a file's is",
+    )
+    src.add_argument(
         "--study",
         metavar="PATH",
         help='labelled study file: JSONL rows {"k", "pass_count", "label"}',
+    )
+    parser.add_argument(
+        "--replica",
+        action="append",
+        default=None,
+        metavar="ID",
+        help="--dsn-env: only this replica's chain (repeat for several; default: all)",
+    )
+    parser.add_argument(
+        "--route",
+        metavar="R",
+        help="receipts: keep only the rows of route R (the others are counted as skipped)",
+    )
+    parser.add_argument(
+        "--since",
+        metavar="ISO",
+        help="receipts: keep only rows whose time is at or after this (ISO 8601; UTC if no "
+        "zone). Every chain is still verified whole",
+    )
+    parser.add_argument(
+        "--until",
+        metavar="ISO",
+        help="receipts: keep only rows whose time is before this (ISO 8601; UTC if no zone)",
     )
     parser.add_argument(
         "--alpha",
@@ -191,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
             raise CalibrationError("--score applies to receipts; study rows carry their own score")
         if args.rung:
             raise CalibrationError("--rung applies to receipts; a study file has one rung")
+        for flag in ("route", "since", "until", "replica"):
+            if getattr(args, flag, None) is not None:
+                raise CalibrationError(f"--{flag} applies to receipts, not to a study file")
         labelled = data_mod.read_study(args.study, progress=_progress)
         if args.model is not None or args.temperature is not None:
             contexts = tuple(
@@ -203,15 +236,31 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.rung < 0:
             raise CalibrationError(f"--rung must be >= 0, got {args.rung}")
-        labelled = data_mod.read_receipts(
-            args.receipts,
-            allow_unverified=args.allow_unverified,
-            score=args.score,
-            rung=args.rung,
-            model=args.model,
-            temperature=args.temperature,
-            progress=_progress_and_prefetch,
-        )
+        from calibration._window import RowWindow, parse_time
+
+        since, until = getattr(args, "since", None), getattr(args, "until", None)
+        read: dict[str, Any] = {
+            "allow_unverified": args.allow_unverified,
+            "score": args.score,
+            "rung": args.rung,
+            "model": args.model,
+            "temperature": args.temperature,
+            "progress": _progress_and_prefetch,
+            "window": RowWindow(
+                route=getattr(args, "route", None),
+                since=parse_time(since, "--since") if since is not None else None,
+                until=parse_time(until, "--until") if until is not None else None,
+            ),
+        }
+        if getattr(args, "dsn_env", None) is not None:
+            from calibration._table import read_table
+            from firstpass.db import dsn_from_env
+
+            labelled = read_table(dsn_from_env(args.dsn_env), args.replica or (), **read)
+        elif args.replica:
+            raise CalibrationError("--replica applies to --dsn-env (the table's chains)")
+        else:
+            labelled = data_mod.read_receipts(args.receipts, **read)
     from calibration import report
     from calibration.fit import calibrate
 

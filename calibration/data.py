@@ -40,6 +40,7 @@ from calibration._rows import (
     snap,
 )
 from calibration._scan import Span, scan_span
+from calibration._window import RowWindow
 from firstpass.errors import CalibrationError, ReceiptError
 from firstpass.receipts import GENESIS_HASH
 
@@ -73,6 +74,8 @@ class Source:
     chain_heads: tuple[str | None, ...] = ()
     verified: bool = True
     chain_problems: tuple[str, ...] = ()
+    #: read from the table: the replicas whose chains ``paths``/``chain_heads`` are
+    replicas: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the ``source`` object of the calibration JSON)."""
@@ -86,7 +89,7 @@ class Source:
             "chain_heads": list(self.chain_heads),
             "verified": self.verified,
             "chain_problems": list(self.chain_problems),
-        }
+        } | ({"replicas": list(self.replicas)} if self.replicas else {})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -499,6 +502,7 @@ def read_receipts(
     model: str | None = None,
     temperature: float | None = None,
     progress: Progress | None = None,
+    window: RowWindow | None = None,
 ) -> Labelled:
     """Read shadow receipts into labelled rows, after verifying each file's hash chain.
 
@@ -522,7 +526,12 @@ def read_receipts(
     pool fails and the log is read in this process). A log whose chain verified is identified
     by its chain head (which commits to every line), so its ``file_sha256`` is ``None``; an
     unverified one gets the SHA-256 of its bytes.
+
+    ``window`` keeps only the labelled rows of one route and time window (the rest are skipped,
+    by reason); each chain is still verified whole, sequentially, then every line parsed.
     """
+    if window is not None and not window.active:
+        window = None
     files = [Path(p) for p in paths]
     if not files:
         raise CalibrationError("no receipt files given")
@@ -538,7 +547,9 @@ def read_receipts(
             _check_receipt_file(path)
             start = _chain_start(path, heads[-1] if heads else None)
             log = _LogRows(path, score, rung)
-            head = _scan_log(path, score, rung, pool, log, progress, start)
+            head = None
+            if window is None:  # the one-pass read keeps every row: a window reads parsed lines
+                head = _scan_log(path, score, rung, pool, log, progress, start)
             if head is not None:
                 n_lines += log.commit(sets, routes, skipped, columns)
                 heads.append(head)
@@ -555,7 +566,7 @@ def read_receipts(
                     )
                 problems.append(f"{problem}; {chain.n_lines} lines verified before it")
             n_lines += _read_parsed(
-                path, chain.ok, score, rung, sets, routes, skipped, columns, progress
+                path, chain.ok, score, rung, sets, routes, skipped, columns, progress, window
             )
             heads.append(chain.head)
             digests.append(None if chain.ok else _file_sha256(path))
@@ -719,6 +730,7 @@ def _read_parsed(
     skipped: dict[str, int],
     columns: list[_Columns],
     progress: Progress | None,
+    window: RowWindow | None = None,
 ) -> int:
     """Read a log by parsing every line with ``json`` (a log the one-pass read could not vouch
     for); returns its non-blank line count. An unverified log may hold a truncated line: it is
@@ -737,6 +749,8 @@ def _read_parsed(
                 skipped[unparseable] = skipped.get(unparseable, 0) + 1
                 continue
             outcome = receipt_values(path, lineno, record, score, rung)
+            if not isinstance(outcome, str) and window is not None:
+                outcome = window.skip_reason(record, outcome[4][0]) or outcome
             if isinstance(outcome, str):
                 skipped[outcome] = skipped.get(outcome, 0) + 1
             else:

@@ -10,6 +10,8 @@
     │   └── UpstreamTimeout        ... by timing out                              → HTTP 504
     ├── RequestError               a request we refuse (status, param, code)      → HTTP 4xx
     │   └── BudgetExhausted        a call would cross a USD cap ([budgets])       → HTTP 429
+    │       └── BudgetStoreUnavailable  ... or cannot be checked: the shared spend store
+    │                              (PostgreSQL) is unreachable; the call is not made → HTTP 503
     ├── ReceiptError               the receipt log cannot be read or written
     │   ├── ReceiptUnavailable     ... not now (a failing disk); the answer is withheld → HTTP 503
     │   └── ChainError             the hash chain does not verify; names the first bad line
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetExhausted",
+    "BudgetStoreUnavailable",
     "CalibrationError",
     "ChainError",
     "CheckSpecError",
@@ -181,6 +184,30 @@ class BudgetExhausted(RequestError):
             type="insufficient_quota",
             retry_after_s=retry_after_s,
         )
+
+
+class BudgetStoreUnavailable(BudgetExhausted):
+    """The shared spend store (PostgreSQL) could not be reached to check a call's caps, so the
+    call is refused rather than made unchecked: a budget fails closed. A ``BudgetExhausted``, so
+    every place that stops on a refused call stops on this one too (a verified answer is still
+    served under ``serve_best_verified``), but answered 503 ``budget_store_unavailable`` with a
+    Retry-After of seconds: nothing is spent, the store is down. ``scope`` and ``limit_usd``
+    name the first cap that could not be checked; ``spent_usd`` is 0.0 (unknown)."""
+
+    def __init__(
+        self, message: str, *, scope: str, limit_usd: float, needed_usd: float, retry_after_s: float
+    ) -> None:
+        super().__init__(
+            message,
+            scope=scope,
+            limit_usd=limit_usd,
+            spent_usd=0.0,
+            needed_usd=needed_usd,
+            retry_after_s=retry_after_s,
+        )
+        self.status = 503
+        self.code = "budget_store_unavailable"
+        self.type = "server_error"
 
 
 class ReceiptError(FirstpassError):

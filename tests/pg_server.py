@@ -55,6 +55,58 @@ def _as_user(cmd: list[str], user: str | None) -> list[str]:
     return [runuser, "-u", user, "--", *cmd] if runuser else ["su", user, "-c", " ".join(cmd)]
 
 
+class LocalPg:
+    """A server of our own in a temporary directory, on a Unix socket there: ``start``,
+    ``stop`` (immediate: like a crash), ``start`` again on the same data, ``remove``."""
+
+    def __init__(self) -> None:
+        initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+        if initdb is None or pg_ctl is None:
+            pytest.skip(SKIP_HOW)
+        self._pg_ctl = pg_ctl
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam("postgres")
+            except KeyError:
+                pytest.skip("running as root without a 'postgres' user to run PostgreSQL as")
+            self.user = "postgres"
+        self.root = Path(tempfile.mkdtemp(prefix="firstpass-pg-"))
+        self.data = self.root / "data"
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        init = self._run(
+            [initdb, "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"]
+        )
+        if init.returncode != 0:
+            self.remove()
+            pytest.fail(f"initdb failed: {init.stderr.strip()[-500:]}")
+        self.server = PgServer(base_dsn=f"postgresql://postgres@/?host={self.root}")
+
+    def _run(self, cmd: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            _as_user(cmd, self.user), capture_output=True, text=True, timeout=120, check=False
+        )
+
+    def start(self) -> None:
+        opts = f"-k {self.root} -c listen_addresses='' -c fsync=off -c max_connections=200"
+        log = self.root / "log"
+        done = self._run(
+            [self._pg_ctl, "-D", str(self.data), "-o", opts, "-l", str(log), "-w", "start"]
+        )
+        if done.returncode != 0:
+            tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
+            pytest.fail(f"pg_ctl start failed: {done.stderr.strip()[-300:]} {tail}")
+
+    def stop(self) -> None:
+        """Stop at once (``-m immediate``: no checkpoint, clients cut off, as in a crash)."""
+        self._run([self._pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One server for the session (initdb costs seconds); tests take fresh databases on it."""
@@ -62,45 +114,27 @@ def pg_server() -> Iterator[PgServer]:
     if external:
         yield PgServer(base_dsn=external)
         return
-    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        pytest.skip(SKIP_HOW)
-    user: str | None = None
-    if os.geteuid() == 0:
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root without a 'postgres' user to run PostgreSQL as")
-        user = "postgres"
-    root = Path(tempfile.mkdtemp(prefix="firstpass-pg-"))
-    data = root / "data"
-    if user is not None:
-        entry = pwd.getpwnam(user)
-        os.chown(root, entry.pw_uid, entry.pw_gid)
-    run = {"capture_output": True, "text": True, "timeout": 120}
-    init = subprocess.run(
-        _as_user([initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"], user),
-        **run,  # type: ignore[call-overload]
-    )
-    if init.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"initdb failed: {init.stderr.strip()[-500:]}")
-    opts = f"-k {root} -c listen_addresses='' -c fsync=off -c max_connections=200"
-    start = subprocess.run(
-        _as_user([pg_ctl, "-D", str(data), "-o", opts, "-l", str(root / "log"), "-w", "start"], user),
-        **run,  # type: ignore[call-overload]
-    )
-    if start.returncode != 0:
-        log = (root / "log").read_text(errors="replace")[-800:] if (root / "log").exists() else ""
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"pg_ctl start failed: {start.stderr.strip()[-300:]} {log}")
+    pg = LocalPg()
     try:
-        yield PgServer(base_dsn=f"postgresql://postgres@/?host={root}")
+        pg.start()
+        yield pg.server
     finally:
-        subprocess.run(
-            _as_user([pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], user), **run  # type: ignore[call-overload]
-        )
-        shutil.rmtree(root, ignore_errors=True)
+        pg.stop()
+        pg.remove()
+
+
+@pytest.fixture
+def pg_private() -> Iterator[LocalPg]:
+    """A server of this test's own, started, for tests that stop and restart it."""
+    if os.environ.get("FIRSTPASS_TEST_DSN"):
+        pytest.skip("this test restarts its own PostgreSQL; it needs initdb and pg_ctl")
+    pg = LocalPg()
+    try:
+        pg.start()
+        yield pg
+    finally:
+        pg.stop()
+        pg.remove()
 
 
 @pytest.fixture

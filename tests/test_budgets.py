@@ -6,6 +6,7 @@ real server, the stub upstream (scripted answers and token counts) and the opena
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import json
 import threading
@@ -97,16 +98,20 @@ def test_a_reservation_holds_until_it_settles_so_two_cannot_share_one_budget() -
     now = calendar.timegm((2026, 3, 1, 12, 0, 0))
     ledger = Ledger(daily_usd=1.0, per_request_usd=None, key_caps={}, clock=lambda: now)
     first, second = ledger.open(None), ledger.open(None)
-    hold = first.reserve(0.6)
-    with pytest.raises(BudgetExhausted) as info:
-        second.reserve(0.6)
-    assert info.value.scope == "daily"
-    # refused only for what the first holds: retry in seconds, not at midnight (a hold is
-    # released within a request's time; tests/test_budgets_attack.py)
-    assert info.value.retry_after_s == IN_FLIGHT_RETRY_S
-    assert info.value.type == "rate_limit_error"
-    first.settle(hold, 0.1)  # it cost less than its worst case: the rest is free again
-    second.reserve(0.6)
+
+    async def both() -> None:
+        hold = await first.reserve(0.6)
+        with pytest.raises(BudgetExhausted) as info:
+            await second.reserve(0.6)
+        assert info.value.scope == "daily"
+        # refused only for what the first holds: retry in seconds, not at midnight (a hold is
+        # released within a request's time; tests/test_budgets_attack.py)
+        assert info.value.retry_after_s == IN_FLIGHT_RETRY_S
+        assert info.value.type == "rate_limit_error"
+        await first.settle(hold, 0.1)  # it cost less than its worst case: the rest is free again
+        await second.reserve(0.6)
+
+    asyncio.run(both())
     assert ledger.spent() == pytest.approx(0.1)
 
 

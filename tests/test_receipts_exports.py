@@ -41,6 +41,8 @@ PUBLIC = {
     "find_by_answer",
     "is_special",
     "verify_files",
+    # what the server needs of a sink (the file writer, or firstpass.db's PostgreSQL one)
+    "ReceiptLog",
 }
 
 

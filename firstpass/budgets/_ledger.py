@@ -1,10 +1,14 @@
 """The spend ledger: today's spend per key and in total, and what requests hold in flight.
 
-Every method is synchronous and runs on the event loop, so a check and its reservation happen
-with no ``await`` between them: two concurrent requests cannot both pass a check that only one
-fits. A call reserves its worst case before it is made and settles at its real cost after
+A request reserves each call's worst case before it is made and settles at its real cost after
 (zero when it failed: receipts count a failed call at zero too, and the ledger is seeded from
 receipts after a restart). A call is counted in the UTC day it settles in.
+
+``RequestBudget.reserve`` and ``settle`` are coroutines so that a shared store (PostgreSQL,
+``firstpass.db.SharedLedger``) can sit behind them. This in-memory ``Ledger`` never awaits
+inside a check and its reservation, so two concurrent requests cannot both pass a check that
+only one fits. The per-request cap is always checked here, in the process: it is one
+request's.
 """
 
 from __future__ import annotations
@@ -13,21 +17,29 @@ import contextvars
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from firstpass.budgets._policy import (
-    Crossing,
-    Scope,
-    crossing,
-    seconds_to_utc_midnight,
-    utc_day,
+from firstpass.budgets._policy import Crossing, Scope, crossing, utc_day
+from firstpass.budgets._refusal import (
+    DAILY_SCOPES,
+    IN_FLIGHT_RETRY_S,
+    others_hold,
+    refusal_error,
+    spent_out,
 )
 from firstpass.config import Config
 from firstpass.errors import BudgetExhausted
 
-__all__ = ["CURRENT_BUDGET", "IN_FLIGHT_RETRY_S", "Hold", "Ledger", "RequestBudget", "ledger_for"]
-
-#: the Retry-After of a call refused only for what requests in flight hold (they finish soon)
-IN_FLIGHT_RETRY_S = 2.0
+__all__ = [
+    "CURRENT_BUDGET",
+    "IN_FLIGHT_RETRY_S",
+    "BudgetLedger",
+    "Hold",
+    "Ledger",
+    "RequestBudget",
+    "SpendStore",
+    "ledger_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +47,30 @@ class Hold:
     """One reservation: the worst case held for a call until it settles."""
 
     amount: float
+
+
+class SpendStore(Protocol):
+    """Where a request's holds and spend go: the in-memory ``Ledger`` or a shared store."""
+
+    async def hold_for(self, budget: RequestBudget, amount: float) -> Hold:
+        """Hold ``amount`` for ``budget``'s next call or raise ``BudgetExhausted``."""
+        ...
+
+    async def settle_for(self, budget: RequestBudget, hold: Hold, actual: float) -> None:
+        """Release ``hold`` and count ``actual``; never raises for a store that failed (the
+        spend is kept and written later, never dropped)."""
+        ...
+
+
+class BudgetLedger(Protocol):
+    """What the server and the pipeline use of a ledger, whichever keeps the spend."""
+
+    @property
+    def day(self) -> str: ...
+
+    def open(self, key: str | None) -> RequestBudget: ...
+
+    async def refusal(self, key: str | None) -> BudgetExhausted | None: ...
 
 
 @dataclass(kw_only=True)
@@ -95,7 +131,7 @@ class Ledger:
         """A request's budget, spending as ``key`` (a client key's name; None: no key)."""
         return RequestBudget(self, key)
 
-    def refusal(self, key: str | None) -> BudgetExhausted | None:
+    async def refusal(self, key: str | None) -> BudgetExhausted | None:
         """Why a new request from ``key`` is refused at once (a daily cap already reached),
         or None. A request that may fit is let in: its calls are checked one by one."""
         found = self._crossing(0.0, key, request_committed=None, at_start=True)
@@ -119,14 +155,8 @@ class Ledger:
             "daily": today.spent + self._held,
         }
         if at_start:
-            # refused when nothing at all is left (spent, not held: a hold is a worst case
-            # released within a request's time), not when a worst case may not fit
-            for scope in ("per_key_daily", "daily"):
-                limit = limits[scope]
-                settled = self._settled(scope, key)
-                if limit is not None and settled >= limit:
-                    return Crossing(scope=scope, limit_usd=limit, spent_usd=settled, needed_usd=0.0)
-            return None
+            # refused when nothing at all is left, not when a worst case may not fit
+            return spent_out(limits, {s: self._settled(s, key) for s in DAILY_SCOPES})
         return crossing(amount, limits=limits, committed=committed)
 
     def _settled(self, scope: Scope, key: str | None) -> float:
@@ -137,61 +167,18 @@ class Ledger:
         return today.spent
 
     def error(self, found: Crossing, key: str | None, *, held: float = 0.0) -> BudgetExhausted:
-        """The client's error for a crossed cap; a daily one says when it resets.
+        """The client's error for a crossed cap (``refusal_error``, shared with the
+        PostgreSQL ledger); a daily one says when it resets."""
+        return refusal_error(found, key, day=self._day().day, now=self._clock(), held=held)
 
-        ``held``: what other requests in flight hold against the cap, when the call would fit
-        without them: the refusal is then a retryable 429 (``rate_limit_error``, a Retry-After
-        of seconds), never "exhausted until midnight", which makes SDKs give up for the day."""
-        limit, spent = found.limit_usd, found.spent_usd
-        retry: float | None = None
-        if held > 0.0 and found.scope != "per_request":
-            whose = f"API key {key!r}" if found.scope == "per_key_daily" else "this server"
-            message = (
-                f"{whose} has ${spent:.6f} of its ${limit:g} daily budget spent or held for "
-                f"the UTC day {self._day().day}, ${held:.6f} of it held by requests in flight "
-                f"until their calls finish; the next call may cost up to "
-                f"${found.needed_usd:.6f}. Retry in a few seconds"
-            )
-            exc = BudgetExhausted(
-                message,
-                scope=found.scope,
-                limit_usd=limit,
-                spent_usd=spent,
-                needed_usd=found.needed_usd,
-                retry_after_s=IN_FLIGHT_RETRY_S,
-            )
-            exc.type = "rate_limit_error"  # the quota is not spent: SDKs retry this
-            return exc
-        if found.scope == "per_request":
-            message = (
-                f"this request's budget of ${limit:g} ([budgets] per_request_usd) does not cover "
-                f"its next call: ${spent:.6f} spent or held, the call may cost up to "
-                f"${found.needed_usd:.6f}"
-            )
-        else:
-            retry = seconds_to_utc_midnight(self._clock())
-            whose = f"API key {key!r}" if found.scope == "per_key_daily" else "this server"
-            where = (
-                "its daily_usd in [[server.client_key]]"
-                if found.scope == "per_key_daily"
-                else "[budgets] daily_usd"
-            )
-            message = (
-                f"{whose} has used ${spent:.6f} of its ${limit:g} daily budget ({where}) for "
-                f"the UTC day {self._day().day}; the next call may cost up to "
-                f"${found.needed_usd:.6f}. The budget starts again at 00:00 UTC, in "
-                f"{int(retry)} s"
-            )
-        return BudgetExhausted(
-            message,
-            scope=found.scope,
-            limit_usd=limit,
-            spent_usd=spent,
-            needed_usd=found.needed_usd,
-            retry_after_s=retry,
-        )
+    async def hold_for(self, budget: RequestBudget, amount: float) -> Hold:
+        return self._reserve(budget, amount)
+
+    async def settle_for(self, budget: RequestBudget, hold: Hold, actual: float) -> None:
+        self._settle(budget, hold, actual)
 
     def _reserve(self, budget: RequestBudget, amount: float) -> Hold:
+        """The check and the hold, with no ``await`` between them."""
         found = self._crossing(
             amount, budget.key, request_committed=budget.spent + budget.held, at_start=False
         )
@@ -203,14 +190,11 @@ class Ledger:
         return Hold(amount)
 
     def _others_hold(self, found: Crossing, budget: RequestBudget, amount: float) -> float:
-        """What other requests hold against the daily cap ``found`` crossed, when the call
-        would fit without those holds (0.0 when it would not: the cap is really spent)."""
+        """What other requests hold against the daily cap ``found`` crossed (``others_hold``)."""
         if found.scope == "per_request":
             return 0.0
         settled = self._settled(found.scope, budget.key)
-        if settled + budget.held + amount > found.limit_usd + 1e-12:
-            return 0.0
-        return max(0.0, found.spent_usd - settled - budget.held)
+        return others_hold(found, settled=settled, own_held=budget.held, amount=amount)
 
     def _settle(self, budget: RequestBudget, hold: Hold, actual: float) -> None:
         self._held = max(0.0, self._held - hold.amount)
@@ -225,7 +209,7 @@ class Ledger:
 class RequestBudget:
     """One request's view of the ledger: its own spend and holds, and the first refusal."""
 
-    def __init__(self, ledger: Ledger, key: str | None) -> None:
+    def __init__(self, ledger: SpendStore, key: str | None) -> None:
         self.ledger = ledger
         self.key = key
         self.spent = 0.0
@@ -233,10 +217,10 @@ class RequestBudget:
         #: the first call refused (a check that catches errors, like the judge, cannot hide it)
         self.refused: BudgetExhausted | None = None
 
-    def reserve(self, amount: float) -> Hold:
+    async def reserve(self, amount: float) -> Hold:
         """Hold ``amount`` (a call's worst case) or raise ``BudgetExhausted`` naming the cap."""
         try:
-            hold = self.ledger._reserve(self, amount)
+            hold = await self.ledger.hold_for(self, amount)
         except BudgetExhausted as exc:
             if self.refused is None:
                 self.refused = exc
@@ -244,11 +228,11 @@ class RequestBudget:
         self.held += amount
         return hold
 
-    def settle(self, hold: Hold, actual: float) -> None:
+    async def settle(self, hold: Hold, actual: float) -> None:
         """Release ``hold`` and count what the call really cost."""
         self.held = max(0.0, self.held - hold.amount)
         self.spent += actual
-        self.ledger._settle(self, hold, actual)
+        await self.ledger.settle_for(self, hold, actual)
 
 
 #: the budget of the request being handled, for calls made where no request is passed in (the

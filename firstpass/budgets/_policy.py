@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from firstpass.errors import BudgetExhausted
+from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable
 
 __all__ = [
     "SCOPES",
@@ -97,10 +97,14 @@ def crossing(
 
 def budget_record(exc: BudgetExhausted) -> dict[str, Any]:
     """``decision.budget`` on a receipt: the cap a call would have crossed, its limit, what was
-    spent or held against it, and what the refused call could have cost."""
-    return {
+    spent or held against it, and what the refused call could have cost; ``store:
+    "unavailable"`` when the shared spend store could not be reached to check it."""
+    record: dict[str, Any] = {
         "exhausted": exc.scope,
         "limit_usd": round(exc.limit_usd, 12),
         "spent_usd": round(exc.spent_usd, 12),
         "needed_usd": round(exc.needed_usd, 12),
     }
+    if isinstance(exc, BudgetStoreUnavailable):
+        record["store"] = "unavailable"
+    return record

@@ -1,4 +1,5 @@
-"""``firstpass receipts verify|show|summary``: audit a receipt log from the shell.
+"""``firstpass receipts verify|show|summary``: audit a receipt log from the shell (``verify
+--dsn-env``, ``export`` and ``import``: the chains in PostgreSQL, in ``receipts_db``).
 
 ``verify`` exits 0 when every hash and link re-derives and 1 naming the first bad line; ``show``
 exits 1 when the id is not in the log. ``summary`` verifies the chain too: when it does not hold,
@@ -65,8 +66,9 @@ def register(subparsers: Any) -> None:
     verify.add_argument(
         "path",
         type=Path,
+        nargs="?",
         help="the receipt log (JSONL; read after its rotated files), or a directory: every chain"
-        " in it (all workers' logs)",
+        " in it (all workers' logs). Or, instead, --dsn-env: the table's chains",
     )
     verify.add_argument(
         "--strict",
@@ -82,6 +84,9 @@ def register(subparsers: Any) -> None:
         "`firstpass keygen` wrote); fails a log with none",
     )
     verify.set_defaults(func=_verify)
+    from firstpass.commands import receipts_db
+
+    receipts_db.add_verify_arguments(verify)
 
     show = actions.add_parser(
         "show", help="print one receipt as indented JSON", description="Print one receipt."
@@ -132,6 +137,7 @@ def register(subparsers: Any) -> None:
     summary.add_argument("path", type=Path, help="the receipt log (JSONL)")
     summary.add_argument("--json", action="store_true", dest="as_json", help="print JSON")
     summary.set_defaults(func=_summary)
+    receipts_db.register(actions)  # export, import: the table's chains
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -140,6 +146,16 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from firstpass.commands import receipts_db
+
+    if args.dsn_env is not None or args.replica is not None:
+        if args.path is not None:
+            print("give a receipt log PATH or --dsn-env VAR, not both", file=sys.stderr)
+            return 2
+        return receipts_db.verify_table(args)
+    if args.path is None:
+        print("give a receipt log PATH (or --dsn-env VAR: the table's chains)", file=sys.stderr)
+        return 2
     public_key = load_public_key(args.pubkey) if args.pubkey is not None else None
     chains = discover_chains(args.path)
     single = len(chains) == 1 and len(chains[0].files) == 1
@@ -166,7 +182,14 @@ def _print_file(file: FileReport, *, indent: str) -> None:
     """One file's outcome (bare when the log is one file, as ``verify`` always printed it):
     ``ok: N receipts, head H``, its gaps, or the first bad line."""
     name = "" if not indent else f"{_printable(os.fspath(file.path))}: "
-    report = file.report
+    print_report(file.report, file.problem, name=name, indent=indent)
+
+
+def print_report(
+    report: VerifyReport | None, problem: str | None, *, name: str, indent: str
+) -> None:
+    """One chain part's outcome after ``name`` (a file's, a replica's): shared so a chain
+    reads the same wherever it is stored."""
     if report is None:
         print(f"{indent}{name}not checked (an earlier file of the chain is broken)")
         return
@@ -176,8 +199,8 @@ def _print_file(file: FileReport, *, indent: str) -> None:
         before = f"the {report.n_receipts} receipts{extra} before it verify"
         print(f"{indent}{before} (head {report.head})")
         return
-    if file.problem is not None:
-        print(f"{indent}{name}{file.problem}")
+    if problem is not None:
+        print(f"{indent}{name}{problem}")
         return
     extra = "".join(
         f", {count} {what}"

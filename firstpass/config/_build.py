@@ -24,6 +24,7 @@ from firstpass.config._env import ENV_ELASTIC_MODE, apply_env
 from firstpass.config._model import (
     ANY_MODEL,
     MAX_K,
+    REPLICA_RE,
     REQUEST_MODES,
     BudgetsConfig,
     ClientKey,
@@ -34,6 +35,7 @@ from firstpass.config._model import (
     Price,
     ProviderConfig,
     ReceiptsConfig,
+    ReceiptSinkKind,
     Revision,
     RouteChecks,
     RouteConfig,
@@ -61,7 +63,7 @@ _SANDBOX_KEYS = (
 )  # fmt: skip
 _RECEIPTS_KEYS = (
     "path", "fsync", "store_content", "queue_size", "signing_key", "checkpoint_interval_s",
-    "rotate_bytes", "rotate_s",
+    "rotate_bytes", "rotate_s", "sink", "dsn_env", "replica", "spill_path", "spill_max_bytes",
 )  # fmt: skip
 _PROVIDER_COMMON = (
     "id", "kind", "timeout_s", "connect_timeout_s", "retries", "backoff_base_s", "backoff_max_s",
@@ -106,6 +108,8 @@ def config_from_dict(
     _check_key_routes(server, routes)
     elastic = build_elastic(f.get_table(data, "escalation", "", {}), base_dir)
     server, receipts, elastic = apply_env(env, server, receipts, elastic)
+    if receipts.sink == "postgresql":  # fail at load naming the key, not at the first request
+        _env_secret(env, receipts.dsn_env, "receipts.dsn_env")
     mode_key = ENV_ELASTIC_MODE if ENV_ELASTIC_MODE in env else f"{ELASTIC_PATH}.mode"
     elastic = bind_licences(elastic, routes, mode_key)
     _check_sandbox_room(sandbox, server, routes, elastic)
@@ -149,6 +153,17 @@ def _check_sandbox_room(
                     f"probe would be refused. Raise max_queue to at least {k - slots}, or "
                     "lower k",
                 )
+
+
+def check_replica(value: str, key_path: str) -> str:
+    """A replica id as the table and an exported file name can hold it, or ``ConfigError``."""
+    if not REPLICA_RE.fullmatch(value):
+        raise ConfigError(
+            key_path,
+            f"{value!r} is not a replica id: 1-128 letters, digits and . _ : @ -, starting "
+            "with a letter or digit",
+        )
+    return value
 
 
 def _env_secret(env: Mapping[str, str], name: str, key_path: str) -> str:
@@ -304,7 +319,35 @@ def _receipts(table: Mapping[str, Any], base_dir: Path) -> ReceiptsConfig:
     signing_key = f.get_path(table, "signing_key", p, base_dir, None)
     if signing_key is not None:
         load_signing_key(signing_key)  # missing, not private, not Ed25519: fail at load
+    sink = f.get_choice(table, "sink", p, get_args(ReceiptSinkKind), ReceiptsConfig.sink)
+    dsn_env = f.get_str(table, "dsn_env", p, ReceiptsConfig.dsn_env)
+    if not _ENV_NAME.match(dsn_env):
+        raise ConfigError(
+            f"{p}.dsn_env",
+            "must be the NAME of the environment variable that holds the DSN (e.g. "
+            '"FIRSTPASS_DSN"), never the DSN itself',
+        )
+    replica = f.get_str(table, "replica", p, None)
+    if replica is not None:
+        replica = check_replica(replica, f"{p}.replica")
+    if sink == "file":
+        for key in ("dsn_env", "replica", "spill_path", "spill_max_bytes"):
+            if key in table:
+                raise ConfigError(f"{p}.{key}", 'only means something with sink = "postgresql"')
+    else:
+        for key in ("rotate_bytes", "rotate_s"):
+            if key in table:
+                raise ConfigError(
+                    f"{p}.{key}", 'rotation applies to the file sink; the table needs none'
+                )
     return ReceiptsConfig(
+        sink=sink,
+        dsn_env=dsn_env,
+        replica=replica,
+        spill_path=f.get_path(table, "spill_path", p, base_dir, None),
+        spill_max_bytes=f.get_int(
+            table, "spill_max_bytes", p, ReceiptsConfig.spill_max_bytes, lo=1 << 16
+        ),
         path=f.get_path(table, "path", p, base_dir, "receipts.jsonl"),
         fsync=f.get_choice(table, "fsync", p, get_args(FsyncPolicy), ReceiptsConfig.fsync),
         store_content=f.get_bool(table, "store_content", p, False),

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from firstpass.config import _fields as f
-from firstpass.config._model import ElasticConfig, ReceiptsConfig, ServerConfig
+from firstpass.config._model import REPLICA_RE, ElasticConfig, ReceiptsConfig, ServerConfig
 from firstpass.errors import ConfigError
 
 ENV_CONFIG = "FIRSTPASS_CONFIG"
@@ -15,6 +15,7 @@ ENV_HOST = "FIRSTPASS_HOST"
 ENV_PORT = "FIRSTPASS_PORT"
 ENV_RECEIPTS = "FIRSTPASS_RECEIPTS"
 ENV_ELASTIC_MODE = "FIRSTPASS_ELASTIC_MODE"
+ENV_REPLICA = "FIRSTPASS_REPLICA"
 
 
 def apply_env(
@@ -23,7 +24,8 @@ def apply_env(
     receipts: ReceiptsConfig,
     elastic: ElasticConfig | None,
 ) -> tuple[ServerConfig, ReceiptsConfig, ElasticConfig | None]:
-    """FIRSTPASS_HOST / _PORT / _RECEIPTS / _ELASTIC_MODE; a bad value names the variable."""
+    """FIRSTPASS_HOST / _PORT / _RECEIPTS / _REPLICA / _ELASTIC_MODE; a bad value names the
+    variable."""
     if ENV_HOST in env:
         host = env[ENV_HOST].strip()
         if not host:
@@ -39,6 +41,15 @@ def apply_env(
         if not raw:
             raise ConfigError(ENV_RECEIPTS, "must not be empty")
         receipts = dataclasses.replace(receipts, path=Path(raw).expanduser())
+    if ENV_REPLICA in env and receipts.sink == "postgresql":
+        replica = env[ENV_REPLICA].strip()
+        if not REPLICA_RE.fullmatch(replica):
+            raise ConfigError(
+                ENV_REPLICA,
+                f"{replica!r} is not a replica id: 1-128 letters, digits and . _ : @ -, "
+                "starting with a letter or digit",
+            )
+        receipts = dataclasses.replace(receipts, replica=replica)
     if ENV_ELASTIC_MODE in env:
         mode = f.check_choice(
             env[ENV_ELASTIC_MODE].strip(), ENV_ELASTIC_MODE, ("shadow", "enforce", "off")

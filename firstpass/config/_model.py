@@ -8,7 +8,10 @@ these objects out. Every field has the default a user gets when the key is absen
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,13 @@ from firstpass.errors import ConfigError
 from firstpass.sandbox._limits import Limits
 
 FsyncPolicy = Literal["durable", "always", "batch", "never"]
+ReceiptSinkKind = Literal["file", "postgresql"]
+
+#: the PostgreSQL sink's spill file bound: past it the server refuses verified traffic (503)
+#: until the database is back (docs/database.md, "When the database is away")
+SPILL_MAX_BYTES = 256 << 20
+#: a replica id: what names its chain in the table and its exported file
+REPLICA_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 ProviderKind = Literal["openai", "replay"]
 OnExhausted = Literal["unverified", "error"]
 OnBudgetExhausted = Literal["serve_best_verified", "error"]
@@ -124,6 +134,33 @@ class ReceiptsConfig:
     #: every ``checkpoint_interval_s`` and at shutdown (docs/receipts.md, "Signed checkpoints")
     signing_key: Path | None = None
     checkpoint_interval_s: float = 60.0
+    #: ``"postgresql"``: every replica appends its own chain to one table (docs/database.md)
+    sink: ReceiptSinkKind = "file"
+    #: the environment variable holding the DSN (never the DSN itself in the file)
+    dsn_env: str = "FIRSTPASS_DSN"
+    #: this replica's id (``FIRSTPASS_REPLICA`` overrides); ``None``: derived, see ``replica_id``
+    replica: str | None = None
+    #: where receipts wait while the database is away; ``None``: ``<path stem>.spill.jsonl``
+    spill_path: Path | None = None
+    spill_max_bytes: int = SPILL_MAX_BYTES
+
+    @property
+    def replica_id(self) -> str:
+        """``replica``, or one derived from the host name and the absolute receipts path: the
+        same on every restart of the same process on the same machine (a container whose host
+        name changes on each start should set ``replica`` or ``FIRSTPASS_REPLICA``)."""
+        if self.replica is not None:
+            return self.replica
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).strip(".-_") or "host"
+        where = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:8]
+        return f"{host[:100]}-{where}"
+
+    @property
+    def resolved_spill_path(self) -> Path:
+        """The spill file: ``spill_path``, or ``<path stem>.spill.jsonl`` beside ``path``."""
+        if self.spill_path is not None:
+            return self.spill_path
+        return self.path.with_name(f"{self.path.stem}.spill.jsonl")
 
 
 @dataclass(frozen=True, kw_only=True)

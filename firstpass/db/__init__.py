@@ -12,5 +12,18 @@ from __future__ import annotations
 
 from firstpass.db._connect import dsn_from_env
 from firstpass.db._migrate import MIGRATIONS, Migration, current_version, migrate
+from firstpass.db._receipt_writer import ChainForked, PostgresReceiptWriter
+from firstpass.db._spend import SharedHold, SharedLedger, shared_ledger_for
 
-__all__ = ["MIGRATIONS", "Migration", "current_version", "dsn_from_env", "migrate"]
+__all__ = [
+    "MIGRATIONS",
+    "ChainForked",
+    "Migration",
+    "PostgresReceiptWriter",
+    "SharedHold",
+    "SharedLedger",
+    "current_version",
+    "dsn_from_env",
+    "migrate",
+    "shared_ledger_for",
+]

@@ -57,6 +57,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        version=2,
+        name="budget holds per replica, released when a killed replica starts again",
+        sql="""
+        CREATE TABLE firstpass_spend_holds (
+            id         bigserial     PRIMARY KEY,
+            replica    text          NOT NULL,  -- the replica that holds it
+            day        date          NOT NULL,  -- the UTC day whose rows it is held in
+            key        text,                    -- the client key's name; NULL: no key
+            amount_usd numeric(20,9) NOT NULL CHECK (amount_usd >= 0),
+            held_at    timestamptz   NOT NULL DEFAULT now()
+        );
+        CREATE INDEX firstpass_spend_holds_replica ON firstpass_spend_holds (replica);
+        """,
+    ),
 )
 
 _SCHEMA_TABLE = """

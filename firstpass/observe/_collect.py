@@ -43,6 +43,26 @@ _WRITER_COUNTERS = (
         "Receipt log writes or fsyncs that failed (a disk error)",
     ),
     ("lost", "firstpass_receipts_lost", "Receipts accepted but never written (the writer failed)"),
+    (
+        "spilled",
+        "firstpass_receipts_spilled",
+        "Receipt lines written to the local spill file while PostgreSQL was away",
+    ),
+    (
+        "shipped",
+        "firstpass_receipts_shipped",
+        "Receipt lines moved from the spill file into PostgreSQL",
+    ),
+    (
+        "db_errors",
+        "firstpass_receipt_database_errors",
+        "Receipt statements or connections to PostgreSQL that failed",
+    ),
+)
+#: WriterStats fields exported as gauges (the PostgreSQL sink's spill file; 0 for a file)
+_SPILL_GAUGES = (
+    ("spill_lines", "firstpass_receipt_spill_lines", "Receipt lines waiting in the spill file"),
+    ("spill_bytes", "firstpass_receipt_spill_bytes", "Bytes waiting in the spill file"),
 )
 
 
@@ -89,6 +109,17 @@ class RuntimeCollector(Collector):
                 "firstpass_receipt_queue_depth",
                 "Receipts accepted and not yet written",
                 value=queued,
+            )
+        for field, name, doc in _SPILL_GAUGES:  # always 0 with the file sink
+            value = getattr(stats, field, None)
+            if isinstance(value, int):
+                yield GaugeMetricFamily(name, doc, value=value)
+        database_up = getattr(writer, "database_up", None)
+        if isinstance(database_up, bool):  # the PostgreSQL sink
+            yield GaugeMetricFamily(
+                "firstpass_receipt_database_up",
+                "1 while receipts reach PostgreSQL, 0 while they go to the spill file",
+                value=1 if database_up else 0,
             )
         healthy = getattr(writer, "healthy", None)
         if not isinstance(healthy, bool):  # a writer without the flag: failed once it lost any

@@ -81,7 +81,7 @@ class BudgetedGrader:
             body = {**body, "max_tokens": self.default_max_tokens}  # what the hold assumes
         need = worst_case_usd(self.price, body, n, self.default_max_tokens)
         try:
-            hold = budget.reserve(need)
+            hold = await budget.reserve(need)
         except BudgetExhausted as exc:  # the judge abstains; its stage raises the refusal
             found = STAGE_REFUSALS.get()
             if found is not None:
@@ -93,4 +93,4 @@ class BudgetedGrader:
             actual = settled_usd(self.price, completion, hold.amount)
             return completion
         finally:
-            budget.settle(hold, actual)
+            await budget.settle(hold, actual)

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from firstpass.budgets import CURRENT_BUDGET, Ledger, budget_record, ledger_for
+from firstpass.budgets import CURRENT_BUDGET, BudgetLedger, budget_record, ledger_for
 from firstpass.checks import Check, Grader, JudgeBinding, build_check
 from firstpass.config import BudgetsConfig, Config, RouteConfig
 from firstpass.errors import (
@@ -112,7 +112,7 @@ class Pipeline:
         providers: Mapping[str, Provider],
         sandbox: SandboxRunner,
         writer: ReceiptSink,
-        budgets: Ledger | None = None,
+        budgets: BudgetLedger | None = None,
     ) -> None:
         self.config = config
         self.writer = writer

@@ -358,7 +358,7 @@ class Steps:
             # only on paper (an upstream left unbounded can answer past it); a key's daily cap
             # without a [budgets] table is a budget too
             body = {**body, "max_tokens": self.default_max_tokens}
-        hold = self._reserve(req, rung_index, rung, body, n, same_prompt=same_prompt)
+        hold = await self._reserve(req, rung_index, rung, body, n, same_prompt=same_prompt)
         spent = 0.0
         t0 = time.perf_counter()
         try:
@@ -383,7 +383,7 @@ class Steps:
             return None, exc
         finally:
             if hold is not None and req.budget is not None:
-                req.budget.settle(hold, spent)
+                await req.budget.settle(hold, spent)
         ms = (time.perf_counter() - t0) * 1000.0
         req.trace.call(
             rung_index=rung_index,
@@ -395,7 +395,7 @@ class Steps:
         )
         return completion, None
 
-    def _reserve(
+    async def _reserve(
         self,
         req: RunRequest,
         rung_index: int,
@@ -420,7 +420,7 @@ class Steps:
             calls=calls,
         )
         try:
-            return req.budget.reserve(need)
+            return await req.budget.reserve(need)
         except BudgetExhausted:
             req.trace.step(f"budget_exhausted:{rung_index}")
             raise

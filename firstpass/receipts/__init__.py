@@ -25,6 +25,7 @@ from firstpass.receipts._discover import (
     verify_files,
 )
 from firstpass.receipts._ids import new_receipt_id
+from firstpass.receipts._log import ReceiptLog
 from firstpass.receipts._read import find_by_answer, find_receipt, iter_receipts
 from firstpass.receipts._signing import (
     CHECKPOINT_KIND,
@@ -54,6 +55,7 @@ __all__ = [
     "FsyncPolicy",
     "Gap",
     "KeyFiles",
+    "ReceiptLog",
     "ReceiptSummary",
     "ReceiptWriter",
     "SignatureProblem",

@@ -14,9 +14,10 @@ line to be byte-for-byte canonical.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +183,28 @@ def verify_chain(
     ``find``: hashes to locate (``VerifyReport.found``). ``ReceiptError`` if the file cannot be
     read at all.
     """
+    name = os.fspath(path)
+    try:
+        with open(path, "rb", buffering=_READ_BUFFER) as fh:
+            return verify_stream(fh, strict=strict, prev=prev, find=find, name=name)
+    except OSError as exc:
+        raise ReceiptError(f"{name}: cannot read the receipt log: {exc}") from exc
+
+
+def verify_stream(
+    fh: Iterable[bytes],
+    *,
+    strict: bool = False,
+    prev: str | None = GENESIS_HASH,
+    find: Collection[str] = (),
+    name: str = "<stream>",
+) -> VerifyReport:
+    """``verify_chain`` over any binary stream of lines (a file, a table's chain read in seq
+    order): one line loop, so a chain verifies the same wherever it is stored.
+
+    ``fh`` yields lines with their ``\\n`` (iterating a binary file does). ``name`` names the
+    source in a ``ReceiptError`` when reading fails midway.
+    """
     gaps: list[Gap] = []
     checkpoints: list[tuple[int, str]] = []
     special_heads: list[tuple[int, str]] = []
@@ -191,57 +214,59 @@ def verify_chain(
     first_prev: str | None = None
     good = 0
     sha256 = hashlib.sha256
+    lines: Iterator[bytes] = iter(fh)
     try:
-        with open(path, "rb", buffering=_READ_BUFFER) as fh:
-            if prev is None:
-                prev = _first_prev(fh)
-            prev_bytes = prev.encode()
-            n_ok = 0
-            for line_no, raw in enumerate(fh, 1):
-                record: dict[str, Any] | None = None
-                digest = None if strict else _fast_check(raw, prev_bytes, sha256)
-                try:
-                    if digest is None:
-                        record = check_line(raw, strict=strict)
-                        check_link(record, prev_bytes.decode(), line_no)
-                        digest = record["hash"].encode()
-                    kind = None
-                    if _may_be_special(raw):
-                        kind, record = _special_kind(raw, record)
-                except BadLine as bad:
-                    return VerifyReport(
-                        ok=False,
-                        n_lines=n_ok,
-                        head=prev_bytes.decode(),
-                        first_bad_line=line_no,
-                        reason=str(bad),
-                        gaps=tuple(gaps),
-                        n_special=n_special,
-                        first_prev=first_prev,
-                        good_bytes=good,
-                        checkpoints=tuple(checkpoints),
-                        special_heads=tuple(special_heads),
-                        found=tuple(found),
-                    )
-                if line_no == 1:
-                    first_prev = prev_bytes.decode()
-                if kind is not None and record is not None:
-                    n_special += 1
-                    if kind == "gap":
-                        gaps.append(_gap(line_no, record))
-                    elif kind == "checkpoint":
-                        # the head this line follows in the chain, as linked above: what a
-                        # checkpoint must sign (its parsed prev_hash may say otherwise)
-                        checkpoints.append((line_no, prev_bytes.decode()))
-                    if kind in SPECIAL_KINDS:
-                        special_heads.append((line_no, digest.decode()))
-                if wanted and digest in wanted:
-                    found.append((line_no, digest.decode()))
-                prev_bytes = digest
-                good += len(raw)
-                n_ok += 1
+        if prev is None:
+            first = next(lines, b"")
+            prev = _prev_of(first)
+            lines = itertools.chain((first,), lines) if first else lines
+        prev_bytes = prev.encode()
+        n_ok = 0
+        for line_no, raw in enumerate(lines, 1):
+            record: dict[str, Any] | None = None
+            digest = None if strict else _fast_check(raw, prev_bytes, sha256)
+            try:
+                if digest is None:
+                    record = check_line(raw, strict=strict)
+                    check_link(record, prev_bytes.decode(), line_no)
+                    digest = record["hash"].encode()
+                kind = None
+                if _may_be_special(raw):
+                    kind, record = _special_kind(raw, record)
+            except BadLine as bad:
+                return VerifyReport(
+                    ok=False,
+                    n_lines=n_ok,
+                    head=prev_bytes.decode(),
+                    first_bad_line=line_no,
+                    reason=str(bad),
+                    gaps=tuple(gaps),
+                    n_special=n_special,
+                    first_prev=first_prev,
+                    good_bytes=good,
+                    checkpoints=tuple(checkpoints),
+                    special_heads=tuple(special_heads),
+                    found=tuple(found),
+                )
+            if line_no == 1:
+                first_prev = prev_bytes.decode()
+            if kind is not None and record is not None:
+                n_special += 1
+                if kind == "gap":
+                    gaps.append(_gap(line_no, record))
+                elif kind == "checkpoint":
+                    # the head this line follows in the chain, as linked above: what a
+                    # checkpoint must sign (its parsed prev_hash may say otherwise)
+                    checkpoints.append((line_no, prev_bytes.decode()))
+                if kind in SPECIAL_KINDS:
+                    special_heads.append((line_no, digest.decode()))
+            if wanted and digest in wanted:
+                found.append((line_no, digest.decode()))
+            prev_bytes = digest
+            good += len(raw)
+            n_ok += 1
     except OSError as exc:
-        raise ReceiptError(f"{os.fspath(path)}: cannot read the receipt log: {exc}") from exc
+        raise ReceiptError(f"{name}: cannot read the receipt log: {exc}") from exc
     return VerifyReport(
         ok=True,
         n_lines=n_ok,
@@ -277,12 +302,10 @@ def _may_be_special(raw: bytes) -> bool:
     return close > 0 and raw.startswith(_KIND_AFTER_ID, close + 1)
 
 
-def _first_prev(fh: Any) -> str:
-    """Line 1's ``prev_hash`` (the genesis hash when it has none readable), rewinding ``fh``."""
-    first = fh.readline()
-    fh.seek(0)
+def _prev_of(first: bytes) -> str:
+    """Line 1's ``prev_hash`` (the genesis hash when it has none readable)."""
     try:
-        record = json.loads(first)
+        record = json.loads(first) if first else None
         value = record.get("prev_hash") if isinstance(record, dict) else None
     except (ValueError, RecursionError):
         value = None

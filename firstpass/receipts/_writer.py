@@ -107,7 +107,9 @@ class WriterStats:
     waited for room; ``queued`` how many records wait now (queue and backlog); ``write_errors``
     failed write attempts; ``dropped`` records dropped while the disk failed and the backlog was
     full (a gap marker records them); ``refused`` durable writes that failed (their caller got
-    the error); ``lost`` records never written when the writer closed or broke.
+    the error); ``lost`` records never written when the writer closed or broke. The PostgreSQL
+    sink also counts lines ``spilled`` to its local spill file and ``shipped`` from it to the
+    table, what the spill holds now (``spill_lines``, ``spill_bytes``) and ``db_errors``.
     """
 
     written: int = 0
@@ -123,6 +125,11 @@ class WriterStats:
     gaps: int = 0
     checkpoints: int = 0
     rotations: int = 0
+    spilled: int = 0
+    shipped: int = 0
+    spill_lines: int = 0
+    spill_bytes: int = 0
+    db_errors: int = 0
 
 
 class _Acked:

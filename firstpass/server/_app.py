@@ -12,19 +12,19 @@ import gc
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import structlog
 from aiohttp import web
 
-from firstpass.budgets import Ledger, ledger_for, spend_on
+from firstpass.budgets import BudgetLedger, Ledger, ledger_for, spend_on
 from firstpass.config import Config
 from firstpass.errors import ConfigError
 from firstpass.logs import close_logging, configure_logging
 from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider, build_provider
-from firstpass.receipts import CheckpointSigner, ReceiptWriter
+from firstpass.receipts import CheckpointSigner, ReceiptLog, ReceiptWriter
 from firstpass.server._auth import KeyRing
 from firstpass.server._errors import error_middleware
 from firstpass.server._handlers import chat_completions, healthz, list_models, readyz
@@ -45,6 +45,9 @@ from firstpass.server._observe import install_observability, observed_sink
 from firstpass.server._workers import run_workers, worker_logs
 
 __all__ = ["RECEIPT_WRITER", "create_app", "run_server", "serve_forever"]
+
+if TYPE_CHECKING:
+    from firstpass.db import SharedLedger
 
 log = structlog.get_logger("firstpass.server")
 
@@ -75,6 +78,19 @@ def _default_sandbox(config: Config) -> SandboxService:
         max_queue=s.max_queue,
         slot_timeout_s=s.slot_timeout_s,
     )
+
+
+def _shared_ledger(config: Config) -> SharedLedger | None:
+    """With ``[receipts] sink = "postgresql"``, budgets live in the same database, shared by
+    every replica (docs/database.md, "Shared budgets"); None otherwise, or when no cap is set.
+    The caps are the config's whole caps: ``worker_config`` divides them only for per-process
+    ledgers."""
+    r = config.receipts
+    if r.sink != "postgresql":
+        return None
+    from firstpass.db import dsn_from_env, shared_ledger_for
+
+    return shared_ledger_for(config, dsn=dsn_from_env(r.dsn_env), replica=r.replica_id)
 
 
 async def _seeded_ledger(config: Config) -> Ledger | None:
@@ -165,14 +181,28 @@ def create_app(
             if r.signing_key is not None
             else None
         )
-        writer = ReceiptWriter(
-            r.path,
-            fsync=r.fsync,
-            queue_size=r.queue_size,
-            rotate_bytes=r.rotate_bytes,
-            rotate_s=r.rotate_s,
-            checkpointer=signer,
-        )
+        writer: ReceiptLog
+        if r.sink == "postgresql":
+            from firstpass.db import PostgresReceiptWriter, dsn_from_env
+
+            writer = PostgresReceiptWriter(
+                dsn_from_env(r.dsn_env),
+                replica=r.replica_id,
+                spill_path=r.resolved_spill_path,
+                spill_max_bytes=r.spill_max_bytes,
+                fsync=r.fsync,
+                queue_size=r.queue_size,
+                checkpointer=signer,
+            )
+        else:
+            writer = ReceiptWriter(
+                r.path,
+                fsync=r.fsync,
+                queue_size=r.queue_size,
+                rotate_bytes=r.rotate_bytes,
+                rotate_s=r.rotate_s,
+                checkpointer=signer,
+            )
         await writer.start()
         app[RECEIPT_WRITER] = writer
         yield
@@ -203,7 +233,13 @@ def create_app(
 
     async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         built: dict[str, Provider] = app[PROVIDERS]
-        budgets = await _seeded_ledger(config)
+        shared = _shared_ledger(config)
+        budgets: BudgetLedger | None
+        if shared is not None:
+            await shared.start()  # releases what this replica held when it last died
+            budgets = shared
+        else:
+            budgets = await _seeded_ledger(config)
         app[PIPELINE] = Pipeline(
             config=config,
             providers=built,
@@ -216,11 +252,17 @@ def create_app(
             "ready",
             routes=[r.name for r in config.routes],
             isolation=getattr(app[SANDBOX], "isolation", None),
-            receipts=str(config.receipts.path),
+            receipts=(
+                f"postgresql replica {config.receipts.replica_id}"
+                if config.receipts.sink == "postgresql"
+                else str(config.receipts.path)
+            ),
             **_elastic_summary(config),
         )
         yield
         app[STATE].ready = False
+        if shared is not None:
+            await shared.aclose()  # settles still being retried get their last chance
 
     app.cleanup_ctx.extend([receipts_ctx, upstream_ctx, sandbox_ctx, pipeline_ctx])
     app.router.add_post("/v1/chat/completions", chat_completions)

@@ -293,7 +293,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     type="permission_error",
                 )
             ledger = app[PIPELINE].budgets
-            refused = ledger.refusal(key.name if key else None) if ledger is not None else None
+            refused = None
+            if ledger is not None:
+                refused = await ledger.refusal(key.name if key else None)
             if refused is not None:
                 raise refused
             checks = await with_listed_checks(chat.checks, chat.listed_checks)

@@ -16,7 +16,7 @@ from aiohttp import web
 from firstpass.config import Config
 from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider
-from firstpass.receipts import ReceiptWriter
+from firstpass.receipts import ReceiptLog
 from firstpass.sandbox import TestSpec
 from firstpass.server._auth import KeyRing
 
@@ -53,7 +53,7 @@ CONFIG = web.AppKey("config", Config)
 CLIENT_KEYS = web.AppKey("client_keys", KeyRing)
 STATE = web.AppKey("state", ServerState)
 PIPELINE = web.AppKey("pipeline", Pipeline)
-RECEIPT_WRITER = web.AppKey("receipt_writer", ReceiptWriter)
+RECEIPT_WRITER = web.AppKey("receipt_writer", ReceiptLog)
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 PROVIDERS: web.AppKey[dict[str, Provider]] = web.AppKey("providers", dict)
 SANDBOX = web.AppKey("sandbox", SandboxService)

@@ -68,12 +68,22 @@ def worker_logs(path: Path) -> list[Path]:
 
 def worker_config(config: Config, index: int, workers: int) -> Config:
     """``config`` as worker ``index`` of ``workers`` runs it: its own receipt log, its share of
-    the sandbox slots. The config digest stays that of the file every worker loaded."""
-    receipts = dataclasses.replace(config.receipts, path=receipts_path(config.receipts.path, index))
+    the sandbox slots, and 1/N of each budget cap (all of them when the caps are kept in
+    PostgreSQL, shared). The config digest stays that of the file every worker loaded."""
+    r = config.receipts
+    receipts = dataclasses.replace(r, path=receipts_path(r.path, index))
+    if r.sink == "postgresql":  # each worker its own chain: its own replica id and spill file
+        receipts = dataclasses.replace(
+            receipts,
+            replica=r.replica_id if index == 0 else f"{r.replica_id[:120]}-w{index}",
+            spill_path=receipts_path(r.resolved_spill_path, index),
+        )
     slots = config.sandbox.resolved_concurrency
     share = max(1, slots // workers + (1 if index < slots % workers else 0))
     sandbox = dataclasses.replace(config.sandbox, concurrency=share)
     budgets = config.budgets
+    if r.sink == "postgresql":  # one ledger in the database: every worker holds the whole caps
+        return dataclasses.replace(config, receipts=receipts, sandbox=sandbox)
     if budgets is not None and budgets.daily_usd is not None:
         budgets = dataclasses.replace(budgets, daily_usd=budgets.daily_usd / workers)
     server = dataclasses.replace(

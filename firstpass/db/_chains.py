@@ -1,0 +1,217 @@
+"""Reading the chains of ``firstpass_receipts``: which replicas there are, and one replica's
+lines in ``seq`` order as a binary stream.
+
+The stream is what a JSONL file of that chain would hold, byte for byte, so the table is
+verified by the file verifier's own line loop (``verify_stream``) and exported by copying the
+stream: one code path for both stores. Lines come from a server-side cursor a few thousand at
+a time: a million rows cost a few hundred round trips, and neither side holds the chain in
+memory.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+
+import psycopg
+
+from firstpass.config._model import REPLICA_RE
+from firstpass.db._prefetch import Prefetch
+from firstpass.errors import DatabaseError
+from firstpass.receipts import GENESIS_HASH, VerifyReport
+from firstpass.receipts._chain import verify_stream
+
+__all__ = [
+    "ReplicaChain",
+    "TableReport",
+    "check_replica_id",
+    "connect",
+    "list_chains",
+    "open_chain",
+    "verify_replica",
+]
+
+#: rows fetched per round trip (~2.6 KB a shadow receipt: ~5 MB a chunk)
+CHUNK_ROWS = 2000
+
+_LIST = """
+SELECT replica, count(*), min(seq), max(seq) FROM firstpass_receipts
+{where} GROUP BY replica ORDER BY replica
+"""
+_HEAD = "SELECT hash FROM firstpass_receipts WHERE replica = %s AND seq = %s"
+_LINES = """
+SELECT line FROM firstpass_receipts WHERE replica = %s AND seq <= %s ORDER BY seq
+"""
+
+#: at most this long: a replica id becomes a file name (``<replica>.jsonl``) on export
+
+
+def check_replica_id(replica: str) -> str:
+    """``replica`` when it can name a chain and its exported file (``<replica>.jsonl``); else
+    ``DatabaseError`` saying why not. The config's rule (``REPLICA_RE``), so every id a
+    replica can run under is one the commands accept and the other way round."""
+    if not REPLICA_RE.fullmatch(replica):
+        shown = replica[:60].encode("unicode_escape").decode()
+        raise DatabaseError(
+            f"replica id {shown!r} is not a replica id: 1-128 letters, digits and . _ : @ -, "
+            "starting with a letter or digit (it names a chain and, exported, a file)"
+        )
+    return replica
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaChain:
+    """One replica's rows as listed: ``rows`` lines, seq ``first_seq``..``last_seq``, and the
+    ``hash`` column of the last (unverified: the head a verification must arrive at)."""
+
+    replica: str
+    rows: int
+    first_seq: int
+    last_seq: int
+    stored_head: str
+
+    @property
+    def seq_problem(self) -> str | None:
+        """Why the seq numbers are not 1..rows (rows deleted where no link shows it: at the
+        start, or the table's own numbering broken), or ``None``."""
+        if self.first_seq == 1 and self.last_seq == self.rows:
+            return None
+        missing = self.last_seq - self.first_seq + 1 - self.rows
+        return (
+            f"seq runs {self.first_seq}..{self.last_seq} over {self.rows} rows, not 1..{self.rows}"
+            f" ({self.first_seq - 1} row(s) missing before it, {missing} within it)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableReport:
+    """One replica's chain verified from the table: the ``VerifyReport`` of its lines (line N
+    is seq N), and ``problem`` when the lines verify but the rows around them do not hold."""
+
+    chain: ReplicaChain
+    report: VerifyReport
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and self.problem is None
+
+
+def connect(dsn: str) -> psycopg.Connection[tuple[object, ...]]:
+    """A read-consistent connection (one snapshot for every query of a command: rows appended
+    meanwhile are not half seen). ``DatabaseError`` without the DSN when it cannot connect."""
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=10)
+    except psycopg.Error as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = re.sub(r"(://[^:/@\s\"]*:)[^@\s\"]*@", r"\1***@", text.replace(dsn, "<the DSN>"))
+        raise DatabaseError(
+            f"cannot connect to PostgreSQL: {text} (check the DSN's host, port, user and "
+            "database, and that the server is running)"
+        ) from None
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    return conn
+
+
+def list_chains(
+    conn: psycopg.Connection[tuple[object, ...]], replicas: Sequence[str] = ()
+) -> list[ReplicaChain]:
+    """The replicas in the table (only ``replicas`` when given), by id. ``DatabaseError`` when
+    the table is missing (run ``firstpass db migrate``)."""
+    where = "WHERE replica = ANY(%s)" if replicas else ""
+    params = (list(replicas),) if replicas else ()
+    try:
+        rows = conn.execute(_LIST.format(where=where).encode(), params).fetchall()
+        chains = []
+        for replica, count, first, last in rows:
+            head = conn.execute(_HEAD, (replica, last)).fetchone()
+            chains.append(
+                ReplicaChain(
+                    replica=str(replica),
+                    rows=int(count),  # type: ignore[call-overload]
+                    first_seq=int(first),  # type: ignore[call-overload]
+                    last_seq=int(last),  # type: ignore[call-overload]
+                    stored_head=str(head[0]) if head else GENESIS_HASH,
+                )
+            )
+    except psycopg.errors.UndefinedTable:
+        raise DatabaseError(
+            "no firstpass_receipts table in this database: run `firstpass db migrate` first"
+        ) from None
+    except psycopg.Error as exc:
+        raise DatabaseError(f"reading the receipt chains failed: {exc}") from exc
+    return chains
+
+
+def open_chain(
+    conn: psycopg.Connection[tuple[object, ...]],
+    chain: ReplicaChain,
+    *,
+    chunk_rows: int = CHUNK_ROWS,
+) -> io.BufferedReader:
+    """``chain``'s lines up to its listed ``last_seq``, in seq order, as a binary file: iterate
+    it for lines, ``read`` it for bytes. Rows appended after the listing are not read."""
+    return io.BufferedReader(_ChunkReader(Prefetch(_chunks(conn, chain, chunk_rows))), 1 << 20)
+
+
+def verify_replica(
+    conn: psycopg.Connection[tuple[object, ...]], chain: ReplicaChain, *, strict: bool = False
+) -> TableReport:
+    """Verify one replica's chain from the table, with the file verifier's own loop: it starts
+    at the genesis hash, as a log's first file does."""
+    with open_chain(conn, chain) as fh:
+        report = verify_stream(fh, strict=strict, name=f"replica {chain.replica}")
+    problem = chain.seq_problem if report.ok else None
+    if problem is None and report.ok and report.head != chain.stored_head:
+        problem = f"the hash column of seq {chain.last_seq} ({chain.stored_head}) is not the head"
+    return TableReport(chain=chain, report=report, problem=problem)
+
+
+def _chunks(
+    conn: psycopg.Connection[tuple[object, ...]], chain: ReplicaChain, chunk_rows: int
+) -> Generator[bytes, None, None]:
+    """The lines, ``chunk_rows`` at a time, joined: a server-side cursor streams them in seq
+    order without holding the chain in memory on either side."""
+    try:
+        with conn.cursor(name="firstpass_chain", binary=True) as cur:
+            cur.execute(_LINES, (chain.replica, chain.last_seq))
+            while rows := cur.fetchmany(chunk_rows):
+                yield b"".join(_bytes(row[0]) for row in rows)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"replica {chain.replica}: reading rows failed: {exc}") from exc
+
+
+def _bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise DatabaseError(f"a line is {type(value).__name__}, not bytea")
+
+
+class _ChunkReader(io.RawIOBase):
+    """Raw binary reader over an iterator of byte chunks (``BufferedReader`` adds lines)."""
+
+    def __init__(self, chunks: Prefetch) -> None:
+        self._chunks = chunks
+        self._view = memoryview(b"")
+
+    def close(self) -> None:
+        self._chunks.close()
+        super().close()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        while not self._view:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._view = memoryview(chunk)
+        n = min(len(buffer), len(self._view))
+        buffer[:n] = self._view[:n]
+        self._view = self._view[n:]
+        return n

@@ -1,0 +1,419 @@
+"""Budgets shared by replicas through a real, throwaway PostgreSQL (``firstpass.db.SharedLedger``):
+replicas in separate processes never overspend a cap together, per-key caps hold across them, a
+killed replica's holds are released when it starts again, and an unreachable store refuses
+calls cleanly and never loses a settle."""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from firstpass.budgets import IN_FLIGHT_RETRY_S, Ledger, budget_record
+from firstpass.db import SharedLedger, migrate
+from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable, DatabaseError
+from firstpass.server._errors import request_error_for
+
+ROOT = Path(__file__).resolve().parents[1]
+NOON = calendar.timegm((2026, 3, 1, 12, 0, 0))
+
+
+def _migrated(dsn: str) -> str:
+    asyncio.run(migrate(dsn))
+    return dsn
+
+
+def _totals(dsn: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(scope, key) -> (spent, held)`` summed over every day, straight from the table."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT scope, key, sum(spent_usd), sum(held_usd) FROM firstpass_spend "
+            "GROUP BY scope, key"
+        ).fetchall()
+    return {(scope, key): (float(spent), float(held)) for scope, key, spent, held in rows}
+
+
+def _holds(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM firstpass_spend_holds").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _replica(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.spend_replica", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _ledger(dsn: str, replica: str, **settings: object) -> SharedLedger:
+    """A replica's ledger at noon UTC (``clock=`` to change), $1 a day unless told."""
+    given: dict[str, object] = {"daily_usd": 1.0, "per_request_usd": None, "key_caps": {}}
+    given["clock"] = lambda: NOON
+    given.update(settings)
+    return SharedLedger(dsn, replica=replica, **given)  # type: ignore[arg-type]
+
+
+# -- the bound, across processes --------------------------------------------------------------
+
+
+def test_replicas_in_separate_processes_never_overspend_the_shared_caps(pg_database: str) -> None:
+    """Four replica processes, twelve concurrent request loops each, race one small daily cap
+    (and one key's smaller cap) until each loop finds it really spent. With worst-case holds
+    (a real cost never above its hold) the stated bound is the cap itself: settled spend never
+    goes past it, yet comes within one call of it (the caps were really used, not refused
+    early), every settle is counted exactly once, and nothing is left held."""
+    dsn = _migrated(pg_database)
+    daily, key_cap = 2.0, 0.5
+    at = time.time() + 3.0
+    procs = [
+        _replica("race", dsn, f"r{i}", str(daily), str(key_cap), "12", str(at)) for i in range(4)
+    ]
+    tallies = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        tallies.append(json.loads(out.strip().splitlines()[-1]))
+    totals = _totals(dsn)
+    spent, held = totals[("daily", "")]
+    key_spent, key_held = totals[("key", "capped")]
+    assert spent <= daily + 1e-9
+    assert key_spent <= key_cap + 1e-9
+    biggest_hold = 0.05
+    assert spent > daily - biggest_hold  # the cap was approached, not refused trivially
+    assert sum(t["settled"] for t in tallies) == pytest.approx(spent, abs=1e-6)
+    assert sum(t["by_key"].get("capped", 0.0) for t in tallies) == pytest.approx(
+        key_spent, abs=1e-6
+    )
+    assert held == 0.0 and key_held == 0.0 and _holds(dsn) == 0
+    assert all(t["calls"] > 0 for t in tallies)  # every replica really took part
+    assert sum(t["refused_in_flight"] for t in tallies) > 0  # and they really contended
+
+
+def test_a_call_that_costs_more_than_its_hold_overspends_by_at_most_the_excess(
+    pg_database: str,
+) -> None:
+    """The bound's only slack: a call whose real cost exceeds its hold (an upstream billing
+    past the worst case) adds its excess to spent; the cap is then over by exactly that, and
+    every later call is refused."""
+    dsn = _migrated(pg_database)
+
+    async def run() -> None:
+        async with _ledger(dsn, "a", daily_usd=1.0) as ledger:
+            first = ledger.open(None)
+            hold = await first.reserve(0.9)
+            await first.settle(hold, 1.25)  # 0.35 more than it held
+            assert await ledger.spent() == pytest.approx(1.25)
+            refused = await ledger.refusal(None)
+            assert refused is not None and refused.scope == "daily"
+            with pytest.raises(BudgetExhausted):
+                await ledger.open(None).reserve(0.001)
+
+    asyncio.run(run())
+
+
+# -- the refusals, word for word ----------------------------------------------------------------
+
+
+def test_a_key_cap_is_shared_by_replicas_and_refuses_with_the_in_memory_ledgers_error(
+    pg_database: str,
+) -> None:
+    """What one replica holds for a key counts on another: its call is refused as "held by
+    requests in flight" (a 429 to retry in seconds), with exactly the message and fields the
+    in-memory ledger gives in the same state; another key is unaffected; once the key's cap is
+    spent, a new request from it is refused at once, until midnight."""
+    dsn = _migrated(pg_database)
+    caps = {"daily_usd": 10.0, "key_caps": {"team": 0.10, "other": 0.10}}
+    memory = Ledger(per_request_usd=None, clock=lambda: NOON, **caps)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        async with _ledger(dsn, "a", **caps) as one, _ledger(dsn, "b", **caps) as two:
+            held = await one.open("team").reserve(0.06)
+            await memory.open("team").reserve(0.06)
+            with pytest.raises(BudgetExhausted) as shared:
+                await two.open("team").reserve(0.06)
+            with pytest.raises(BudgetExhausted) as local:
+                await memory.open("team").reserve(0.06)
+            for attr in ("scope", "limit_usd", "spent_usd", "needed_usd", "retry_after_s", "type"):
+                assert getattr(shared.value, attr) == getattr(local.value, attr), attr
+            assert str(shared.value) == str(local.value)
+            assert shared.value.scope == "per_key_daily"
+            assert shared.value.retry_after_s == IN_FLIGHT_RETRY_S
+            await two.open("other").reserve(0.06)  # another key's cap is its own
+            budget = one.open("team")
+            await budget.settle(held, 0.10)
+            assert await two.spent("team") == pytest.approx(0.10)
+            refused = await two.refusal("team")
+            assert refused is not None and refused.scope == "per_key_daily"
+            assert refused.type == "insufficient_quota" and refused.retry_after_s == 12 * 3600
+            assert await two.refusal("other") is None
+
+    asyncio.run(run())
+
+
+def test_the_per_request_cap_is_checked_in_the_process_without_the_store(pg_database: str) -> None:
+    """The per-request cap is one request's: it refuses with the in-memory wording, and a
+    request that fits it is still held against the shared daily cap."""
+    dsn = _migrated(pg_database)
+
+    async def run() -> None:
+        async with _ledger(dsn, "a", daily_usd=1.0, per_request_usd=0.5) as ledger:
+            budget = ledger.open(None)
+            await budget.reserve(0.3)
+            with pytest.raises(BudgetExhausted) as info:
+                await budget.reserve(0.3)
+            assert info.value.scope == "per_request"
+            assert "per_request_usd" in str(info.value)
+            assert await ledger.held() == pytest.approx(0.3)
+
+    asyncio.run(run())
+
+
+# -- a killed replica ----------------------------------------------------------------------------
+
+
+def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: str) -> None:
+    """A replica killed with -9 in the middle of its calls leaves their holds counted (the
+    others under-spend, never over-spend) until it starts again under the same id, which
+    releases them in one step."""
+    dsn = _migrated(pg_database)
+    proc = _replica("hold", dsn, "r1", "1.0", "0.2", "0.2", "0.3")
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # its log lines first, then "held" (it then sleeps)
+            lines.append(line.strip())
+            if lines[-1] == "held":
+                break
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert lines and lines[-1] == "held", lines
+    assert proc.returncode == -signal.SIGKILL
+    assert _totals(dsn)[("daily", "")] == (0.0, pytest.approx(0.7))
+    assert _totals(dsn)[("key", "capped")] == (0.0, pytest.approx(0.2))
+    assert _holds(dsn) == 3
+
+    async def run() -> None:
+        async with _ledger(dsn, "r2", clock=time.time) as other:
+            with pytest.raises(BudgetExhausted) as info:
+                await other.open(None).reserve(0.5)  # the dead replica's holds still count
+            assert info.value.retry_after_s == IN_FLIGHT_RETRY_S
+            async with _ledger(dsn, "r1", clock=time.time) as again:
+                assert again.released_usd == pytest.approx(0.7)
+                assert await again.held() == 0.0 and await again.held("capped") == 0.0
+                await other.open(None).reserve(0.5)
+
+    asyncio.run(run())
+    assert _holds(dsn) == 1  # r2's own
+
+
+def test_a_replica_id_in_use_by_a_live_process_is_refused(pg_database: str) -> None:
+    """Starting would release the live replica's holds under it: the second start refuses."""
+    dsn = _migrated(pg_database)
+
+    async def run() -> None:
+        async with _ledger(dsn, "same") as first:
+            await first.open(None).reserve(0.2)
+            with pytest.raises(DatabaseError, match="in use by a live process"):
+                await _ledger(dsn, "same").start()
+            assert await first.held() == pytest.approx(0.2)
+
+    asyncio.run(run())
+
+
+def test_start_needs_the_migrated_schema(pg_database: str) -> None:
+    """A database not migrated to the holds table is named, with what to run."""
+
+    async def run() -> None:
+        with pytest.raises(DatabaseError, match="firstpass db migrate"):
+            await _ledger(pg_database, "a").start()
+
+    asyncio.run(run())
+
+
+# -- the store unreachable -----------------------------------------------------------------------
+
+
+class _Proxy:
+    """A TCP relay to the test server, to cut the database off and bring it back."""
+
+    def __init__(self, dsn: str) -> None:
+        params = conninfo.conninfo_to_dict(dsn)
+        host, port = str(params.get("host") or "localhost"), int(params.get("port") or 5432)
+        self._target: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+        if host.startswith("/"):
+            self._target = lambda: asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+        else:
+            self._target = lambda: asyncio.open_connection(host, port)
+        self._dsn = dsn
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+
+    @property
+    def dsn(self) -> str:
+        return conninfo.make_conninfo(self._dsn, host="127.0.0.1", port=str(self.port))
+
+    async def up(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def down(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await self._target()
+        self._writers |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            finally:
+                dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+@asynccontextmanager
+async def _through_proxy(dsn: str) -> AsyncIterator[tuple[_Proxy, SharedLedger]]:
+    proxy = _Proxy(dsn)
+    await proxy.up()
+    ledger = SharedLedger(
+        proxy.dsn,
+        replica="a",
+        daily_usd=1.0,
+        per_request_usd=None,
+        key_caps={},
+        clock=lambda: NOON,
+        timeout_s=2.0,
+        retry_first_s=0.05,
+        retry_max_s=0.2,
+    )
+    await ledger.start()
+    try:
+        yield proxy, ledger
+    finally:
+        await ledger.aclose(timeout_s=2.0)
+        await proxy.down()
+
+
+def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
+    pg_database: str,
+) -> None:
+    """The database cut off: a new call is not made unchecked but refused with
+    ``BudgetStoreUnavailable`` (503 ``budget_store_unavailable``, retry in seconds), and so is
+    a new request at its first check; once the database is back, calls go through again."""
+    dsn = _migrated(pg_database)
+
+    async def run() -> None:
+        async with _through_proxy(dsn) as (proxy, ledger):
+            await ledger.open(None).reserve(0.1)  # connected and working
+            await proxy.down()
+            with pytest.raises(BudgetStoreUnavailable) as info:
+                await ledger.open(None).reserve(0.1)
+            exc = info.value
+            assert (exc.http_status, exc.code, exc.type) == (
+                503,
+                "budget_store_unavailable",
+                "server_error",
+            )
+            assert exc.retry_after_s == IN_FLIGHT_RETRY_S and "cannot be reached" in str(exc)
+            assert request_error_for(exc).status == 503
+            assert budget_record(exc)["store"] == "unavailable"
+            assert "postgres@" not in str(exc)  # the DSN stays out of what a client sees
+            refused = await ledger.refusal(None)
+            assert isinstance(refused, BudgetStoreUnavailable)
+            await proxy.up()
+            await ledger.open(None).reserve(0.1)
+
+    asyncio.run(run())
+
+
+def test_a_settle_that_fails_is_retried_until_the_store_is_back_and_counted_once(
+    pg_database: str,
+) -> None:
+    """A call settles while the database is cut off: the request goes on, the settle waits in
+    the queue with its hold still counted, and is written once the database is back: the
+    spend is counted exactly once, the hold released."""
+    dsn = _migrated(pg_database)
+
+    async def run() -> None:
+        async with _through_proxy(dsn) as (proxy, ledger):
+            budget = ledger.open(None)
+            hold = await budget.reserve(0.4)
+            await proxy.down()
+            await budget.settle(hold, 0.25)  # does not raise
+            assert ledger.pending_settles == 1
+            await asyncio.sleep(0.3)  # a few retries fail
+            assert ledger.pending_settles == 1
+            assert _totals(dsn)[("daily", "")] == (0.0, pytest.approx(0.4))
+            await proxy.up()
+            for _ in range(100):
+                if ledger.pending_settles == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert ledger.pending_settles == 0
+            assert _totals(dsn)[("daily", "")] == (pytest.approx(0.25), 0.0)
+            assert _holds(dsn) == 0
+
+    asyncio.run(run())
+
+
+def test_start_fails_with_a_database_error_when_the_store_is_unreachable(tmp_path: Path) -> None:
+    """No server at all: start says so (the DSN's password never in the message)."""
+    dsn = f"postgresql://fp:secret@/fp?host={tmp_path}"
+
+    async def run() -> None:
+        with pytest.raises(DatabaseError) as info:
+            await _ledger(dsn, "a").start()
+        assert "secret" not in str(info.value)
+
+    asyncio.run(run())
+
+
+def test_the_shared_ledger_takes_the_configs_whole_caps(tmp_path: Path) -> None:
+    """Built from a config as the in-memory ledger is: the server's and each key's daily caps,
+    the per-request cap; no ledger at all when no cap is set."""
+    from firstpass.config import config_from_dict
+    from firstpass.db import shared_ledger_for
+
+    data: dict[str, object] = {
+        "server": {"client_key": [{"name": "a", "key_env": "K", "daily_usd": 3.0}]},
+        "provider": [{"id": "p", "kind": "openai", "base_url": "http://x"}],
+        "route": [{"name": "r", "models": ["m"], "ladder": ["p/a"]}],
+        "price": [{"model": "p/a", "input_per_mtok": 1, "output_per_mtok": 1}],
+        "budgets": {"daily_usd": 9.0, "per_request_usd": 0.5},
+    }
+    config = config_from_dict(data, base_dir=tmp_path, env={"K": "secret"})
+    ledger = shared_ledger_for(config, dsn="postgresql:///unused", replica="r1")
+    assert ledger is not None
+    assert (ledger.daily_usd, ledger.per_request_usd, ledger.key_caps) == (9.0, 0.5, {"a": 3.0})
+    del data["budgets"]
+    data["server"] = {}
+    bare = config_from_dict(data, base_dir=tmp_path, env={})
+    assert shared_ledger_for(bare, dsn="postgresql:///unused", replica="r1") is None
