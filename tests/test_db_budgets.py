@@ -13,8 +13,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import date
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -23,8 +26,11 @@ from psycopg import conninfo
 
 from firstpass.budgets import IN_FLIGHT_RETRY_S, Ledger, budget_record
 from firstpass.db import SharedLedger, migrate
+from firstpass.db._connect import redact
+from firstpass.db._pool import Connections
 from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable, DatabaseError
 from firstpass.server._errors import request_error_for
+from tests.pg_server import LocalPg
 
 ROOT = Path(__file__).resolve().parents[1]
 NOON = calendar.timegm((2026, 3, 1, 12, 0, 0))
@@ -417,3 +423,150 @@ def test_the_shared_ledger_takes_the_configs_whole_caps(tmp_path: Path) -> None:
     data["server"] = {}
     bare = config_from_dict(data, base_dir=tmp_path, env={})
     assert shared_ledger_for(bare, dsn="postgresql:///unused", replica="r1") is None
+
+
+# -- a reserve whose answer was lost -------------------------------------------------------------
+
+
+def test_a_reserve_that_timed_out_after_its_commit_is_released_once_it_lands(
+    pg_private: LocalPg,
+) -> None:
+    """COMMIT hangs (waiting for a synchronous standby that does not exist): the reserve gives
+    up and refuses the call with a 503, yet its hold lands once the standby is no longer
+    awaited. The hold's token, chosen before the reserve, lets the background release find it
+    once it has landed: nothing stays held, and the room it took is given back."""
+    dsn = pg_private.server.dsn("postgres")
+
+    def standby(name: str | None) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if name is None:
+                conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            else:
+                conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{name}'")
+            conn.execute("SELECT pg_reload_conf()")
+
+    async def run() -> None:
+        await migrate(dsn)
+        async with _ledger(dsn, "r", timeout_s=1.0, retry_first_s=0.05, retry_max_s=0.2) as ledger:
+            standby("ghost")
+            await asyncio.sleep(0.5)
+            with pytest.raises(BudgetStoreUnavailable):
+                await ledger.open(None).reserve(0.6)
+            standby(None)
+            for _ in range(100):
+                if _holds(dsn) == 0 and ledger.pending_settles == 0 and not ledger._tasks:
+                    break
+                await asyncio.sleep(0.05)
+            assert _holds(dsn) == 0 and ledger.pending_settles == 0
+            assert _totals(dsn)[("daily", "")] == (0.0, 0.0)
+            budget = ledger.open(None)
+            await budget.settle(await budget.reserve(0.6), 0.6)  # the room is back
+        assert _totals(dsn)[("daily", "")] == (pytest.approx(0.6), 0.0)
+
+    asyncio.run(run())
+
+
+def test_releasing_a_reserve_that_never_landed_changes_nothing(pg_database: str) -> None:
+    """The release of a lost reserve whose transaction never committed finds no hold, leaves
+    no row behind (its placeholder is deleted in the same transaction) and counts nothing."""
+    from firstpass.db._spend import _Settle
+
+    dsn = _migrated(pg_database)
+
+    async def run() -> None:
+        async with _ledger(dsn, "a") as ledger:
+            await ledger.open("k").reserve(0.2)  # someone else's hold stays untouched
+            token = uuid.uuid4()
+            day = date.fromisoformat(ledger.day)
+            item = _Settle(hold_id=None, key="k", actual=Decimal(0), day=day, token=token)
+            await ledger._write(item)
+            await ledger._write(item)  # twice: still nothing
+            assert _holds(dsn) == 1
+            assert await ledger.held() == pytest.approx(0.2)
+            assert await ledger.spent() == 0.0
+
+    asyncio.run(run())
+
+
+# -- the DSN's password never in an error ------------------------------------------------------
+
+#: DSNs with a password, and how a message could spell it
+_SECRETS = {
+    "postgresql://u:S3CRETpw%zz@127.0.0.1:1/db": ["S3CRETpw%zz"],  # psycopg quotes the token
+    "host=127.0.0.1 port=1 password=S3CRETpw dbname": ["S3CRETpw"],  # unparseable: literal
+    "host=127.0.0.1 port=1 password='S3CRET pw' dbname": ["S3CRET pw", "'S3CRET pw'"],
+    "postgresql://u:S3CRETpw@127.0.0.1:1/db?sslmode=S3CRETpw": ["S3CRETpw"],  # quoted elsewhere
+    "postgresql://u:S3CRET%40pw@127.0.0.1:1/db": ["S3CRET%40pw", "S3CRET@pw"],  # both spellings
+    "postgresql://127.0.0.1:1/db?password=S3CRETpw&sslmode=nope": ["S3CRETpw"],
+}
+_SECRET_DSNS = list(_SECRETS)
+
+
+@pytest.mark.parametrize("dsn", _SECRET_DSNS)
+def test_redact_removes_every_spelling_of_the_password(dsn: str) -> None:
+    text = f"bad: {dsn} / " + " / ".join(f'"{spelling}"' for spelling in _SECRETS[dsn])
+    shown = redact(text + " / postgresql://x:S3CRETpw@h", dsn)
+    assert "S3CRET" not in shown and "<the DSN>" in shown
+    assert redact("no such host h1:5432", "postgresql://u@h1:5432/db") == "no such host h1:5432"
+
+
+@pytest.mark.parametrize("dsn", _SECRET_DSNS)
+def test_no_error_of_the_ledger_the_pool_or_migrate_quotes_the_password(dsn: str) -> None:
+    """Every way the DSN is used: starting the ledger, a call refused while the store is
+    unreachable, the connection set itself, and ``migrate``."""
+    from firstpass.db import current_version
+
+    async def run() -> None:
+        with pytest.raises(DatabaseError) as started:
+            await _ledger(dsn, "a", timeout_s=0.5).start()
+        assert "S3CRET" not in str(started.value)
+        ledger = _ledger(dsn, "a", timeout_s=0.5)
+        with pytest.raises(BudgetStoreUnavailable) as refused:
+            await ledger.open(None).reserve(0.1)
+        assert "S3CRET" not in str(refused.value)
+        assert "S3CRET" not in str(await ledger.refusal(None))
+        await ledger.aclose()
+        with pytest.raises(psycopg.OperationalError) as pooled:
+            await Connections(dsn, size=1, connect_timeout_s=1).open_one()
+        assert "S3CRET" not in str(pooled.value)
+        assert pooled.value.__cause__ is None and pooled.value.__context__ is None
+        for call in (migrate(dsn), current_version(dsn)):
+            with pytest.raises(DatabaseError) as failed:
+                await call
+            assert "S3CRET" not in str(failed.value)
+
+    asyncio.run(run())
+
+
+# -- PostgreSQL restarting -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["said-goodbye", "silent"])
+def test_calls_go_through_right_after_a_brief_restart(
+    pg_private: LocalPg, silent: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight warm pooled connections, then PostgreSQL restarts: the very next calls (reserve,
+    settle, reads) all go through. An idle connection the server closed is dropped before use;
+    one that still looks alive (``silent``: as after a crash or a network cut) fails on first
+    use before anything was committed, and the work runs once more on a fresh connection."""
+    if silent:
+        monkeypatch.setattr("firstpass.db._pool._looks_alive", lambda conn: True)
+    dsn = pg_private.server.dsn("postgres")
+
+    async def run() -> None:
+        await migrate(dsn)
+        async with _ledger(dsn, "r", connections=8, timeout_s=2.0) as ledger:
+            budgets = [ledger.open(None) for _ in range(8)]
+            holds = await asyncio.gather(*(b.reserve(0.01) for b in budgets))
+            await asyncio.gather(*(b.settle(h, 0.01) for b, h in zip(budgets, holds, strict=True)))
+            pg_private.stop()
+            pg_private.start()
+            for _ in range(12):
+                budget = ledger.open(None)
+                await budget.settle(await budget.reserve(0.01), 0.01)
+                assert await ledger.refusal(None) is None
+            assert ledger.pending_settles == 0
+            assert await ledger.spent() == pytest.approx(0.2)
+            assert await ledger.held() == 0.0
+
+    asyncio.run(run())

@@ -12,14 +12,18 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
 import pytest
 
 from firstpass.db import ChainForked, PostgresReceiptWriter, migrate
+from firstpass.db._claim import ReplicaInUse
 from firstpass.errors import ReceiptError, ReceiptUnavailable
 from firstpass.receipts import (
     CheckpointSigner,
@@ -30,6 +34,7 @@ from firstpass.receipts import (
     verify_checkpoints,
     write_key_files,
 )
+from tests.pg_server import LocalPg
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,14 +127,11 @@ async def relay(db: str) -> AsyncIterator[tuple[Relay, str]]:
         await relay.cut()
 
 
-def _writer(dsn: str, tmp_path: Path, replica: str = "r1", **kw: object) -> PostgresReceiptWriter:
+def _writer(dsn: str, tmp_path: Path, replica: str = "r1", **kw: Any) -> PostgresReceiptWriter:
+    kw.setdefault("connect_timeout_s", 2.0)
+    kw.setdefault("db_timeout_s", 2.0)
     return PostgresReceiptWriter(
-        dsn,
-        replica=replica,
-        spill_path=tmp_path / f"{replica}.spill.jsonl",
-        connect_timeout_s=2.0,
-        db_timeout_s=2.0,
-        **kw,  # type: ignore[arg-type]
+        dsn, replica=replica, spill_path=tmp_path / f"{replica}.spill.jsonl", **kw
     )
 
 
@@ -172,7 +174,7 @@ async def test_a_second_process_under_the_same_replica_id_is_refused(
         second = PostgresReceiptWriter(
             db, replica="same", spill_path=tmp_path / "other.spill.jsonl", connect_timeout_s=1
         )
-        with pytest.raises(ReceiptError, match="in use by another"):
+        with pytest.raises(ReceiptError, match="already written by another receipt writer"):
             await second.start()
     finally:
         await first.close()
@@ -376,3 +378,208 @@ async def test_signed_checkpoints_in_the_table_verify_with_the_public_key(
     assert report.ok and len(report.checkpoints) >= 2 and report.n_receipts == 100
     signatures = verify_checkpoints([chain], load_public_key(keys.public))
     assert signatures.ok, signatures
+
+
+def _lock_table_for(dsn: str, seconds: float) -> threading.Thread:
+    """Another session holds an EXCLUSIVE lock on the table, so inserts wait: a database slow
+    enough that the writer gives up on a statement which then commits after all."""
+    ready = threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute("LOCK TABLE firstpass_receipts IN EXCLUSIVE MODE")
+            ready.set()
+            time.sleep(seconds)
+            conn.commit()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    return thread
+
+
+async def test_an_insert_given_up_on_that_commits_later_is_shipped_as_the_same_lines(
+    db: str, tmp_path: Path
+) -> None:
+    """The statement timed out, the batch (a signed checkpoint in it) went to the spill file,
+    then the abandoned insert committed: the spill holds the very same lines, so shipping finds
+    them there and the chain, checkpoints included, verifies (no second signing, no fork)."""
+    keys = write_key_files(tmp_path / "keys")
+    signer = CheckpointSigner.from_file(keys.private, interval_s=0.01)
+    writer = _writer(db, tmp_path, fsync="durable", checkpointer=signer, db_timeout_s=1.0)
+    await writer.start()
+    await writer.write(_record(0))
+    await asyncio.sleep(0.05)
+    lock = _lock_table_for(db, 2.5)
+    await writer.write(_record(1))  # the insert waits on the lock, is given up after 1 s
+    assert writer.stats.spilled >= 1
+    await asyncio.to_thread(lock.join)  # ... and commits now
+    await asyncio.sleep(2.0)
+    for i in range(2, 5):
+        await writer.write(_record(i))
+    assert writer.healthy and writer.stats.spill_lines == 0
+    await writer.close()
+    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    assert verify_chain(chain).ok and verify_chain(chain).n_receipts == 5
+    assert verify_checkpoints([chain], load_public_key(keys.public)).ok
+
+
+async def test_a_batch_that_may_have_committed_is_never_linked_twice_when_the_spill_fails(
+    db: str, tmp_path: Path
+) -> None:
+    """Given up on (it commits later) and the spill disk failing at that moment: the batch
+    stays pending as linked, and once the database is back it is found in the table and
+    checked, not inserted again under another line number."""
+    writer = _writer(db, tmp_path, db_timeout_s=1.0)
+    await writer.start()
+    await writer.enqueue(_record(0))
+    await writer.flush()
+    real = writer._spill.append
+
+    def full_while_away(data: bytes) -> None:
+        if not writer.database_up:
+            raise OSError(28, "No space left on device")
+        real(data)
+
+    writer._spill.append = full_while_away  # type: ignore[method-assign]
+    lock = _lock_table_for(db, 2.5)
+    await writer.enqueue(_record(1))
+    await asyncio.to_thread(lock.join)
+    await asyncio.sleep(2.5)
+    await writer.enqueue(_record(2))
+    await writer.flush()
+    assert writer.healthy and writer.database_up
+    await writer.close()
+    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    assert verify_chain(chain).ok and len(_ids(chain)) == 3
+
+
+async def test_a_brief_spill_failure_during_an_outage_does_not_leave_the_writer_unhealthy(
+    db: str, tmp_path: Path, relay: tuple[Relay, str]
+) -> None:
+    proxy, dsn = relay
+    writer = _writer(dsn, tmp_path, fsync="durable", db_timeout_s=1.0)
+    await writer.start()
+    await writer.write(_record(0))
+    real = writer._spill.append
+    failures = [OSError(28, "No space left on device")]
+
+    def once(data: bytes) -> None:
+        if failures:
+            raise failures.pop()
+        real(data)
+
+    writer._spill.append = once  # type: ignore[method-assign]
+    await proxy.cut()
+    await writer.write(_record(1))  # sent, so it waits out the disk error instead of failing
+    await proxy.start()
+    await asyncio.sleep(2.0)
+    for i in range(2, 7):
+        await writer.write(_record(i))  # none refused: the database and the disk are back
+    assert writer.healthy
+    await writer.close()
+    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    assert verify_chain(chain).ok and len(_ids(chain)) == 7
+
+
+async def test_a_close_that_times_out_answers_every_waiting_caller_and_counts_the_loss(
+    db: str, tmp_path: Path, relay: tuple[Relay, str]
+) -> None:
+    proxy, dsn = relay
+    writer = _writer(dsn, tmp_path, fsync="durable", db_timeout_s=3.0, close_timeout_s=0.5)
+    await writer.start()
+    await writer.write(_record(0))
+    proxy.flowing.clear()  # the database hangs
+    first = asyncio.create_task(writer.write(_record(1)))
+    await asyncio.sleep(0.3)
+    later = [asyncio.create_task(writer.write(_record(i))) for i in range(2, 6)]
+    await asyncio.sleep(0.1)
+    flush = asyncio.create_task(writer.flush())
+    await asyncio.sleep(0.05)
+    with pytest.raises(ReceiptError, match="5 receipt"):
+        await writer.close()
+    done, pending = await asyncio.wait([first, *later, flush], timeout=2.0)
+    assert not pending, "a caller still waits after close()"
+    assert all(isinstance(task.exception(), ReceiptUnavailable) for task in done)
+    assert writer.stats.lost == 5
+    proxy.flowing.set()
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://u:S3CRETpw%zz@127.0.0.1:1/db",  # libpq quotes what it cannot decode
+        "postgresql://u:S3CRETpw@127.0.0.1:1/db?sslmode=S3CRETpw",
+        "host=127.0.0.1 port=1 user=u password=S3CRETpw dbname=db connect_timeout=1",
+    ],
+)
+async def test_the_writer_never_quotes_the_dsn_password(dsn: str, tmp_path: Path) -> None:
+    writer = PostgresReceiptWriter(
+        dsn, replica="r1", spill_path=tmp_path / "s.jsonl", connect_timeout_s=0.5
+    )
+    with pytest.raises(ReceiptError) as info:
+        await writer.start()
+    assert "S3CRETpw" not in str(info.value)
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from firstpass.db import PostgresReceiptWriter
+
+    async def main():
+        w = PostgresReceiptWriter(sys.argv[1], replica="dup", spill_path=sys.argv[2],
+                                  connect_timeout_s=5, db_timeout_s=1)
+        await w.start()
+        print("holding", flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_second_process_cannot_take_a_live_replicas_id_even_after_a_database_restart(
+    pg_private: LocalPg, tmp_path: Path
+) -> None:
+    """The advisory lock of a session dies with the database; the id's row does not: while the
+    first process lives (and was seen within the lease), a second one with its id is refused."""
+    dsn = pg_private.server.dsn("postgres")
+    await migrate(dsn)
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _HOLDER, dsn, str(tmp_path / "a.spill.jsonl"),
+        stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        while not (await asyncio.wait_for(holder.stdout.readline(), 60)).startswith(b"holding"):
+            pass
+        await asyncio.to_thread(pg_private.stop)
+        await asyncio.to_thread(pg_private.start)
+        second = _writer(dsn, tmp_path, replica="dup")
+        with pytest.raises(ReplicaInUse, match="held by pid"):
+            await second.start()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        await holder.wait()
+    third = _writer(dsn, tmp_path, replica="dup")  # the holder is dead: its id is free at once
+    await third.start()
+    await third.close()
+
+
+async def test_a_writer_whose_id_was_taken_while_it_was_away_stops_writing_under_it(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("firstpass.db._receipt_writer.HEARTBEAT_S", 0.2)
+    writer = _writer(db, tmp_path, replica="taken")
+    await writer.start()
+    await writer.enqueue(_record(0))
+    await writer.flush()
+    with psycopg.connect(db, autocommit=True) as conn:  # what a takeover leaves behind
+        conn.execute("UPDATE firstpass_replicas SET owner = 'elsewhere' WHERE replica = 'taken'")
+    await asyncio.sleep(1.0)
+    assert not writer.healthy
+    with pytest.raises(ReceiptError, match="no longer held by this process"):
+        await writer.enqueue(_record(1))
+    with pytest.raises(ReceiptError):
+        await writer.close()

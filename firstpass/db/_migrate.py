@@ -8,11 +8,11 @@ newer than this version knows is refused rather than written with the wrong shap
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import psycopg
 
+from firstpass.db._connect import first_line, redact
 from firstpass.errors import DatabaseError
 
 __all__ = ["MIGRATIONS", "Migration", "current_version", "migrate"]
@@ -67,9 +67,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             day        date          NOT NULL,  -- the UTC day whose rows it is held in
             key        text,                    -- the client key's name; NULL: no key
             amount_usd numeric(20,9) NOT NULL CHECK (amount_usd >= 0),
-            held_at    timestamptz   NOT NULL DEFAULT now()
+            held_at    timestamptz   NOT NULL DEFAULT now(),
+            -- chosen by the replica before it reserves, so a reserve whose answer was lost
+            -- (a timeout after COMMIT was sent) can be released once it is known to have landed
+            token      uuid          NOT NULL,
+            CONSTRAINT firstpass_spend_holds_token UNIQUE (token)
         );
         CREATE INDEX firstpass_spend_holds_replica ON firstpass_spend_holds (replica);
+        """,
+    ),
+    Migration(
+        version=3,
+        name="who holds each replica id, past a restart of the database",
+        sql="""
+        CREATE TABLE firstpass_replicas (
+            replica text        PRIMARY KEY,
+            owner   text        NOT NULL,  -- a token of the process holding the id
+            host    text        NOT NULL,
+            pid     integer     NOT NULL,
+            seen    timestamptz NOT NULL   -- refreshed while the holder is connected
+        );
         """,
     ),
 )
@@ -125,7 +142,7 @@ async def migrate(dsn: str, migrations: tuple[Migration, ...] = MIGRATIONS) -> l
                     )
                     applied.append(step.version)
         except psycopg.Error as exc:
-            why = _first_line(exc)
+            why = redact(first_line(exc), dsn)
             raise DatabaseError(f"migration failed, nothing was changed: {why}") from exc
     return applied
 
@@ -135,7 +152,7 @@ async def _connect(dsn: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
         return await psycopg.AsyncConnection.connect(dsn, connect_timeout=10)
     except psycopg.Error as exc:
         raise DatabaseError(
-            f"cannot connect to PostgreSQL: {_redact(_first_line(exc), dsn)} (check the DSN's "
+            f"cannot connect to PostgreSQL: {redact(first_line(exc), dsn)} (check the DSN's "
             "host, port, user and database, and that the server is running)"
         ) from None  # libpq's own error can quote the whole DSN, password included
 
@@ -143,14 +160,3 @@ async def _connect(dsn: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
 def _version(value: object) -> int:
     """A version the database returned (an ``int``, or NULL: none applied)."""
     return value if isinstance(value, int) else 0
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _redact(text: str, dsn: str) -> str:
-    """``text`` without the DSN's password: libpq quotes a URI it cannot parse whole."""
-    text = text.replace(dsn, "<the DSN>") if dsn else text
-    return re.sub(r"(://[^:/@\s\"]*:)[^@\s\"]*@", r"\1***@", text)

@@ -31,6 +31,8 @@ from typing import Any, TypeVar, get_args
 import psycopg
 import structlog
 
+from firstpass.db._claim import HEARTBEAT_S, ReplicaInUse, ReplicaTakenOver, claim, heartbeat
+from firstpass.db._connect import first_line, redact
 from firstpass.db._rows import INSERT_ROWS, ReceiptRow, insert_params, receipt_row
 from firstpass.db._spill import SpillFile, SpillState
 from firstpass.errors import ReceiptError, ReceiptUnavailable
@@ -56,8 +58,7 @@ CLOSE_TIMEOUT_S = 15.0
 _MAX_BATCH_RECORDS = 512
 _MAX_BATCH_BYTES = 4 << 20
 #: the oldest schema version this writer can write to (``firstpass db migrate``)
-_SCHEMA_NEEDED = 1
-_LOCK_SQL = "SELECT pg_try_advisory_lock(hashtextextended('firstpass receipts ' || %s, 0))"
+_SCHEMA_NEEDED = 3
 _HEAD_SQL = "SELECT seq, hash FROM firstpass_receipts WHERE replica = %s ORDER BY seq DESC LIMIT 1"
 _SEQ_OF_SQL = "SELECT seq FROM firstpass_receipts WHERE replica = %s AND hash = %s"
 _HASHES_SQL = (
@@ -67,6 +68,8 @@ _HASHES_SQL = (
 
 _DB_ERRORS = (psycopg.Error, OSError, TimeoutError)
 _T = TypeVar("_T")
+#: the replica ids a writer of this process is open on
+_LIVE: set[str] = set()
 
 
 @dataclass(slots=True)
@@ -90,9 +93,13 @@ _STOP = object()
 _WAKE = object()  # a reconnect finished: look at the spill again
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(kw_only=True)
 class _Linked:
-    """A batch linked after the current head: the rows, the lines and the head after them."""
+    """A batch linked after the current head: the rows, the lines and the head after them.
+
+    ``sent``: an insert of it was attempted and its outcome is unknown (it may have
+    committed): from then on these exact lines are the chain's next lines, whatever happens,
+    and any later insert of them skips and checks rows already there."""
 
     rows: list[ReceiptRow]
     data: bytes
@@ -100,6 +107,7 @@ class _Linked:
     seq: int
     items: list[_Item]
     checkpoint_head: str | None  # the head a checkpoint in this batch signed
+    sent: bool = False
 
 
 class ChainForked(ReceiptError):
@@ -156,6 +164,9 @@ class PostgresReceiptWriter:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._orphans: set[asyncio.Future[Any]] = set()  # abandoned steps, still running
         self._reconnecting: asyncio.Task[None] | None = None
+        self._taken: ReplicaTakenOver | None = None
+        self._holds_id = False  # in ``_LIVE`` (this process's writers, by replica id)
+        self._beat_at = 0.0  # loop time of the next heartbeat (firstpass.db._claim)
         # the chain: the last line linked (in the table or in the spill file)
         self._head = GENESIS_HASH
         self._seq = 0
@@ -165,6 +176,7 @@ class PostgresReceiptWriter:
         self._spill_seq = 0
         self._spill_lines = 0
         self._backlog: list[_Item] = []  # taken off the queue, neither in the table nor spilled
+        self._pending: _Linked | None = None  # linked, being written (maybe committed already)
         self._disk_failed: OSError | None = None
         self._db_down: BaseException | None = None
         self._retry_at = 0.0
@@ -192,9 +204,11 @@ class PostgresReceiptWriter:
     @property
     def healthy(self) -> bool:
         """Receipts are safe now: in the table, or in a spill file with room and a working disk."""
-        if self._error is not None or self._disk_failed is not None:
+        if self._error is not None:
             return False
-        return self._db_down is None or self._spill.size < self._spill_max
+        if self._db_down is None and not self._spill_lines:
+            return True  # they go to the table; the spill disk does not matter now
+        return self._disk_failed is None and self._spill.size < self._spill_max
 
     @property
     def stats(self) -> WriterStats:
@@ -235,6 +249,13 @@ class PostgresReceiptWriter:
         killed process left. ``ReceiptError`` saying what to do when any of it fails."""
         if self._task is not None or self._closed:
             raise ReceiptError("this receipt writer was already started")
+        if self.replica in _LIVE:  # the claim row is per process: two writers here share it
+            raise ReplicaInUse(
+                f"replica id {self.replica!r} is already written by another receipt writer in "
+                "this process"
+            )
+        _LIVE.add(self.replica)
+        self._holds_id = True
         loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="firstpass-spill")
         try:
@@ -297,12 +318,9 @@ class PostgresReceiptWriter:
                 await asyncio.shield(self._task)
         except TimeoutError:
             self._task.cancel()
-            unwritten = len(self._backlog) + self._unmarked_drops
-            assert self._queue is not None
-            while not self._queue.empty():
-                unwritten += isinstance(self._queue.get_nowait(), _Item)
-            self._lost += unwritten
-            self._fail_pending(ReceiptUnavailable("the receipt writer closed"))
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._give_up(ReceiptUnavailable("the receipt writer closed before writing it"))
         finally:
             await self._shutdown_io()
         if self._error is not None:
@@ -323,7 +341,7 @@ class PostgresReceiptWriter:
         delay = RETRY_FIRST_S
         while True:
             try:
-                await self._connect()
+                await self._connect(first=True)
                 return
             except ReceiptError:
                 raise
@@ -331,14 +349,15 @@ class PostgresReceiptWriter:
                 if time.monotonic() + delay > deadline:
                     raise ReceiptError(
                         f"replica {self.replica}: cannot reach PostgreSQL for receipts "
-                        f"({_first_line(exc)}); check [receipts] dsn_env and that the server "
+                        f"({self._why(exc)}); check [receipts] dsn_env and that the server "
                         "is running"
                     ) from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 
-    async def _connect(self) -> None:
-        """A fresh connection holding this replica's advisory lock, on a migrated schema."""
+    async def _connect(self, *, first: bool = False) -> None:
+        """A fresh connection on a migrated schema, with this replica id claimed
+        (``firstpass.db._claim``: ``first`` at start, else a reconnect)."""
         conn = await self._within(
             psycopg.AsyncConnection.connect(
                 self._dsn, autocommit=True, connect_timeout=max(2, int(self._db_timeout_s))
@@ -348,16 +367,11 @@ class PostgresReceiptWriter:
             version = await self._within(_schema_version(conn))
             if version < _SCHEMA_NEEDED:
                 raise ReceiptError(
-                    "the database has no firstpass schema yet: run `firstpass db migrate "
-                    "--dsn-env <VAR>` once, then start the replicas"
+                    f"the database's firstpass schema is at version {version}; this needs "
+                    f"{_SCHEMA_NEEDED}: run `firstpass db migrate --dsn-env <VAR>` once, then "
+                    "start the replicas"
                 )
-            row = await self._within(_fetch_one(conn, _LOCK_SQL, (self.replica,)))
-            if not row or not row[0]:
-                raise ReceiptError(
-                    f"replica id {self.replica!r} is in use by another connected firstpass "
-                    "process; give each replica its own id ([receipts] replica or "
-                    "FIRSTPASS_REPLICA)"
-                )
+            await self._within(claim(conn, self.replica, first=first))
         except BaseException:
             self._orphan(conn.close())
             raise
@@ -391,7 +405,8 @@ class PostgresReceiptWriter:
                 lost_sha256=torn.lost_sha256,
                 moved_to=torn.moved_to,
             )
-            await self._spill_batch([_item(marker)])
+            if not await self._spill_batch(self._link([_item(marker)])):
+                raise ReceiptError(f"{self._spill.path}: cannot write the spill file")
             self._gaps += 1
         if self._spill_lines:
             await self._ship()
@@ -413,6 +428,11 @@ class PostgresReceiptWriter:
 
     # -- loop side -----------------------------------------------------------------------------
 
+    def _why(self, exc: BaseException | None) -> str:
+        """What went wrong, for logs and errors: one line, the DSN's password taken out
+        (libpq quotes a DSN it cannot parse, password and all)."""
+        return redact(first_line(exc), self._dsn) if exc is not None else "a failed write"
+
     def _ready(self) -> None:
         if self._error is not None:
             raise ReceiptError(f"replica {self.replica}: the receipt writer failed ({self._error})")
@@ -422,7 +442,7 @@ class PostgresReceiptWriter:
             raise ReceiptError("the receipt writer is not started (await start())")
 
     def _unavailable(self) -> ReceiptUnavailable:
-        why = self._disk_failed or self._db_down or "a failed write"
+        why = self._why(self._disk_failed or self._db_down)
         return ReceiptUnavailable(
             f"receipts cannot be made safe now: the database is unreachable ({why}) and the "
             f"spill file {self._spill.path} is full or failing; retrying"
@@ -449,7 +469,7 @@ class PostgresReceiptWriter:
         except Exception as exc:
             self._error = exc
             log.exception("receipt_writer_failed", replica=self.replica)
-            self._fail_pending(ReceiptError(f"the receipt writer failed ({exc})"))
+            self._give_up(ReceiptError(f"the receipt writer failed ({exc})"))
             assert self._queue is not None
             while (item := await self._queue.get()) is not _STOP:
                 if isinstance(item, _Item):
@@ -517,7 +537,11 @@ class PostgresReceiptWriter:
         if not self._queue.empty():
             return self._queue.get_nowait()
         if self._db_down is None and not self._spill_lines and not self._backlog:
-            return await self._queue.get()
+            try:  # idle: wake for the heartbeat
+                async with asyncio.timeout(max(self._beat_at - loop.time(), 0.0)):
+                    return await self._queue.get()
+            except TimeoutError:
+                return None
         if self._db_down is None:
             return None  # connected with a spill to ship or a backlog to write: now
         if self._reconnecting is not None and not self._backlog:
@@ -532,7 +556,11 @@ class PostgresReceiptWriter:
         """Ship the spill once connected, then write the backlog: to the table when it is
         there and nothing waits in the spill before it, else to the spill file. While the
         database is away, reconnecting runs beside this (one attempt awaited at close)."""
+        if self._taken is not None:
+            raise self._taken
         retry_due = final or loop.time() >= self._retry_at
+        if self._db_down is None and loop.time() >= self._beat_at:
+            await self._heartbeat(loop)
         if self._db_down is not None:
             if final:
                 if self._reconnecting is not None:
@@ -543,24 +571,45 @@ class PostgresReceiptWriter:
                 self._reconnecting = loop.create_task(self._reconnect(loop, wake=True))
         if self._db_down is None and self._spill_lines:
             await self._ship()
-        while self._backlog or self._unmarked_drops:
+        while self._pending is not None or self._backlog or self._unmarked_drops:
             if self._blocked() and not retry_due:
                 return
-            if not await self._write_chunk(self._take_chunk()):
+            if not await self._write_next():
                 self._retry_at = loop.time() + self._retry_delay
                 return
 
-    async def _write_chunk(self, chunk: list[_Item], *, checkpoint: bool = False) -> bool:
-        """``chunk`` to the table, or to the spill file when the table is away or the spill
-        still holds lines before it. ``False``: it reached neither and is back in the backlog
-        (less any durable record refused meanwhile)."""
+    async def _heartbeat(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Refresh this process's hold on the replica id (``ReplicaTakenOver`` is fatal)."""
+        assert self._conn is not None
+        self._beat_at = loop.time() + HEARTBEAT_S
+        try:
+            await self._within(heartbeat(self._conn, self.replica))
+        except ReplicaTakenOver:
+            raise
+        except _DB_ERRORS as exc:
+            self._db_failed(exc)
+
+    async def _write_next(self, *, checkpoint: bool = False) -> bool:
+        """The pending batch (or the next one, linked now) to the table, or to the spill file
+        when the table is away or the spill still holds lines before it. ``False``: it reached
+        neither and stays pending (a batch never sent to the table is linked afresh next
+        time, less any durable record refused meanwhile)."""
+        if self._pending is None:
+            self._pending = self._link(self._take_chunk(), checkpoint=checkpoint)
+        linked = self._pending
+        if not linked.rows:
+            self._pending = None
+            return True
         direct = self._db_down is None and not self._spill_lines
-        if direct and await self._insert_batch(chunk, checkpoint=checkpoint):
+        if direct and await self._insert_batch(linked):
+            self._pending = None
             return True
-        room = self._spill.size < 2 * self._spill_max or not chunk
-        if room and await self._spill_batch(chunk, checkpoint=checkpoint):
+        if self._spill.size < 2 * self._spill_max and await self._spill_batch(linked):
+            self._pending = None
             return True
-        self._backlog[:0] = chunk  # kept, in order, for the next attempt
+        if not linked.sent:  # never offered to the table: unlink it, keep its records
+            self._pending = None
+            self._backlog[:0] = [item for item in linked.items if not _refused(item)]
         return False
 
     def _take_chunk(self) -> list[_Item]:
@@ -631,16 +680,21 @@ class PostgresReceiptWriter:
             if item.future is not None and not item.future.done():
                 item.future.set_result(None)
 
-    async def _insert_batch(self, chunk: list[_Item], *, checkpoint: bool = False) -> bool:
+    async def _insert_batch(self, linked: _Linked) -> bool:
         """One statement (autocommit: its own transaction, one round trip); ``False`` (the
         database is marked down) when it did not commit, or may not have: the caller spills
-        the batch, and shipping it later finds out which."""
+        the batch, and shipping it later finds out which. A batch sent before is inserted
+        skipping what is there, and checked, as a ship is."""
         assert self._conn is not None
-        linked = self._link(chunk, checkpoint=checkpoint)
-        if not linked.rows:
-            return True
+        retried, linked.sent = linked.sent, True
         try:
-            inserted = await self._within(_insert(self._conn, self.replica, linked.rows))
+            if retried:
+                await self._within(self._ship_rows(linked.rows))
+                inserted = len(linked.rows)
+            else:
+                inserted = await self._within(_insert(self._conn, self.replica, linked.rows))
+        except ChainForked:
+            raise
         except _DB_ERRORS as exc:
             self._db_failed(exc)
             return False
@@ -649,16 +703,16 @@ class PostgresReceiptWriter:
                 f"replica {self.replica}: lines {linked.rows[0].seq}..{linked.rows[-1].seq} "
                 "are already in the table; another process writes under this replica id"
             )
+        self._disk_failed = None  # no longer in the way: the next outage tries the disk again
         self._advance(linked)
         return True
 
-    async def _spill_batch(self, chunk: list[_Item], *, checkpoint: bool = False) -> bool:
-        """Append to the spill file (fsynced): ``False`` when the disk failed too; a durable
-        record in ``chunk`` is then refused (its caller answers 503) and taken out of it."""
+    async def _spill_batch(self, linked: _Linked) -> bool:
+        """Append to the spill file (fsynced): ``False`` when the disk failed too. A durable
+        record of a batch never sent to the table is then refused (its caller answers 503 and
+        writes a refusal instead); one of a batch that may have committed keeps waiting, since
+        its line may already be in the table."""
         assert self._executor is not None
-        linked = self._link(chunk, checkpoint=checkpoint)
-        if not linked.rows:
-            return True
         try:
             await asyncio.get_running_loop().run_in_executor(
                 self._executor, self._spill.append, linked.data
@@ -669,13 +723,11 @@ class PostgresReceiptWriter:
                 log.error("receipt_spill_failed", path=str(self._spill.path), error=str(exc))
             self._disk_failed = exc
             self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
-            waiting = [i for i in chunk if i.future is not None and not i.future.done()]
-            for item in waiting:
-                self._refused += 1
-                assert item.future is not None
-                item.future.set_exception(self._unavailable())
-            refused = {id(item) for item in waiting}
-            chunk[:] = [item for item in chunk if id(item) not in refused]
+            if not linked.sent:
+                for item in linked.items:
+                    if item.future is not None and not item.future.done():
+                        self._refused += 1
+                        item.future.set_exception(self._unavailable())
             return False
         if self._disk_failed is not None:
             log.warning("receipt_spill_recovered", path=str(self._spill.path))
@@ -781,7 +833,7 @@ class PostgresReceiptWriter:
             log.error(
                 "receipt_database_down",
                 replica=self.replica,
-                error=_first_line(exc),
+                error=self._why(exc),
                 spill=str(self._spill.path),
             )
             self._retry_delay = RETRY_FIRST_S
@@ -795,6 +847,8 @@ class PostgresReceiptWriter:
         """One attempt to connect again; on success the writer ships the spill next."""
         try:
             await self._connect()
+        except ReplicaTakenOver as exc:
+            self._taken = exc  # fatal: the writer stops at its next step
         except (ReceiptError, *_DB_ERRORS) as exc:
             self._db_errors += 1
             self._db_down = exc
@@ -810,18 +864,23 @@ class PostgresReceiptWriter:
             "receipt_database_back",
             replica=self.replica,
             spill_lines=self._spill_lines,
-            error=_first_line(self._db_down) if self._db_down else None,
+            error=self._why(self._db_down),
         )
         self._db_down = None
         self._retry_delay = RETRY_FIRST_S
 
     async def _finish(self) -> None:
         """At close: a last checkpoint over the lines since the one before."""
-        if self._checkpointer is None or not self._since_checkpoint or self._backlog:
+        if self._checkpointer is None or not self._since_checkpoint:
             return
-        await self._write_chunk([], checkpoint=True)
+        if self._backlog or self._pending is not None:
+            return
+        await self._write_next(checkpoint=True)
 
     async def _shutdown_io(self) -> None:
+        if self._holds_id:
+            _LIVE.discard(self.replica)
+            self._holds_id = False
         if self._reconnecting is not None:
             self._reconnecting.cancel()
         for task in list(self._orphans):
@@ -835,12 +894,25 @@ class PostgresReceiptWriter:
             await asyncio.get_running_loop().run_in_executor(executor, self._spill.close)
             executor.shutdown(wait=False)
 
-    def _fail_pending(self, exc: ReceiptError) -> None:
-        for item in self._backlog:
+    def _give_up(self, exc: ReceiptError) -> None:
+        """At a close that timed out: every record not yet safe is counted lost and every
+        waiting caller (a durable write, a flush) gets ``exc`` instead of hanging."""
+        items = list(self._pending.items) if self._pending is not None else []
+        self._pending = None
+        items += self._backlog
+        self._backlog = []
+        assert self._queue is not None
+        while not self._queue.empty():
+            queued = self._queue.get_nowait()
+            if isinstance(queued, _Item):
+                items.append(queued)
+            elif isinstance(queued, _Flush) and not queued.future.done():
+                queued.future.set_exception(exc)
+        self._lost += sum(1 for item in items if item.kind is None) + self._unmarked_drops
+        self._unmarked_drops = 0
+        for item in items:
             if item.future is not None and not item.future.done():
                 item.future.set_exception(exc)
-        self._backlog.clear()
-        self._unmarked_drops = 0
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -878,6 +950,16 @@ class PostgresReceiptWriter:
             return None
 
 
+def _refused(item: _Item) -> bool:
+    """A durable record whose caller was told it failed (it writes a refusal instead)."""
+    return (
+        item.future is not None
+        and item.future.done()
+        and not item.future.cancelled()
+        and item.future.exception() is not None
+    )
+
+
 def _item(record: dict[str, Any]) -> _Item:
     kind = record.get("kind")
     return _Item(
@@ -908,8 +990,3 @@ async def _schema_version(conn: psycopg.AsyncConnection[Any]) -> int:
         return 0
     got = await (await conn.execute("SELECT max(version) FROM firstpass_schema")).fetchone()
     return int(got[0]) if got and isinstance(got[0], int) else 0
-
-
-def _first_line(exc: BaseException | None) -> str:
-    text = str(exc).strip() if exc is not None else ""
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -37,7 +37,11 @@ day (NTP): a replica whose clock is a day off holds against another day's rows.
 **The store unreachable.** A reserve that cannot reach PostgreSQL within ``timeout_s`` refuses
 the call with ``BudgetStoreUnavailable`` (503 ``budget_store_unavailable``): a budget fails
 closed. A call no cap applies to (a key without a cap, no server cap) is not held in the store,
-and its spend is written at settle.
+and its spend is written at settle. A reserve that fails after sending its COMMIT (a timeout
+while COMMIT waits, a connection cut) may still land: each hold carries a token chosen before
+the reserve, and a background release, retried like a settle, waits for that transaction to end
+and releases its hold if it landed (a no-op if not). A pooled connection found broken on first
+use (PostgreSQL restarted) is replaced and the work retried once, unless COMMIT was sent.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -69,7 +74,8 @@ from firstpass.budgets import (
     utc_day,
 )
 from firstpass.config import Config
-from firstpass.db._migrate import _first_line, _redact
+from firstpass.db._claim import claim
+from firstpass.db._connect import first_line, redact
 from firstpass.db._pool import Conn, Connections
 from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable, DatabaseError
 
@@ -78,7 +84,7 @@ __all__ = ["SharedHold", "SharedLedger", "shared_ledger_for"]
 log = structlog.get_logger("firstpass.budgets")
 
 #: the oldest schema version with ``firstpass_spend_holds`` (``firstpass db migrate``)
-SCHEMA_NEEDED = 2
+SCHEMA_NEEDED = 3
 _NANO = Decimal("0.000000001")
 _T = TypeVar("_T")
 _Row = tuple[date, str, str]  # a firstpass_spend row's key: (day, scope, key)
@@ -101,12 +107,26 @@ class SharedHold(Hold):
 @dataclass(frozen=True, kw_only=True)
 class _Settle:
     """A settle to write: the hold's row (None: a call held nowhere), its key, the real cost
-    and the UTC day the call settled in (kept when it is retried past midnight)."""
+    and the UTC day the call settled in (kept when it is retried past midnight). With
+    ``token`` instead of a row: the release of a reserve whose answer was lost (its COMMIT was
+    sent, then the connection failed or timed out), written only once it is known to have
+    landed, and a no-op if it never did."""
 
     hold_id: int | None
     key: str | None
     actual: Decimal
     day: date
+    token: uuid.UUID | None = None
+
+
+class _Progress:
+    """How far a transaction got: ``committing`` once its work is done and COMMIT is sent (a
+    failure after that may have committed anyway)."""
+
+    __slots__ = ("committing",)
+
+    def __init__(self) -> None:
+        self.committing = False
 
 
 class SharedLedger:
@@ -163,6 +183,9 @@ class SharedLedger:
                         "replica needs its own id (its held budget is its own)"
                     )
                 await self._check_schema(self._owner)
+                # the id's row, not only the lock: a lock is gone after a restart of the
+                # database, and releasing a live process's holds would hand out its room twice
+                await claim(self._owner, self.replica, first=True)
                 released = await self._transaction(self._release_stale)
         except (psycopg.Error, OSError, TimeoutError) as exc:
             await self.aclose()
@@ -197,6 +220,7 @@ class SharedLedger:
                 "budget_settle_lost",
                 replica=self.replica,
                 hold_id=item.hold_id,
+                release_token=None if item.token is None else str(item.token),
                 key=item.key,
                 actual_usd=float(item.actual),
                 day=item.day.isoformat(),
@@ -323,8 +347,12 @@ class SharedLedger:
         today = _date(utc_day(now))
         hold_usd = _usd(amount)
         key = budget.key
+        token = uuid.uuid4()  # the hold's name before it exists, to release it if unanswered
+        progress = _Progress()
+        holding = False
 
         async def reserve(conn: Conn) -> SharedHold | BudgetExhausted:
+            nonlocal holding
             await _ensure_rows(conn, today, key)
             rows = await self._rows(conn, [today - timedelta(days=1), today], key, lock=True)
             committed = _committed(rows, today)
@@ -340,18 +368,28 @@ class SharedLedger:
             )
             row = await (
                 await conn.execute(
-                    "INSERT INTO firstpass_spend_holds (replica, day, key, amount_usd) "
-                    "VALUES (%s, %s, %s, %s) RETURNING id",
-                    (self.replica, today, key, hold_usd),
+                    "INSERT INTO firstpass_spend_holds (replica, day, key, amount_usd, token) "
+                    "VALUES (%s, %s, %s, %s, %s) RETURNING id",
+                    (self.replica, today, key, hold_usd, token),
                 )
             ).fetchone()
             assert row is not None and isinstance(row[0], int)
+            holding = True
             return SharedHold(amount, id=row[0])
 
-        return await self._transaction(reserve)
+        try:
+            return await self._transaction(reserve, progress)
+        except BaseException:
+            if holding and progress.committing:
+                # COMMIT was sent and no answer came: the hold may have landed, and the caller
+                # is told the call was not made, so release it once it is known to have landed
+                item = _Settle(hold_id=None, key=key, actual=Decimal(0), day=today, token=token)
+                self._track(self._settle_or_queue(item))
+            raise
 
     def _orphan(self, done: asyncio.Future[SharedHold | BudgetExhausted], key: str | None) -> None:
-        """Release the hold of a reserve whose request was cancelled while it ran."""
+        """Release the hold of a reserve whose request was cancelled while it ran (one that
+        failed after sending its COMMIT queued its own release by token)."""
         if done.cancelled() or done.exception() is not None:
             return
         hold = done.result()
@@ -385,6 +423,7 @@ class SharedLedger:
                 "budget_settle_queued",
                 replica=self.replica,
                 actual_usd=float(item.actual),
+                release=item.token is not None,
                 error=self._why(exc),
             )
             self._pending.append(item)
@@ -403,7 +442,19 @@ class SharedLedger:
         """Take the hold off the day it was held in and add the cost to the day it settled in.
         A hold already gone (released by a restart) still has its cost counted."""
         held: tuple[date, Decimal] | None = None
-        if item.hold_id is not None:
+        if item.token is not None and not await self._landed(conn, item):
+            return  # the reserve never committed, and now never will: nothing to release
+        if item.token is not None:
+            row = await (
+                await conn.execute(
+                    "DELETE FROM firstpass_spend_holds WHERE token = %s RETURNING day, amount_usd",
+                    (item.token,),
+                )
+            ).fetchone()
+            if row is not None:
+                assert isinstance(row[0], date) and isinstance(row[1], Decimal)
+                held = (row[0], row[1])
+        elif item.hold_id is not None:
             row = await (
                 await conn.execute(
                     "DELETE FROM firstpass_spend_holds WHERE id = %s RETURNING day, amount_usd",
@@ -427,6 +478,24 @@ class SharedLedger:
             "AND ((scope = 'daily' AND key = '') OR (scope = 'key' AND key = %s))",
             (item.actual, item.day, item.key),
         )
+
+    async def _landed(self, conn: Conn, item: _Settle) -> bool:
+        """Whether the reserve of ``item.token`` committed. A placeholder row is inserted under
+        the same token: the unique index makes that insert wait while the reserve's transaction
+        is still committing (a COMMIT stuck waiting for a synchronous standby), then conflict if
+        it landed. If it did not, the placeholder goes in and is deleted again in this same
+        transaction; the reserve's connection is closed, so it cannot commit later."""
+        row = await (
+            await conn.execute(
+                "INSERT INTO firstpass_spend_holds (replica, day, key, amount_usd, token) "
+                "VALUES (%s, %s, %s, 0, %s) ON CONFLICT (token) DO NOTHING RETURNING id",
+                (self.replica, item.day, item.key, item.token),
+            )
+        ).fetchone()
+        if row is None:
+            return True
+        await conn.execute("DELETE FROM firstpass_spend_holds WHERE id = %s", (row[0],))
+        return False
 
     async def _retry_loop(self) -> None:
         """Retry the queued settles, oldest first, backing off while the store is down."""
@@ -525,28 +594,57 @@ class SharedLedger:
             out.append((day, scope, name, spent, held))
         return out
 
-    async def _operation(self, work: Callable[[Conn], Awaitable[_T]]) -> _T:
+    async def _operation(
+        self, work: Callable[[Conn], Awaitable[_T]], *, may_retry: Callable[[], bool] | None = None
+    ) -> _T:
         """``work`` on a connection of the set, within ``timeout_s`` (waiting for a free
-        connection included)."""
-        async with asyncio.timeout(self._timeout_s), self._conns.connection() as conn:
-            return await work(conn)
+        connection included). When the connection turns out broken (a pooled one whose server
+        restarted or went away), ``work`` runs once more on a fresh connection if
+        ``may_retry()`` (default: always; a transaction's says whether COMMIT was sent)."""
+        broke = False
 
-    async def _transaction(self, work: Callable[[Conn], Awaitable[_T]]) -> _T:
+        async def watched(conn: Conn) -> _T:
+            nonlocal broke
+            try:
+                return await work(conn)
+            except psycopg.OperationalError:
+                broke = conn.broken or conn.closed
+                raise
+
+        async with asyncio.timeout(self._timeout_s):
+            try:
+                async with self._conns.connection() as conn:
+                    return await watched(conn)
+            except psycopg.OperationalError as exc:
+                if not broke or (may_retry is not None and not may_retry()):
+                    raise
+                log.info("budget_store_reconnect", replica=self.replica, error=self._why(exc))
+            async with self._conns.connection(fresh=True) as conn:
+                return await work(conn)
+
+    async def _transaction(
+        self, work: Callable[[Conn], Awaitable[_T]], progress: _Progress | None = None
+    ) -> _T:
         """``work`` in one transaction; a deadlock or serialization failure PostgreSQL broke
-        (the fixed lock order should leave none) is retried a few times."""
+        (the fixed lock order should leave none) is retried a few times, and a broken
+        connection once on a fresh one, unless COMMIT was sent (it may have landed)."""
+        done = progress if progress is not None else _Progress()
 
         async def attempts(conn: Conn) -> _T:
             for attempt in range(4):
+                done.committing = False
                 try:
                     async with conn.transaction():
-                        return await work(conn)
+                        result = await work(conn)
+                        done.committing = True
+                    return result
                 except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                    if attempt == 3:
+                    if attempt == 3 or done.committing:
                         raise
                     await asyncio.sleep(0.01 * (attempt + 1))
             raise AssertionError("unreachable")
 
-        return await self._operation(attempts)
+        return await self._operation(attempts, may_retry=lambda: not done.committing)
 
     def _track(self, work: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
@@ -557,7 +655,7 @@ class SharedLedger:
     def _why(self, exc: BaseException) -> str:
         if isinstance(exc, TimeoutError):
             return f"no answer within {self._timeout_s:g} s"
-        return _redact(_first_line(exc), self._dsn)
+        return redact(first_line(exc), self._dsn)
 
 
 async def _ensure_rows(conn: Conn, day: date, key: str | None) -> None:

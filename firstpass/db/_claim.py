@@ -1,0 +1,128 @@
+"""Who holds a replica id: one row per id in ``firstpass_replicas``, refreshed while its holder
+is connected.
+
+A session advisory lock alone cannot say it: PostgreSQL drops the lock with the connection, so
+after the database restarts, a second process started with the same id would get it while the
+first still runs, and the two would then write one chain (a fork) or release each other's budget
+holds (an overspend). The row outlives connections. A process takes an id that another process
+holds only once that holder has been silent for ``LEASE_S`` (or, on the same host, once its pid
+is gone: a replica restarted after ``kill -9`` gets its id back at once). A holder that finds
+its id taken when it reconnects stops writing under it.
+
+The receipt writer refreshes the row (``HEARTBEAT_S``); the shared budget ledger of the same
+process claims the id with the same process token, so the two never contend.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from typing import Any
+
+import psycopg
+
+from firstpass.errors import ReceiptError
+
+__all__ = [
+    "HEARTBEAT_S",
+    "LEASE_S",
+    "ReplicaInUse",
+    "ReplicaTakenOver",
+    "claim",
+    "heartbeat",
+    "process_token",
+]
+
+#: how long a holder may be silent before another process may take its id
+LEASE_S = 30.0
+#: how often a connected holder says it is alive
+HEARTBEAT_S = 10.0
+
+_TOKENS: dict[int, str] = {}
+
+
+class ReplicaInUse(ReceiptError):
+    """Another live process holds this replica id."""
+
+
+class ReplicaTakenOver(ReceiptError):
+    """While this process was away, another took its replica id: it must stop writing."""
+
+
+def process_token() -> str:
+    """This process's token (a forked worker gets its own, not its parent's)."""
+    pid = os.getpid()
+    token = _TOKENS.get(pid)
+    if token is None:
+        token = _TOKENS[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:12]}"
+    return token
+
+
+async def claim(
+    conn: psycopg.AsyncConnection[Any], replica: str, *, first: bool, lease_s: float = LEASE_S
+) -> None:
+    """Hold ``replica`` for this process, or raise. ``first``: at start (an id left by a dead or
+    long-silent process is taken over); else a reconnect, where finding another holder means
+    this process lost the id (``ReplicaTakenOver``)."""
+    me = process_token()
+    host, pid = socket.gethostname(), os.getpid()
+    async with conn.transaction():
+        row = await (
+            await conn.execute(
+                "SELECT owner, host, pid, extract(epoch FROM now() - seen)::float8"
+                " FROM firstpass_replicas WHERE replica = %s FOR UPDATE",
+                (replica,),
+            )
+        ).fetchone()
+        if row is not None and row[0] != me:
+            owner_host, owner_pid, silent_s = str(row[1]), int(row[2]), float(row[3])
+            if not first:
+                raise ReplicaTakenOver(
+                    f"replica id {replica!r} was taken by pid {owner_pid} on {owner_host} while "
+                    "this process could not reach the database; it stops writing under it. "
+                    "Receipts it kept in its spill file are not in the table: import them under "
+                    "another id (`firstpass receipts import --replica NEW <spill file>`)"
+                )
+            if silent_s < lease_s and _alive(owner_host, owner_pid):
+                raise ReplicaInUse(
+                    f"replica id {replica!r} is held by pid {owner_pid} on {owner_host}, last "
+                    f"seen {silent_s:.0f} s ago: give each replica its own id ([receipts] "
+                    f"replica or FIRSTPASS_REPLICA). If that process is gone, its id is free "
+                    f"{lease_s:.0f} s after it was last seen"
+                )
+        await conn.execute(
+            "INSERT INTO firstpass_replicas (replica, owner, host, pid, seen)"
+            " VALUES (%s, %s, %s, %s, now()) ON CONFLICT (replica) DO UPDATE"
+            " SET owner = excluded.owner, host = excluded.host, pid = excluded.pid,"
+            " seen = excluded.seen",
+            (replica, me, host, pid),
+        )
+
+
+async def heartbeat(conn: psycopg.AsyncConnection[Any], replica: str) -> None:
+    """Say this process still holds ``replica``; ``ReplicaTakenOver`` if it no longer does."""
+    cursor = await conn.execute(
+        "UPDATE firstpass_replicas SET seen = now() WHERE replica = %s AND owner = %s",
+        (replica, process_token()),
+    )
+    if cursor.rowcount != 1:
+        raise ReplicaTakenOver(
+            f"replica id {replica!r} is no longer held by this process; it stops writing"
+        )
+
+
+def _alive(host: str, pid: int) -> bool:
+    """Whether the holder may still run: on another host, assume so; on this one, its pid
+    exists and is not this process (a container restarted with the same pid is a new life)."""
+    if host != socket.gethostname():
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
