@@ -24,6 +24,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,25 @@ from firstpass.db._transfer import import_chain, plan_import
 from firstpass.receipts import verify_chain
 
 
-def _median(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
+@dataclass(frozen=True)
+class Timed:
+    """Wall seconds over the runs: the median and the range."""
+
+    median: float
+    lo: float
+    hi: float
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f} s ({self.lo:.2f}-{self.hi:.2f})"
+
+
+def _median(fn: Callable[[], Any], runs: int) -> tuple[Timed, Any]:
     walls, result = [], None
     for _ in range(runs):
         t0 = time.perf_counter()
         result = fn()
         walls.append(time.perf_counter() - t0)
-    return statistics.median(walls), result
+    return Timed(statistics.median(walls), min(walls), max(walls)), result
 
 
 def _calibrate_cli(source: list[str], out: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -58,32 +71,54 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dsn-env", default="FIRSTPASS_DSN", metavar="VAR")
     ap.add_argument("--dir", type=Path, default=None, help="scratch directory (default: tmp)")
+    ap.add_argument("--out", type=Path, default=None, help="also write the lines printed here")
     args = ap.parse_args(argv)
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
     dsn = os.environ.get(args.dsn_env, "").strip()
     if not dsn:
         print(f"skipped: set {args.dsn_env} to a PostgreSQL DSN (the bench adds a replica there)")
         return 0
     asyncio.run(migrate(dsn))
     replica = f"bench-{uuid.uuid4().hex[:8]}"
-    print(f"{os.cpu_count()} cores; N = {args.n:,}; median of {args.runs} runs; replica {replica}")
+    say(f"{os.cpu_count()} cores; N = {args.n:,}; median (range) of {args.runs} runs")
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         log = Path(tmp) / "receipts.jsonl"
         t0 = time.perf_counter()
         size = write_receipts(log, args.n)
-        print(f"file : wrote {size / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s")
+        say(f"file : wrote {size / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s")
         try:
             with connect(dsn) as conn:
                 t0 = time.perf_counter()
                 inserted = import_chain(conn, plan_import(conn, replica, [log]))
-            print(f"table: imported {inserted:,} rows in {time.perf_counter() - t0:.1f} s")
-            _compare(dsn, replica, log, Path(tmp), args)
+            say(f"table: imported {inserted:,} rows in {time.perf_counter() - t0:.1f} s")
+            _compare(dsn, replica, log, Path(tmp), args, say)
         finally:
             with connect(dsn) as conn:
                 conn.execute("DELETE FROM firstpass_receipts WHERE replica = %s", (replica,))
+    if args.out is not None:
+        body = "\n".join(lines)
+        args.out.write_text(
+            f"# Calibration from the table against the file\n\n`python -m "
+            f"benchmarks.calibration_table_bench --n {args.n} --runs {args.runs}`\n\n"
+            f"```\n{body}\n```\n",
+            encoding="utf-8",
+        )
     return 0
 
 
-def _compare(dsn: str, replica: str, log: Path, tmp: Path, args: argparse.Namespace) -> None:
+def _compare(
+    dsn: str,
+    replica: str,
+    log: Path,
+    tmp: Path,
+    args: argparse.Namespace,
+    say: Callable[[str], None],
+) -> None:
     file_verify, report = _median(lambda: verify_chain(log), args.runs)
     assert report.ok and report.n_lines == args.n, report
 
@@ -103,15 +138,15 @@ def _compare(dsn: str, replica: str, log: Path, tmp: Path, args: argparse.Namesp
     assert file_doc["lambda"] == table_doc["lambda"], (file_doc["lambda"], table_doc["lambda"])
     assert file_doc["source"]["chain_heads"] == table_doc["source"]["chain_heads"]
     per = 1e6 / args.n
-    print(f"{'':28}{'file':>10}{'table':>10}{'table/file':>12}")
+    say(f"{'':28}{'file':>22}{'table':>22}{'table/file':>12}")
     for name, a, b in (
         ("verify the chain", file_verify, table_verify_s),
         ("calibrate (CLI, fresh proc)", file_cal, table_cal),
     ):
-        print(f"{name:28}{a:9.2f}s{b:9.2f}s{b / a:11.2f}x")
-    print(
-        f"calibrate per receipt: file {file_cal * per:.1f} µs, table {table_cal * per:.1f} µs; "
-        f"λ̂ = {table_doc['lambda']} both ways"
+        say(f"{name:28}{a!s:>22}{b!s:>22}{b.median / a.median:11.2f}x")
+    say(
+        f"calibrate per receipt: file {file_cal.median * per:.1f} µs, table "
+        f"{table_cal.median * per:.1f} µs; λ̂ = {table_doc['lambda']} both ways"
     )
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from firstpass.errors import ReceiptError
+from firstpass.receipts._aside import move_aside
 from firstpass.receipts._chain import verify_chain
 
 try:
@@ -112,18 +112,7 @@ class SpillFile:
         with open(self.path, "rb") as fh:
             fh.seek(good)
             tail = fh.read()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        aside = self.path.with_name(f"{self.path.name}.torn-{stamp}")
-        n = 0
-        while aside.exists():
-            n += 1
-            aside = self.path.with_name(f"{self.path.name}.torn-{stamp}-{n}")
-        out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            _write_all(out, tail)
-            os.fsync(out)
-        finally:
-            os.close(out)
+        aside = move_aside(self.path, tail)
         os.ftruncate(fd, good)
         os.fsync(fd)
         return TornTail(

@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol, get_args
 import structlog
 
 from firstpass.errors import ReceiptError, ReceiptUnavailable
+from firstpass.receipts._aside import fsync_dir, move_aside
 from firstpass.receipts._canonical import GENESIS_HASH, EncodedRecord, encode_record
 from firstpass.receipts._chain import (
     BadLine,
@@ -625,7 +626,7 @@ class ReceiptWriter:
         if not existed and self._fsync == "durable":
             # a log created just now must survive a crash with the receipts acknowledged in
             # it: its directory entry is made durable too (as rotation does for its new files)
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         try:
             self._lock(fd)
             self._fd = fd
@@ -707,20 +708,7 @@ class ReceiptWriter:
         with open(self._path, "rb") as fh:
             fh.seek(good)
             torn = fh.read()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        aside = self._path.with_name(f"{self._path.name}.torn-{stamp}")
-        n = 0
-        while aside.exists():
-            n += 1
-            aside = self._path.with_name(f"{self._path.name}.torn-{stamp}-{n}")
-        out = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.fchmod(out, 0o600)
-            self._write_all_to(out, torn)
-            os.fsync(out)
-        finally:
-            os.close(out)
-        _fsync_dir(aside.parent)  # the gap marker names it: it must outlive a crash too
+        aside = move_aside(self._path, torn)
         os.ftruncate(fd, good)
         self._prev, self._file_bytes = head, good
         marker = gap_record(
@@ -869,7 +857,7 @@ class ReceiptWriter:
             raise
         try:
             self._lock(fd)
-            _fsync_dir(self._path.parent)
+            fsync_dir(self._path.parent)
         except BaseException:
             os.close(fd)
             raise
@@ -897,17 +885,3 @@ class ReceiptWriter:
         finally:
             self._fd = -1
             os.close(fd)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (POSIX; a no-op where directories cannot open)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
