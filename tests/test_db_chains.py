@@ -254,7 +254,7 @@ def test_calibrating_from_the_table_gives_the_certificate_the_exported_files_giv
     files_doc.pop("source")
     table_doc.pop("id"), files_doc.pop("id")
     for doc in (table_doc, files_doc):  # when it was made, not what it says
-        doc.pop("created", None)
+        doc.pop("created_at", None)
     assert table_doc == files_doc
     assert table_doc["lambda"] is not None
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -459,3 +461,44 @@ async def _drained(cluster: Cluster, *, timeout_s: float) -> dict[str, dict[str,
         if done or time.monotonic() > deadline:
             return m
         await asyncio.sleep(0.25)
+
+
+SHADOW_ONLY = Mix(
+    modes={"shadow": 1.0}, answers={"good": 0.6, "wrong": 0.25, "visible_only": 0.15}, stream=0.0
+)
+
+
+async def test_calibration_from_the_table_equals_calibration_from_the_exported_files(
+    tmp_path: Path, pg_database: str
+) -> None:
+    """Shadow traffic over three replicas, then `firstpass calibrate --dsn-env` against
+    `receipts export` + `calibrate --receipts` on the three files: the same certificate, the
+    same chains and heads recorded."""
+    async with Cluster(tmp_path, pg_database) as cluster:
+        sent = await round_robin(cluster.r.urls, plan(240, SHADOW_ONLY, seed=14), clients=24)
+    assert Counter(s.got.status for s in sent) == {200: 240}
+    env = {**os.environ, "FP_REPLICAS_DSN": pg_database}
+
+    def firstpass(*args: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "firstpass", *args],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    export = tmp_path / "export"
+    firstpass("receipts", "export", "--dsn-env", "FP_REPLICAS_DSN", "--out", str(export))
+    from_table, from_files = tmp_path / "table.json", tmp_path / "files.json"
+    firstpass("calibrate", "--dsn-env", "FP_REPLICAS_DSN", "--out", str(from_table))
+    files = [str(export / f"{r}.jsonl") for r in ("r1", "r2", "r3")]
+    firstpass("calibrate", "--receipts", *files, "--out", str(from_files))
+    table_doc = json.loads(from_table.read_text(encoding="utf-8"))
+    files_doc = json.loads(from_files.read_text(encoding="utf-8"))
+    table_source, files_source = table_doc.pop("source"), files_doc.pop("source")
+    assert table_source["replicas"] == ["r1", "r2", "r3"]
+    assert table_source["chain_heads"] == files_source["chain_heads"]
+    assert table_source["used"] == files_source["used"] == 240
+    for doc in (table_doc, files_doc):  # which run made it and when, not what it says
+        doc.pop("id", None)
+        doc.pop("created_at", None)
+    assert table_doc == files_doc
