@@ -72,7 +72,7 @@ def test_database_keys_with_the_file_sink_and_rotation_with_the_table_are_refuse
     assert "receipts.rotate_bytes" in _error(data, tmp_path)
 
 
-@pytest.mark.parametrize("bad", ["", "-r1", "a/b", "r 1", "x" * 129, "../up"])
+@pytest.mark.parametrize("bad", ["", "-r1", "a/b", "r 1", "x" * 129, "../up", "web.000001"])
 def test_a_replica_id_that_cannot_name_a_chain_or_a_file_is_refused(
     data: dict[str, Any], tmp_path: Path, bad: str
 ) -> None:

@@ -525,3 +525,24 @@ def test_kill_9_loses_no_acknowledged_durable_receipt(log: Path):
     assert report.ok
     ids = {record["id"] for record in iter_receipts(log)}
     assert set(acked) <= ids
+
+
+def test_a_writer_that_failed_for_good_still_answers_503_never_500(live_stack: Any) -> None:
+    """A writer that stopped for good (a bug; a PostgreSQL chain that forked) refuses every
+    write: a chat request then gets the documented 503 ``receipts_unavailable``, and the lost
+    refusal receipt is logged, not turned into a 500."""
+    from firstpass.server._keys import RECEIPT_WRITER
+
+    stack = live_stack()
+    stack.app[RECEIPT_WRITER]._error = RuntimeError("the chain forked")
+    for _ in range(2):
+        with pytest.raises(openai.APIStatusError) as info:
+            _client(stack).chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "add"}],
+                extra_body={"firstpass": TESTS},
+            )
+        assert info.value.status_code == 503
+        assert info.value.response.json()["error"]["code"] == "receipts_unavailable"
+    assert stack.stub.completions == []
+    stack.app[RECEIPT_WRITER]._error = None  # so the stack can close its log

@@ -25,6 +25,7 @@ from firstpass.config._model import (
     ANY_MODEL,
     MAX_K,
     REPLICA_RE,
+    REPLICA_RULE,
     REQUEST_MODES,
     BudgetsConfig,
     ClientKey,
@@ -158,11 +159,7 @@ def _check_sandbox_room(
 def check_replica(value: str, key_path: str) -> str:
     """A replica id as the table and an exported file name can hold it, or ``ConfigError``."""
     if not REPLICA_RE.fullmatch(value):
-        raise ConfigError(
-            key_path,
-            f"{value!r} is not a replica id: 1-128 letters, digits and . _ : @ -, starting "
-            "with a letter or digit",
-        )
+        raise ConfigError(key_path, f"{value!r} is not a replica id: {REPLICA_RULE}")
     return value
 
 
@@ -338,7 +335,7 @@ def _receipts(table: Mapping[str, Any], base_dir: Path) -> ReceiptsConfig:
         for key in ("rotate_bytes", "rotate_s"):
             if key in table:
                 raise ConfigError(
-                    f"{p}.{key}", 'rotation applies to the file sink; the table needs none'
+                    f"{p}.{key}", "rotation applies to the file sink; the table needs none"
                 )
     return ReceiptsConfig(
         sink=sink,

@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from firstpass.config import _fields as f
-from firstpass.config._model import REPLICA_RE, ElasticConfig, ReceiptsConfig, ServerConfig
+from firstpass.config._model import (
+    REPLICA_RE,
+    REPLICA_RULE,
+    ElasticConfig,
+    ReceiptsConfig,
+    ServerConfig,
+)
 from firstpass.errors import ConfigError
 
 ENV_CONFIG = "FIRSTPASS_CONFIG"
@@ -44,11 +50,7 @@ def apply_env(
     if ENV_REPLICA in env and receipts.sink == "postgresql":
         replica = env[ENV_REPLICA].strip()
         if not REPLICA_RE.fullmatch(replica):
-            raise ConfigError(
-                ENV_REPLICA,
-                f"{replica!r} is not a replica id: 1-128 letters, digits and . _ : @ -, "
-                "starting with a letter or digit",
-            )
+            raise ConfigError(ENV_REPLICA, f"{replica!r} is not a replica id: {REPLICA_RULE}")
         receipts = dataclasses.replace(receipts, replica=replica)
     if ENV_ELASTIC_MODE in env:
         mode = f.check_choice(

@@ -29,8 +29,13 @@ ReceiptSinkKind = Literal["file", "postgresql"]
 #: the PostgreSQL sink's spill file bound: past it the server refuses verified traffic (503)
 #: until the database is back (docs/database.md, "When the database is away")
 SPILL_MAX_BYTES = 256 << 20
-#: a replica id: what names its chain in the table and its exported file
-REPLICA_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+#: a replica id: what names its chain in the table and its exported file. Not ending in
+#: ``.<digits>``: ``web.000001.jsonl`` would read as a rotated file of ``web.jsonl``
+REPLICA_RE = re.compile(r"(?![^\n]*\.[0-9]+$)[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+REPLICA_RULE = (
+    "1-128 letters, digits and . _ : @ -, starting with a letter or digit and not ending in "
+    "a dot and digits"
+)
 ProviderKind = Literal["openai", "replay"]
 OnExhausted = Literal["unverified", "error"]
 OnBudgetExhausted = Literal["serve_best_verified", "error"]

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from firstpass.budgets import budget_record
 from firstpass.config import ClientKey, Config, RouteConfig
-from firstpass.errors import BudgetExhausted, RequestError
+from firstpass.errors import BudgetExhausted, ReceiptError, RequestError
 from firstpass.pipeline import Checks, Outcome, Trace, receipts_unavailable
 from firstpass.receipts import new_receipt_id
 from firstpass.server._errors import error_body, error_response, request_error_for
@@ -185,7 +185,10 @@ async def _reject(
         decision=_budget_decision(exc),
     )
     # a refusal acknowledges no answer: its receipt never waits for the disk
-    await request.app[PIPELINE].writer.enqueue(record)
+    try:
+        await request.app[PIPELINE].writer.enqueue(record)
+    except ReceiptError as exc:  # the writer failed for good: the refusal still answers
+        log.error("receipt_not_written", receipt_id=receipt_id, action="rejected", error=str(exc))
     headers = {"X-Firstpass-Receipt": receipt_id, "X-Firstpass-Action": "rejected"}
     if err.status in (429, 503):
         headers["Retry-After"] = RETRY_AFTER_S
