@@ -1,7 +1,10 @@
 """Calibrating from ``firstpass_receipts``: the chains are exported, with ``receipts export``'s
 own code, to a private temporary directory and read by ``read_receipts``, so a chain from the
-table is verified and read exactly as a file is (the file path *is* the code path). The
-calibration's source then names the replicas and the heads their chains verified to.
+table is verified and read exactly as a file is (the file path *is* the code path). The export
+makes the table check ``receipts verify`` makes (``check_table``): a table whose rows do not hold
+the chain (seq holes, a row that is not one line, a wrong stored head) is refused as ``verify``
+refuses it. The calibration's source then names the replicas and the heads their chains
+verified to.
 """
 
 from __future__ import annotations
@@ -43,7 +46,17 @@ def read_table(dsn: str, replicas: Sequence[str] = (), **read: Any) -> Labelled:
                     )
                 if not chains:
                     raise CalibrationError(f"no receipt chains in {TABLE}: nothing to calibrate")
-                files = [export_chain(conn, chain, tmp) for chain in chains]
+                for chain in chains:  # every id names a file: all checked first
+                    check_replica_id(chain.replica)
+                files = []
+                for chain in chains:
+                    path, result = export_chain(conn, chain, tmp)
+                    if result.problem is not None:  # refused as `receipts verify` refuses it
+                        raise CalibrationError(
+                            f"{TABLE}:{chain.replica}: {result.problem} (see `firstpass "
+                            "receipts verify --dsn-env`)"
+                        )
+                    files.append(path)  # a broken chain: read_receipts refuses it, or allows
             progress = read.pop("progress", None)
             if progress is not None:
                 read["progress"] = lambda path, n: progress(_named(path, tmp), n)

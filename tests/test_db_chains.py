@@ -324,3 +324,218 @@ def test_verify_with_pubkey_checks_each_replicas_signed_checkpoints(
     other = write_key_files(tmp_path / "other" / "signing.key")
     code, out = run(capsys, "receipts", "verify", "--dsn-env", ENV, "--pubkey", str(other.public))
     assert code == 1 and "signatures FAIL" in out
+
+
+def _renumber_from(conn: psycopg.Connection[Any], replica: str, seq: int, by: int) -> None:
+    """Shift the rows from ``seq`` on by ``by`` (through a far range: the key is unique)."""
+    conn.execute(
+        "UPDATE firstpass_receipts SET seq = seq + 1000000 WHERE replica = %s AND seq >= %s",
+        (replica, seq),
+    )
+    conn.execute(
+        "UPDATE firstpass_receipts SET seq = seq - 1000000 + %s WHERE replica = %s"
+        " AND seq >= 1000000",
+        (by, replica),
+    )
+
+
+def _empty_row(conn: psycopg.Connection[Any]) -> None:
+    _renumber_from(conn, "r1", 10, 1)
+    conn.execute(
+        "INSERT INTO firstpass_receipts (replica, seq, hash, prev_hash, line)"
+        " VALUES ('r1', 10, 'junk', 'junk', '')"
+    )
+
+
+def _split_row(conn: psycopg.Connection[Any]) -> None:
+    line = _line(conn, "r1", 7)
+    _renumber_from(conn, "r1", 8, 1)
+    _set_line(conn, "r1", 7, line[:100])
+    conn.execute(
+        "INSERT INTO firstpass_receipts (replica, seq, hash, prev_hash, line)"
+        " VALUES ('r1', 8, 'x', 'x', %s)",
+        (line[100:],),
+    )
+
+
+def _merged_rows(conn: psycopg.Connection[Any]) -> None:
+    _set_line(conn, "r1", 20, _line(conn, "r1", 20) + _line(conn, "r1", 21))
+    conn.execute("DELETE FROM firstpass_receipts WHERE replica = 'r1' AND seq = 21")
+    _renumber_from(conn, "r1", 22, -1)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "seq", "why"),
+    [
+        (_empty_row, 10, "is empty"),
+        (_split_row, 7, "does not end with a newline"),
+        (_merged_rows, 20, "holds more than one line"),
+    ],
+)
+def test_rows_that_do_not_hold_one_line_each_are_refused_by_verify_export_and_calibrate(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper: Any, seq: int, why: str
+) -> None:
+    """The byte stream still verifies, but line numbers would no longer be seq numbers."""
+    imported(capsys, tmp_path, {"r1": 40})
+    with psycopg.connect(dsn) as conn:
+        tamper(conn)
+    code, out = run(capsys, "receipts", "verify", "--dsn-env", ENV)
+    assert code == 1, out
+    assert f"replica r1: the row at seq {seq} {why}, not exactly one line" in out
+    code, out = run(capsys, "receipts", "export", "--dsn-env", ENV, "--out", str(tmp_path / "x"))
+    assert code == 1 and "do NOT verify" in out and f"seq {seq} {why}" in out
+    code, out = run(capsys, "calibrate", "--dsn-env", ENV, "--out", str(tmp_path / "c.json"))
+    assert code == 2 and f"firstpass_receipts:r1: the row at seq {seq} {why}" in out
+
+
+def _hole(conn: psycopg.Connection[Any]) -> None:
+    _renumber_from(conn, "r1", 30, 5)  # the lines still link: only the numbering is broken
+
+
+def _wrong_head(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(
+        "UPDATE firstpass_receipts SET hash = 'sha256:forged' WHERE replica = 'r1' AND seq = 40"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tamper", "why"),
+    [(_hole, "seq runs 1..45 over 40 rows"), (_wrong_head, "the hash column of seq 40")],
+)
+def test_export_and_calibrate_refuse_the_tables_verify_refuses(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper: Any, why: str
+) -> None:
+    imported(capsys, tmp_path, {"r1": 40})
+    with psycopg.connect(dsn) as conn:
+        tamper(conn)
+    code, out = run(capsys, "receipts", "verify", "--dsn-env", ENV)
+    assert code == 1 and why in out, out
+    code, out = run(capsys, "receipts", "export", "--dsn-env", ENV, "--out", str(tmp_path / "x"))
+    assert code == 1 and "do NOT verify" in out and why in out, out
+    code, out = run(capsys, "calibrate", "--dsn-env", ENV, "--out", str(tmp_path / "c.json"))
+    assert code == 2 and f"firstpass_receipts:r1: {why}" in out, out
+
+
+def test_import_refuses_a_replica_a_live_process_holds(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A running server writes that replica's chain: rows imported under it would stop it."""
+    import os
+    import socket
+
+    log = write_log(tmp_path / "web-1.jsonl", 5)
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO firstpass_replicas (replica, owner, host, pid, seen)"
+            " VALUES ('web-1', 'other', %s, %s, now())",
+            (socket.gethostname(), os.getppid()),  # alive, and not this process
+        )
+    code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, str(log))
+    assert code == 1, out
+    assert "replica web-1 is held by a running process" in out
+    assert "stop that replica first, or import under another --replica" in out
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM firstpass_receipts").fetchone() == (0,)
+        conn.execute("UPDATE firstpass_replicas SET seen = now() - interval '1 hour'")
+    code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, str(log))
+    assert code == 0 and "imported 5 lines" in out  # a holder long silent is gone
+
+
+def test_reimporting_a_continuation_fragment_already_imported_is_a_no_op(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = write_log(tmp_path / "full.jsonl", 30)
+    lines = full.read_bytes().splitlines(keepends=True)
+    first, middle, rest = (tmp_path / f"{n}.jsonl" for n in ("first", "middle", "rest"))
+    first.write_bytes(b"".join(lines[:10]))
+    middle.write_bytes(b"".join(lines[10:20]))
+    rest.write_bytes(b"".join(lines[20:]))
+    args = ("receipts", "import", "--dsn-env", ENV, "--replica", "a")
+    for part in (first, middle, rest):
+        assert run(capsys, *args, str(part))[0] == 0
+    for part in (middle, rest, first):
+        code, out = run(capsys, *args, str(part))
+        assert code == 0 and "already holds these 10 lines" in out, out
+    overlapping = tmp_path / "overlap.jsonl"  # lines 16..30 then more: only the new ones go in
+    more = write_log(tmp_path / "more.jsonl", 35).read_bytes().splitlines(keepends=True)
+    overlapping.write_bytes(b"".join(more[15:]))
+    code, out = run(capsys, *args, str(overlapping))
+    assert code == 0 and "imported 5 lines (seq 31..35)" in out, out
+    code, out = run(capsys, "receipts", "verify", "--dsn-env", ENV)
+    assert code == 0 and "replica a: ok: 35 receipts" in out
+
+
+def test_import_refuses_a_chain_already_in_the_table_under_another_replica(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = write_log(tmp_path / "web.jsonl", 12)
+    assert run(capsys, "receipts", "import", "--dsn-env", ENV, str(log))[0] == 0
+    code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, "--replica", "b", str(log))
+    assert code == 1 and "already seq 1 of replica web" in out and "twice" in out, out
+    tail = tmp_path / "tail.jsonl"
+    tail.write_bytes(b"".join(log.read_bytes().splitlines(keepends=True)[4:]))
+    code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, "--replica", "c", str(tail))
+    assert code == 1 and "already seq 5 of replica web" in out, out
+
+
+def test_export_to_a_path_that_cannot_be_a_directory_is_a_clean_error(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    imported(capsys, tmp_path, {"r1": 3})
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for out_dir, why in ((a_file, "is not a directory"), (a_file / "sub", "cannot create")):
+        code, out = run(capsys, "receipts", "export", "--dsn-env", ENV, "--out", str(out_dir))
+        assert code == 2 and why in out and "Traceback" not in out, out
+
+
+def test_ids_from_the_table_are_checked_before_export_and_escaped_by_verify(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    imported(capsys, tmp_path, {"r1": 3})
+    with psycopg.connect(dsn) as conn:
+        for bad in ("a" * 5000, "\x1b[31mRED"):
+            conn.execute(
+                "INSERT INTO firstpass_receipts (replica, seq, hash, prev_hash, line)"
+                " SELECT %s, seq, hash, prev_hash, line FROM firstpass_receipts"
+                " WHERE replica = 'r1'",
+                (bad,),
+            )
+    code, out = run(capsys, "receipts", "verify", "--dsn-env", ENV)
+    assert "\x1b" not in out and "replica \\x1b[31mRED: ok" in out
+    assert "a" * 81 not in out and "3 replica chain(s)" in out
+    out_dir = tmp_path / "x"
+    code, out = run(capsys, "receipts", "export", "--dsn-env", ENV, "--out", str(out_dir))
+    assert code == 2 and "is not a replica id" in out and "Traceback" not in out, out
+    assert not out_dir.exists() or not list(out_dir.iterdir())
+
+
+def test_a_directory_import_that_fails_prints_nothing_as_imported(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_log(logs / "aa.jsonl", 5)
+    write_log(logs / "zz.jsonl", 5, seed=1)
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF "
+            "new.replica = 'zz' THEN RAISE EXCEPTION 'boom'; END IF; RETURN new; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER boom BEFORE INSERT ON firstpass_receipts"
+            " FOR EACH ROW EXECUTE FUNCTION boom()"
+        )
+    code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, str(logs))
+    assert code == 2 and "nothing was written" in out and "imported" not in out, out
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM firstpass_receipts").fetchone() == (0,)
+
+
+def test_importing_an_empty_file_says_there_is_nothing_to_import(
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "e.jsonl"
+    empty.write_bytes(b"")
+    code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, str(empty))
+    assert code == 0 and "holds no lines: nothing to import" in out, out

@@ -2,9 +2,10 @@
 
 ``verify`` checks every replica's chain (or ``--replica``'s) with the file verifier's own line
 loop, and prints each as ``verify`` prints a file: exit 0 when all hold, 1 naming the replica
-and the first bad line. ``export`` writes ``DIR/<replica>.jsonl`` byte for byte and verifies
-each file it wrote; ``import`` verifies a file chain and appends it to a replica's rows. A
-missing table, an unset variable or an unreachable server is a ``DatabaseError`` (exit 2).
+and the first bad line. ``export`` writes ``DIR/<replica>.jsonl`` byte for byte and checks
+each chain as it writes it (the check ``verify`` makes); ``import`` verifies a file chain and
+appends it to a replica's rows. A missing table, an unset variable or an unreachable server is
+a ``DatabaseError`` (exit 2).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from firstpass.db import dsn_from_env
 from firstpass.db._chains import (
     ReplicaChain,
     check_replica_id,
     connect,
     list_chains,
+    shown_id,
     verify_replica,
 )
 from firstpass.db._transfer import (
@@ -28,9 +32,11 @@ from firstpass.db._transfer import (
     ImportRefused,
     export_chain,
     import_chain,
+    make_out_dir,
     plan_import,
 )
-from firstpass.receipts import discover_chains, load_public_key, verify_chain
+from firstpass.errors import DatabaseError
+from firstpass.receipts import discover_chains, load_public_key
 
 __all__ = ["add_verify_arguments", "register", "verify_table"]
 
@@ -64,9 +70,9 @@ def register(actions: Any) -> None:
         "export",
         help="write each replica's chain in the table as DIR/<replica>.jsonl",
         description="Copy each replica's chain from firstpass_receipts into DIR/<replica>.jsonl "
-        "(mode 0600), byte for byte, and verify each file written. Refuses to overwrite a file. "
-        "Exit 1 when an exported chain does not verify (the file is kept: it is what the table "
-        "holds).",
+        "(mode 0600), byte for byte, checking each chain as `receipts verify --dsn-env` does. "
+        "Refuses to overwrite a file. Exit 1 when an exported chain does not pass (the file is "
+        "kept: it is what the table holds).",
     )
     _dsn_argument(export, required=True)
     export.add_argument("--out", type=Path, required=True, metavar="DIR", help="where to write")
@@ -79,9 +85,11 @@ def register(actions: Any) -> None:
         description="Verify a receipt log (with its rotated files) or every chain in a "
         "directory, then append each to the table as a replica's chain (default replica id: "
         "the log's file name without .jsonl). A replica that has rows takes only a chain that "
-        "continues them exactly (the same lines up to its head, then more; or a file whose "
-        "first line links to its head). Re-importing a file already imported does nothing. "
-        "All chains or none are written; exit 1 when one is refused.",
+        "continues them exactly (from the genesis hash or the row its first line links to, "
+        "the same lines up to its head, then more). Re-importing a file already imported "
+        "(whole or a later fragment) does nothing. Refused: a chain already in the table under "
+        "another replica id, and a replica a running server holds. All chains or none are "
+        "written; exit 1 when one is refused.",
     )
     _dsn_argument(imp, required=True)
     imp.add_argument("path", type=Path, metavar="FILE_OR_DIR", help="the log or a directory")
@@ -123,14 +131,18 @@ def verify_table(args: argparse.Namespace) -> int:
         ok = True
         for chain in chains:
             result = verify_replica(conn, chain, strict=args.strict)
-            print_report(
-                result.report, result.problem, name=f"replica {chain.replica}: ", indent=""
-            )
+            name = f"replica {shown_id(chain.replica)}: "
+            if result.problem is not None:  # a row that is not one line: line numbers are off
+                print(f"{name}{result.problem}")
+            else:
+                print_report(result.report, None, name=name, indent="")
+            if result.seq_note is not None:
+                print(f"  (and {result.seq_note}: line numbers are not seq numbers)")
             ok = ok and result.ok
             if result.ok and public_key is not None:
                 # signatures: checked on an export, by the file path's own code
                 with tempfile.TemporaryDirectory(prefix="firstpass-verify-") as tmp:
-                    path = export_chain(conn, chain, Path(tmp))
+                    path, _ = export_chain(conn, chain, Path(tmp))
                     ok = verify_signatures([path], public_key) and ok
         if len(chains) > 1:
             print(f"{len(chains)} replica chain(s): " + ("all ok" if ok else "NOT all ok"))
@@ -144,26 +156,29 @@ def _export(args: argparse.Namespace) -> int:
         chains = _chains(conn, replicas)
         if chains is None:
             return 1
+        for chain in chains:  # every id names a file: all checked before anything is written
+            check_replica_id(chain.replica)
+        make_out_dir(args.out)
         there = [args.out / f"{c.replica}.jsonl" for c in chains]
-        taken = [str(p) for p in there if p.exists()]
+        taken = [str(p) for p in there if p.exists() or p.is_symlink()]
         if taken:
             print(f"refusing to overwrite {', '.join(taken)}", file=sys.stderr)
             return 1
         ok = True
         for chain in chains:
-            path = export_chain(conn, chain, args.out)
-            report = verify_chain(path)
-            if report.ok:
+            path, result = export_chain(conn, chain, args.out)
+            report = result.report
+            if result.ok:
                 print(
                     f"replica {chain.replica}: {report.n_lines} lines to {path}, verified "
                     f"(head {report.head})"
                 )
-            else:
-                ok = False
-                print(
-                    f"replica {chain.replica}: {chain.rows} lines to {path}, which does NOT "
-                    f"verify: line {report.first_bad_line}: {report.reason}"
-                )
+                continue
+            ok = False
+            why = result.problem or f"line {report.first_bad_line}: {report.reason}"
+            print(
+                f"replica {chain.replica}: {chain.rows} rows to {path}, which do NOT verify: {why}"
+            )
     return 0 if ok else 1
 
 
@@ -174,6 +189,7 @@ def _import(args: argparse.Namespace) -> int:
         print(f"{args.path} holds {len(chains)} chains: --replica names one", file=sys.stderr)
         return 2
     plans: list[ImportPlan] = []
+    done: list[str] = []
     with connect(dsn) as conn:
         for chain in chains:
             replica = args.replica
@@ -187,20 +203,29 @@ def _import(args: argparse.Namespace) -> int:
                     )
                 plans.append(plan_import(conn, check_replica_id(replica), chain.files))
             except ImportRefused as exc:
-                print(f"replica {replica}: refused: {exc}")
+                print(f"replica {shown_id(replica)}: refused: {exc}")
                 print("nothing was imported")
                 return 1
         for plan in plans:
             last = plan.reports[-1].head if plan.reports else "-"
-            if not plan.n_new:
-                print(
+            if not plan.total:
+                names = ", ".join(str(f) for f in plan.files)
+                done.append(f"replica {plan.replica}: {names} holds no lines: nothing to import")
+            elif not plan.n_new:
+                done.append(
                     f"replica {plan.replica}: already holds these {plan.total} lines (head "
                     f"{last}): nothing to do"
                 )
-                continue
-            inserted = import_chain(conn, plan)
-            print(
-                f"replica {plan.replica}: imported {inserted} lines (seq {plan.existing + 1}.."
-                f"{plan.existing + inserted}), head {last}"
-            )
+            else:
+                inserted = import_chain(conn, plan)
+                done.append(
+                    f"replica {plan.replica}: imported {inserted} lines (seq "
+                    f"{plan.existing + 1}..{plan.existing + inserted}), head {last}"
+                )
+        try:
+            conn.commit()
+        except psycopg.Error as exc:
+            raise DatabaseError(f"import failed, nothing was written: {exc}") from exc
+    for line in done:  # only now: all of it is in the table
+        print(line)
     return 0

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import psycopg
 
-from firstpass.config._model import REPLICA_RE
+from firstpass.config._model import REPLICA_RE, REPLICA_RULE
 from firstpass.db._prefetch import Prefetch
 from firstpass.errors import DatabaseError
 from firstpass.receipts import GENESIS_HASH, VerifyReport
@@ -27,9 +28,11 @@ __all__ = [
     "ReplicaChain",
     "TableReport",
     "check_replica_id",
+    "check_table",
     "connect",
     "list_chains",
     "open_chain",
+    "shown_id",
     "verify_replica",
 ]
 
@@ -42,10 +45,15 @@ SELECT replica, count(*), min(seq), max(seq) FROM firstpass_receipts
 """
 _HEAD = "SELECT hash FROM firstpass_receipts WHERE replica = %s AND seq = %s"
 _LINES = """
-SELECT line FROM firstpass_receipts WHERE replica = %s AND seq <= %s ORDER BY seq
+SELECT seq, line FROM firstpass_receipts WHERE replica = %s AND seq <= %s ORDER BY seq
 """
 
-#: at most this long: a replica id becomes a file name (``<replica>.jsonl``) on export
+
+def shown_id(replica: str) -> str:
+    """``replica`` as printed: non-printable characters escaped, at most 80 characters (an id
+    read from the table has passed no check)."""
+    shown = ascii(replica)[1:-1]
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def check_replica_id(replica: str) -> str:
@@ -55,8 +63,8 @@ def check_replica_id(replica: str) -> str:
     if not REPLICA_RE.fullmatch(replica):
         shown = replica[:60].encode("unicode_escape").decode()
         raise DatabaseError(
-            f"replica id {shown!r} is not a replica id: 1-128 letters, digits and . _ : @ -, "
-            "starting with a letter or digit (it names a chain and, exported, a file)"
+            f"replica id {shown!r} is not a replica id: {REPLICA_RULE} (it names a chain and, "
+            "exported, a file)"
         )
     return replica
 
@@ -87,12 +95,18 @@ class ReplicaChain:
 
 @dataclass(frozen=True, kw_only=True)
 class TableReport:
-    """One replica's chain verified from the table: the ``VerifyReport`` of its lines (line N
-    is seq N), and ``problem`` when the lines verify but the rows around them do not hold."""
+    """One replica's chain checked from the table: the ``VerifyReport`` of its lines, and
+    ``problem`` when the rows do not hold a chain even though its lines may verify: a row that
+    is not exactly one line (empty, part of a line, several lines; always reported, first),
+    or, when the lines verify, seq numbers that are not 1..rows, a count of lines that is not
+    the count of rows, or a last row whose ``hash`` column is not the head. When ``problem`` is
+    ``None``, line N is seq N. ``seq_note``: the seq numbers' problem when the lines do not
+    verify either (their line numbers are then not seq numbers)."""
 
     chain: ReplicaChain
     report: VerifyReport
     problem: str | None = None
+    seq_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -150,37 +164,120 @@ def open_chain(
     chain: ReplicaChain,
     *,
     chunk_rows: int = CHUNK_ROWS,
+    rows: _RowCheck | None = None,
 ) -> io.BufferedReader:
     """``chain``'s lines up to its listed ``last_seq``, in seq order, as a binary file: iterate
-    it for lines, ``read`` it for bytes. Rows appended after the listing are not read."""
-    return io.BufferedReader(_ChunkReader(Prefetch(_chunks(conn, chain, chunk_rows))), 1 << 20)
+    it for lines, ``read`` it for bytes. Rows appended after the listing are not read.
+    ``rows``: records the first row that is not exactly one line (``check_table``)."""
+    chunks = _chunks(conn, chain, chunk_rows, rows)
+    return io.BufferedReader(_ChunkReader(Prefetch(chunks)), 1 << 20)
 
 
 def verify_replica(
     conn: psycopg.Connection[tuple[object, ...]], chain: ReplicaChain, *, strict: bool = False
 ) -> TableReport:
-    """Verify one replica's chain from the table, with the file verifier's own loop: it starts
-    at the genesis hash, as a log's first file does."""
-    with open_chain(conn, chain) as fh:
-        report = verify_stream(fh, strict=strict, name=f"replica {chain.replica}")
-    problem = chain.seq_problem if report.ok else None
-    if problem is None and report.ok and report.head != chain.stored_head:
-        problem = f"the hash column of seq {chain.last_seq} ({chain.stored_head}) is not the head"
-    return TableReport(chain=chain, report=report, problem=problem)
+    """Verify one replica's chain from the table (``check_table`` without a copy)."""
+    return check_table(conn, chain, strict=strict)
+
+
+def check_table(
+    conn: psycopg.Connection[tuple[object, ...]],
+    chain: ReplicaChain,
+    *,
+    strict: bool = False,
+    copy_to: BinaryIO | None = None,
+) -> TableReport:
+    """The one check of a replica's chain in the table, shared by ``receipts verify``,
+    ``export`` and ``calibrate --dsn-env`` so that they accept the same tables: every row holds
+    exactly one line, the lines verify with the file verifier's own loop from the genesis hash
+    (as a log's first file does), their count is the row count, the seq numbers run 1..rows
+    and the last row's ``hash`` column is the head. ``copy_to``: also write every row's bytes
+    there, in seq order, whatever the verdict (an export)."""
+    rows = _RowCheck()
+    with open_chain(conn, chain, rows=rows) as fh:
+        lines: Iterator[bytes] = _tee(fh, copy_to) if copy_to is not None else iter(fh)
+        report = verify_stream(lines, strict=strict, name=f"replica {shown_id(chain.replica)}")
+        for _ in lines:  # the rest: copied, and every row checked
+            pass
+    seq_problem = chain.seq_problem
+    problem: str | None = None
+    if rows.bad is not None:
+        seq, why = rows.bad
+        problem = (
+            f"the row at seq {seq} {why}, not exactly one line: the rows do not hold the chain "
+            "one line each"
+        )
+    elif report.ok:
+        if seq_problem is not None:
+            problem = seq_problem
+        elif report.n_lines != chain.rows:
+            problem = f"{report.n_lines} lines verify in {chain.rows} rows"
+        elif report.head != chain.stored_head:
+            problem = (
+                f"the hash column of seq {chain.last_seq} ({chain.stored_head}) is not the head"
+            )
+    note = seq_problem if not report.ok and problem is None else None
+    return TableReport(chain=chain, report=report, problem=problem, seq_note=note)
+
+
+class _RowCheck:
+    """The first row (seq, why) that is not exactly one line, found while streaming."""
+
+    def __init__(self) -> None:
+        self.bad: tuple[int, str] | None = None
+
+
+def _one_line_problem(line: bytes) -> str | None:
+    if not line:
+        return "is empty"
+    first = line.find(b"\n")
+    if first < 0:
+        return "does not end with a newline"
+    if first != len(line) - 1:
+        return "holds more than one line"
+    return None
+
+
+def _tee(fh: Iterable[bytes], out: BinaryIO) -> Iterator[bytes]:
+    for line in fh:
+        out.write(line)
+        yield line
 
 
 def _chunks(
-    conn: psycopg.Connection[tuple[object, ...]], chain: ReplicaChain, chunk_rows: int
+    conn: psycopg.Connection[tuple[object, ...]],
+    chain: ReplicaChain,
+    chunk_rows: int,
+    rows: _RowCheck | None,
 ) -> Generator[bytes, None, None]:
     """The lines, ``chunk_rows`` at a time, joined: a server-side cursor streams them in seq
-    order without holding the chain in memory on either side."""
+    order without holding the chain in memory on either side. ``rows``: where the first row
+    that is not exactly one line is recorded."""
     try:
         with conn.cursor(name="firstpass_chain", binary=True) as cur:
             cur.execute(_LINES, (chain.replica, chain.last_seq))
-            while rows := cur.fetchmany(chunk_rows):
-                yield b"".join(_bytes(row[0]) for row in rows)
+            while batch := cur.fetchmany(chunk_rows):
+                lines = [_bytes(row[1]) for row in batch]
+                joined = b"".join(lines)
+                # fast path: each row ends with its newline and there are no others
+                if (
+                    rows is not None
+                    and rows.bad is None
+                    and not (
+                        joined.count(b"\n") == len(lines)
+                        and all(line.endswith(b"\n") for line in lines)
+                    )
+                ):
+                    for row, line in zip(batch, lines, strict=True):
+                        why = _one_line_problem(line)
+                        if why is not None:
+                            rows.bad = (int(row[0]), why)  # type: ignore[call-overload]
+                            break
+                yield joined
     except psycopg.Error as exc:
-        raise DatabaseError(f"replica {chain.replica}: reading rows failed: {exc}") from exc
+        raise DatabaseError(
+            f"replica {shown_id(chain.replica)}: reading rows failed: {exc}"
+        ) from exc
 
 
 def _bytes(value: object) -> bytes:

@@ -31,6 +31,7 @@ __all__ = [
     "ReplicaTakenOver",
     "claim",
     "heartbeat",
+    "holder",
     "process_token",
 ]
 
@@ -110,6 +111,23 @@ async def heartbeat(conn: psycopg.AsyncConnection[Any], replica: str) -> None:
         raise ReplicaTakenOver(
             f"replica id {replica!r} is no longer held by this process; it stops writing"
         )
+
+
+def holder(conn: psycopg.Connection[Any], replica: str, *, lease_s: float = LEASE_S) -> str | None:
+    """Who holds ``replica`` by ``claim``'s own rule (seen less than ``lease_s`` ago by a
+    process that may be alive), as ``pid P on HOST, last seen N s ago``; ``None`` when the id
+    is free (no row, or a holder that is gone or long silent). Reads only: claims nothing."""
+    row = conn.execute(
+        "SELECT owner, host, pid, extract(epoch FROM now() - seen)::float8"
+        " FROM firstpass_replicas WHERE replica = %s",
+        (replica,),
+    ).fetchone()
+    if row is None or row[0] == process_token():
+        return None
+    owner_host, owner_pid, silent_s = str(row[1]), int(row[2]), float(row[3])
+    if silent_s < lease_s and _alive(owner_host, owner_pid):
+        return f"pid {owner_pid} on {owner_host}, last seen {max(silent_s, 0.0):.0f} s ago"
+    return None
 
 
 def _alive(host: str, pid: int) -> bool:
