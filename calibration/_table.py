@@ -1,15 +1,16 @@
-"""Calibrating from ``firstpass_receipts``: the chains are exported, with ``receipts export``'s
-own code, to a private temporary directory and read by ``read_receipts``, so a chain from the
-table is verified and read exactly as a file is (the file path *is* the code path). The export
-makes the table check ``receipts verify`` makes (``check_table``): a table whose rows do not hold
-the chain (seq holes, a row that is not one line, a wrong stored head) is refused as ``verify``
-refuses it. The calibration's source then names the replicas and the heads their chains
-verified to.
+"""Calibrating from ``firstpass_receipts``: each chain's rows are copied byte for byte to a
+private temporary directory and read by ``read_receipts``, so a chain from the table is verified
+and read exactly as a file is (the file path *is* the code path). The copy checks the rows
+(``copy_rows``: one line each, seq 1..rows) and the head the file verifier reaches is compared
+with the table's stored head: together, the checks ``receipts verify`` makes (``check_table``),
+so a table ``verify`` refuses is refused here, with each line hashed once. The calibration's
+source then names the replicas and the heads their chains verified to.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import tempfile
@@ -29,8 +30,7 @@ TABLE = "firstpass_receipts"
 def read_table(dsn: str, replicas: Sequence[str] = (), **read: Any) -> Labelled:
     """Labelled rows from the chains of ``replicas`` (all when empty), each verified whole;
     ``read``: ``read_receipts``' keyword arguments (score, rung, window...)."""
-    from firstpass.db._chains import check_replica_id, connect, list_chains
-    from firstpass.db._transfer import export_chain
+    from firstpass.db._chains import check_replica_id, connect, copy_rows, list_chains
 
     try:
         for replica in replicas:
@@ -50,12 +50,13 @@ def read_table(dsn: str, replicas: Sequence[str] = (), **read: Any) -> Labelled:
                     check_replica_id(chain.replica)
                 files = []
                 for chain in chains:
-                    path, result = export_chain(conn, chain, tmp)
-                    if result.problem is not None:  # refused as `receipts verify` refuses it
-                        raise CalibrationError(
-                            f"{TABLE}:{chain.replica}: {result.problem} (see `firstpass "
-                            "receipts verify --dsn-env`)"
-                        )
+                    path = tmp / f"{chain.replica}.jsonl"
+                    with open(
+                        os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb"
+                    ) as out:
+                        problem = copy_rows(conn, chain, out)
+                    if problem is not None:  # refused as `receipts verify` refuses it
+                        raise _refused(chain.replica, problem)
                     files.append(path)  # a broken chain: read_receipts refuses it, or allows
             progress = read.pop("progress", None)
             if progress is not None:
@@ -68,6 +69,14 @@ def read_table(dsn: str, replicas: Sequence[str] = (), **read: Any) -> Labelled:
             shutil.rmtree(tmp, ignore_errors=True)
     except DatabaseError as exc:
         raise CalibrationError(str(exc)) from exc
+    for chain, head in zip(chains, labelled.source.chain_heads, strict=False):
+        # the head the file verifier reached over the copy is the one the table says it holds
+        # (``check_table``'s last check; the row checks came with the copy)
+        if head is not None and head != chain.stored_head:
+            raise _refused(
+                chain.replica,
+                f"the hash column of seq {chain.last_seq} ({chain.stored_head}) is not the head",
+            )
     names = tuple(c.replica for c in chains)
     source = dataclasses.replace(
         labelled.source, paths=tuple(f"{TABLE}:{name}" for name in names), replicas=names
@@ -75,6 +84,12 @@ def read_table(dsn: str, replicas: Sequence[str] = (), **read: Any) -> Labelled:
     problems = tuple(_named(problem, tmp) for problem in source.chain_problems)
     return dataclasses.replace(
         labelled, source=dataclasses.replace(source, chain_problems=problems)
+    )
+
+
+def _refused(replica: str, problem: str) -> CalibrationError:
+    return CalibrationError(
+        f"{TABLE}:{replica}: {problem} (see `firstpass receipts verify --dsn-env`)"
     )
 
 
