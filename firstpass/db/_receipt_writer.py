@@ -10,11 +10,12 @@ after it go to a local **spill file** (fsynced; ``firstpass.db._spill``), so the
 before the answer is sent, and the writer keeps reconnecting with backoff. Once connected it ships
 the spill in order (a batch whose commit was lost in transit is found already there and checked
 line by line) and then writes to the table again. A spill past ``spill_max_bytes`` makes the
-writer unhealthy, and the server then refuses verified traffic with 503 rather than lose
+writer unhealthy, and the server then refuses chat requests with 503 rather than lose
 receipts; a spill left by a killed process is shipped at the next start.
 
-A replica id belongs to one process at a time: the writer holds a PostgreSQL advisory lock on
-it for as long as it is connected, and its spill file is ``flock``-ed.
+A replica id belongs to one process at a time: the writer claims it in ``firstpass_replicas``
+(``firstpass.db._claim``, a row that outlives connections and database restarts) and refreshes
+the claim while connected, and its spill file is ``flock``-ed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any, TypeVar, get_args
 import psycopg
 import structlog
 
+from firstpass.config._model import SPILL_MAX_BYTES
 from firstpass.db._claim import HEARTBEAT_S, ReplicaInUse, ReplicaTakenOver, claim, heartbeat
 from firstpass.db._connect import first_line, redact
 from firstpass.db._rows import INSERT_ROWS, ReceiptRow, insert_params, receipt_row
@@ -41,13 +43,10 @@ from firstpass.receipts._chain import link
 from firstpass.receipts._special import TORN_REASON, gap_record
 from firstpass.receipts._writer import LINGER_S, Checkpointer, FsyncPolicy, WriterStats
 
-__all__ = ["SPILL_MAX_BYTES", "PostgresReceiptWriter"]
+__all__ = ["ChainForked", "PostgresReceiptWriter"]
 
 log = structlog.get_logger("firstpass.receipts")
 
-#: the spill file's bound: past it, the server refuses verified traffic until the database is
-#: back (a refusal's own receipt may still go past it, up to twice the bound)
-SPILL_MAX_BYTES = 256 << 20
 #: one statement (a batch insert, a ship) may take this long before the database counts as down
 DB_TIMEOUT_S = 5.0
 #: how long ``start()`` keeps trying to reach the database
