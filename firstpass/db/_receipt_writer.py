@@ -535,7 +535,8 @@ class PostgresReceiptWriter:
         assert self._queue is not None
         if not self._queue.empty():
             return self._queue.get_nowait()
-        if self._db_down is None and not self._spill_lines and not self._backlog:
+        idle = not (self._spill_lines or self._backlog or self._pending is not None)
+        if self._db_down is None and idle:
             try:  # idle: wake for the heartbeat
                 async with asyncio.timeout(max(self._beat_at - loop.time(), 0.0)):
                     return await self._queue.get()
