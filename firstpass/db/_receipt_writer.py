@@ -500,7 +500,7 @@ class PostgresReceiptWriter:
             for flush in flushes:
                 if flush.future.done():
                     continue
-                if self._backlog:
+                if self._backlog or self._pending is not None:
                     flush.future.set_exception(self._unavailable())
                 else:
                     flush.future.set_result(None)
