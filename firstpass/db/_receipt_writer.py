@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -595,7 +596,14 @@ class PostgresReceiptWriter:
         neither and stays pending (a batch never sent to the table is linked afresh next
         time, less any durable record refused meanwhile)."""
         if self._pending is None:
-            self._pending = self._link(self._take_chunk(), checkpoint=checkpoint)
+            # hashing a batch (and signing a checkpoint) is CPU work: in the writer's thread,
+            # as the file writer does it; only this task moves the head, so it is stable here
+            assert self._executor is not None
+            self._pending = await asyncio.get_running_loop().run_in_executor(
+                self._executor,
+                functools.partial(self._link, checkpoint=checkpoint),
+                self._take_chunk(),
+            )
         linked = self._pending
         if not linked.rows:
             self._pending = None
@@ -749,9 +757,10 @@ class PostgresReceiptWriter:
             )
             if not lines:
                 raise ReceiptError(f"{self._spill.path}: the spill file is shorter than expected")
-            rows = [
-                receipt_row(self.replica, self._spill_seq + i, line) for i, line in enumerate(lines)
-            ]
+            # each line is parsed for its side columns: megabytes of JSON, off the loop
+            rows = await loop.run_in_executor(
+                self._executor, _rows_of, self.replica, self._spill_seq, lines
+            )
             try:
                 await self._within(self._ship_rows(rows))
             except ChainForked:
@@ -948,6 +957,11 @@ class PostgresReceiptWriter:
         except Exception:  # a missed checkpoint must not stop receipts
             log.exception("receipt_checkpoint_failed", replica=self.replica)
             return None
+
+
+def _rows_of(replica: str, first_seq: int, lines: list[bytes]) -> list[ReceiptRow]:
+    """The rows of spilled ``lines``, the first at ``first_seq`` (in the spill thread)."""
+    return [receipt_row(replica, first_seq + i, line) for i, line in enumerate(lines)]
 
 
 def _refused(item: _Item) -> bool:
