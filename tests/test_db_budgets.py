@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import date
 from decimal import Decimal
@@ -22,7 +22,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import conninfo
 
 from firstpass.budgets import IN_FLIGHT_RETRY_S, Ledger, budget_record
 from firstpass.db import SharedLedger, migrate
@@ -30,6 +29,7 @@ from firstpass.db._connect import redact
 from firstpass.db._pool import Connections
 from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable, DatabaseError
 from firstpass.server._errors import request_error_for
+from tests.pg_relay import PgRelay
 from tests.pg_server import LocalPg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -257,58 +257,10 @@ def test_start_needs_the_migrated_schema(pg_database: str) -> None:
 # -- the store unreachable -----------------------------------------------------------------------
 
 
-class _Proxy:
-    """A TCP relay to the test server, to cut the database off and bring it back."""
-
-    def __init__(self, dsn: str) -> None:
-        params = conninfo.conninfo_to_dict(dsn)
-        host, port = str(params.get("host") or "localhost"), int(params.get("port") or 5432)
-        self._target: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
-        if host.startswith("/"):
-            self._target = lambda: asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
-        else:
-            self._target = lambda: asyncio.open_connection(host, port)
-        self._dsn = dsn
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self.port = 0
-
-    @property
-    def dsn(self) -> str:
-        return conninfo.make_conninfo(self._dsn, host="127.0.0.1", port=str(self.port))
-
-    async def up(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def down(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        await self._server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await self._target()
-        self._writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except OSError:
-                pass
-            finally:
-                dst.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-
 @asynccontextmanager
-async def _through_proxy(dsn: str) -> AsyncIterator[tuple[_Proxy, SharedLedger]]:
-    proxy = _Proxy(dsn)
-    await proxy.up()
+async def _through_proxy(dsn: str) -> AsyncIterator[tuple[PgRelay, SharedLedger]]:
+    proxy = PgRelay(dsn)
+    await proxy.start()
     ledger = SharedLedger(
         proxy.dsn,
         replica="a",
@@ -325,7 +277,7 @@ async def _through_proxy(dsn: str) -> AsyncIterator[tuple[_Proxy, SharedLedger]]
         yield proxy, ledger
     finally:
         await ledger.aclose(timeout_s=2.0)
-        await proxy.down()
+        await proxy.cut()
 
 
 def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
@@ -339,7 +291,7 @@ def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
     async def run() -> None:
         async with _through_proxy(dsn) as (proxy, ledger):
             await ledger.open(None).reserve(0.1)  # connected and working
-            await proxy.down()
+            await proxy.cut()
             with pytest.raises(BudgetStoreUnavailable) as info:
                 await ledger.open(None).reserve(0.1)
             exc = info.value
@@ -354,7 +306,7 @@ def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
             assert "postgres@" not in str(exc)  # the DSN stays out of what a client sees
             refused = await ledger.refusal(None)
             assert isinstance(refused, BudgetStoreUnavailable)
-            await proxy.up()
+            await proxy.start()
             await ledger.open(None).reserve(0.1)
 
     asyncio.run(run())
@@ -372,13 +324,13 @@ def test_a_settle_that_fails_is_retried_until_the_store_is_back_and_counted_once
         async with _through_proxy(dsn) as (proxy, ledger):
             budget = ledger.open(None)
             hold = await budget.reserve(0.4)
-            await proxy.down()
+            await proxy.cut()
             await budget.settle(hold, 0.25)  # does not raise
             assert ledger.pending_settles == 1
             await asyncio.sleep(0.3)  # a few retries fail
             assert ledger.pending_settles == 1
             assert _totals(dsn)[("daily", "")] == (0.0, pytest.approx(0.4))
-            await proxy.up()
+            await proxy.start()
             for _ in range(100):
                 if ledger.pending_settles == 0:
                     break

@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import psycopg
 import pytest
@@ -34,6 +33,7 @@ from firstpass.receipts import (
     verify_checkpoints,
     write_key_files,
 )
+from tests.pg_relay import PgRelay
 from tests.pg_server import LocalPg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,59 +58,6 @@ def _ids(path: Path) -> list[str]:
     return [str(record["id"]) for record in iter_receipts(path)]
 
 
-class Relay:
-    """A TCP relay to the server's Unix socket that a test can cut (connections reset, new
-    ones refused) and restore: the database going away as a client sees it."""
-
-    def __init__(self, socket_path: str) -> None:
-        self._socket_path = socket_path
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self.port = 0
-        self.flowing = asyncio.Event()  # cleared: bytes are held, as by a hung server
-        self.flowing.set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def cut(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._writers):
-            writer.transport.abort()
-        await self._server.wait_closed()
-        self._server = None
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_unix_connection(self._socket_path)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers |= {writer, up_writer}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    await self.flowing.wait()
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError, asyncio.CancelledError):
-                pass
-            finally:
-                dst.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        self._writers -= {writer, up_writer}
-
-
-def _socket_of(dsn: str) -> tuple[str, str]:
-    """(the server's Unix socket path, the database name) of a test DSN."""
-    query = parse_qs(urlparse(dsn).query)
-    return f"{query['host'][0]}/.s.PGSQL.5432", query["dbname"][0]
-
-
 @pytest.fixture
 def db(pg_database: str) -> str:
     asyncio.run(migrate(pg_database))
@@ -118,12 +65,11 @@ def db(pg_database: str) -> str:
 
 
 @pytest.fixture
-async def relay(db: str) -> AsyncIterator[tuple[Relay, str]]:
-    socket_path, name = _socket_of(db)
-    relay = Relay(socket_path)
+async def relay(db: str) -> AsyncIterator[tuple[PgRelay, str]]:
+    relay = PgRelay(db)
     await relay.start()
-    yield relay, f"postgresql://postgres@127.0.0.1:{relay.port}/{name}?connect_timeout=2"
-    if relay._server is not None:
+    yield relay, relay.dsn
+    if relay.listening:
         await relay.cut()
 
 
@@ -200,7 +146,7 @@ async def test_an_unreachable_database_at_start_fails_with_a_clear_error(tmp_pat
 
 
 async def test_an_outage_spills_every_receipt_and_ships_them_in_order_when_the_database_is_back(
-    db: str, tmp_path: Path, relay: tuple[Relay, str]
+    db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
     proxy, dsn = relay
     writer = _writer(dsn, tmp_path, fsync="durable")
@@ -231,7 +177,7 @@ async def test_an_outage_spills_every_receipt_and_ships_them_in_order_when_the_d
 
 
 async def test_past_the_spill_bound_the_writer_turns_unhealthy_and_refuses_durable_writes(
-    db: str, tmp_path: Path, relay: tuple[Relay, str]
+    db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
     proxy, dsn = relay
     writer = _writer(dsn, tmp_path, fsync="durable", spill_max_bytes=1 << 16)
@@ -256,7 +202,7 @@ async def test_past_the_spill_bound_the_writer_turns_unhealthy_and_refuses_durab
 
 
 async def test_a_database_that_hangs_counts_as_gone_after_the_statement_timeout(
-    db: str, tmp_path: Path, relay: tuple[Relay, str]
+    db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
     """Slow is handled like gone: a statement past ``db_timeout_s`` sends the batch to the
     spill file (its commit may still land: shipping finds it there and checks it)."""
@@ -301,7 +247,7 @@ _KILLED = textwrap.dedent(
 
 
 async def test_a_replica_killed_mid_outage_ships_its_spill_at_the_next_start(
-    db: str, tmp_path: Path, relay: tuple[Relay, str]
+    db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
     proxy, dsn = relay
     spill = tmp_path / "k.spill.jsonl"
@@ -455,7 +401,7 @@ async def test_a_batch_that_may_have_committed_is_never_linked_twice_when_the_sp
 
 
 async def test_a_brief_spill_failure_during_an_outage_does_not_leave_the_writer_unhealthy(
-    db: str, tmp_path: Path, relay: tuple[Relay, str]
+    db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
     proxy, dsn = relay
     writer = _writer(dsn, tmp_path, fsync="durable", db_timeout_s=1.0)
@@ -483,7 +429,7 @@ async def test_a_brief_spill_failure_during_an_outage_does_not_leave_the_writer_
 
 
 async def test_a_close_that_times_out_answers_every_waiting_caller_and_counts_the_loss(
-    db: str, tmp_path: Path, relay: tuple[Relay, str]
+    db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
     proxy, dsn = relay
     writer = _writer(dsn, tmp_path, fsync="durable", db_timeout_s=3.0, close_timeout_s=0.5)
