@@ -438,7 +438,11 @@ def test_import_refuses_a_replica_a_live_process_holds(
         assert conn.execute("SELECT count(*) FROM firstpass_receipts").fetchone() == (0,)
         conn.execute("UPDATE firstpass_replicas SET seen = now() - interval '1 hour'")
     code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, str(log))
-    assert code == 0 and "imported 5 lines" in out  # a holder long silent is gone
+    assert code == 1, out  # on this host, a running pid holds it however long unseen
+    with psycopg.connect(dsn) as conn:  # a holder on another host, silent past the lease
+        conn.execute("UPDATE firstpass_replicas SET host = 'elsewhere.example'")
+    code, out = run(capsys, "receipts", "import", "--dsn-env", ENV, str(log))
+    assert code == 0 and "imported 5 lines" in out
 
 
 def test_reimporting_a_continuation_fragment_already_imported_is_a_no_op(

@@ -489,7 +489,8 @@ async def test_a_second_process_cannot_take_a_live_replicas_id_even_after_a_data
     pg_private: LocalPg, tmp_path: Path
 ) -> None:
     """The advisory lock of a session dies with the database; the id's row does not: while the
-    first process lives (and was seen within the lease), a second one with its id is refused."""
+    first process lives, a second one with its id is refused (on the same host, however long
+    the first went unseen: it may be cut off from the database, spilling)."""
     dsn = pg_private.server.dsn("postgres")
     await migrate(dsn)
     holder = await asyncio.create_subprocess_exec(
@@ -505,6 +506,10 @@ async def test_a_second_process_cannot_take_a_live_replicas_id_even_after_a_data
         second = _writer(dsn, tmp_path, replica="dup")
         with pytest.raises(ReplicaInUse, match="held by pid"):
             await second.start()
+        with psycopg.connect(dsn, autocommit=True) as conn:  # silent for an hour, yet alive
+            conn.execute("UPDATE firstpass_replicas SET seen = now() - interval '1 hour'")
+        with pytest.raises(ReplicaInUse, match="held by pid"):  # on this host: its pid runs
+            await _writer(dsn, tmp_path, replica="dup").start()
     finally:
         holder.send_signal(signal.SIGKILL)
         await holder.wait()

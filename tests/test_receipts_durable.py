@@ -544,5 +544,37 @@ def test_a_writer_that_failed_for_good_still_answers_503_never_500(live_stack: A
             )
         assert info.value.status_code == 503
         assert info.value.response.json()["error"]["code"] == "receipts_unavailable"
+        assert "X-Firstpass-Receipt" not in info.value.response.headers  # none was written
     assert stack.stub.completions == []
     stack.app[RECEIPT_WRITER]._error = None  # so the stack can close its log
+
+
+def test_a_writer_that_fails_while_a_request_runs_withholds_the_answer_with_503(
+    live_stack: Any,
+) -> None:
+    """The writer fails for good after the request was let in (a replica id taken over while
+    it ran): the answer is withheld with 503 ``receipts_unavailable`` naming no receipt, never
+    a 500 with a traceback."""
+    from firstpass.errors import ReceiptError
+    from firstpass.server._keys import PIPELINE
+
+    stack = live_stack()
+    stack.stub.script(Reply.ok(GOOD), model=CHEAP)
+    sink = stack.app[PIPELINE].writer
+
+    async def broken(record: dict[str, Any]) -> None:
+        raise ReceiptError("replica id 'r1' is no longer held by this process")
+
+    sink.write = broken
+    sink.enqueue = broken
+    with pytest.raises(openai.APIStatusError) as info:
+        _client(stack).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "add"}],
+            extra_body={"firstpass": TESTS},
+        )
+    assert info.value.status_code == 503
+    assert info.value.response.json()["error"]["code"] == "receipts_unavailable"
+    assert "X-Firstpass-Receipt" not in info.value.response.headers
+    assert GOOD not in info.value.response.text
+    del sink.write, sink.enqueue

@@ -4,10 +4,12 @@ is connected.
 A session advisory lock alone cannot say it: PostgreSQL drops the lock with the connection, so
 after the database restarts, a second process started with the same id would get it while the
 first still runs, and the two would then write one chain (a fork) or release each other's budget
-holds (an overspend). The row outlives connections. A process takes an id that another process
-holds only once that holder has been silent for ``LEASE_S`` (or, on the same host, once its pid
-is gone: a replica restarted after ``kill -9`` gets its id back at once). A holder that finds
-its id taken when it reconnects stops writing under it.
+holds (an overspend). The row outlives connections. A process takes an id another process
+holds only once that holder is gone: on the same host, once its pid is gone (a replica
+restarted after ``kill -9`` gets its id back at once; one merely cut off from the database
+keeps it); on another host, once it has been silent for ``LEASE_S``. A holder that finds its id
+taken when it reconnects (a holder on another host, cut off past the lease) stops writing under
+it.
 
 The receipt writer refreshes the row (``HEARTBEAT_S``); the shared budget ledger of the same
 process claims the id with the same process token, so the two never contend.
@@ -82,15 +84,15 @@ async def claim(
                 raise ReplicaTakenOver(
                     f"replica id {replica!r} was taken by pid {owner_pid} on {owner_host} while "
                     "this process could not reach the database; it stops writing under it. "
-                    "Receipts it kept in its spill file are not in the table: import them under "
-                    "another id (`firstpass receipts import --replica NEW <spill file>`)"
+                    "Keep its spill file: the receipts it holds are not in the table; its "
+                    "first line links to this replica's chain as it was before the takeover"
                 )
-            if silent_s < lease_s and _alive(owner_host, owner_pid):
+            if _holds(owner_host, owner_pid, silent_s, lease_s):
                 raise ReplicaInUse(
                     f"replica id {replica!r} is held by pid {owner_pid} on {owner_host}, last "
                     f"seen {silent_s:.0f} s ago: give each replica its own id ([receipts] "
                     f"replica or FIRSTPASS_REPLICA). If that process is gone, its id is free "
-                    f"{lease_s:.0f} s after it was last seen"
+                    f"at once on that host, elsewhere {lease_s:.0f} s after it was last seen"
                 )
         await conn.execute(
             "INSERT INTO firstpass_replicas (replica, owner, host, pid, seen)"
@@ -125,9 +127,18 @@ def holder(conn: psycopg.Connection[Any], replica: str, *, lease_s: float = LEAS
     if row is None or row[0] == process_token():
         return None
     owner_host, owner_pid, silent_s = str(row[1]), int(row[2]), float(row[3])
-    if silent_s < lease_s and _alive(owner_host, owner_pid):
+    if _holds(owner_host, owner_pid, silent_s, lease_s):
         return f"pid {owner_pid} on {owner_host}, last seen {max(silent_s, 0.0):.0f} s ago"
     return None
+
+
+def _holds(host: str, pid: int, silent_s: float, lease_s: float) -> bool:
+    """Whether a recorded holder may still hold its id: on this host, as long as its pid runs
+    (however long it was silent: a process cut off from the database still answers requests
+    and spills their receipts); on another host, for ``lease_s`` after it was last seen."""
+    if host == socket.gethostname():
+        return _alive(host, pid)
+    return silent_s < lease_s
 
 
 def _alive(host: str, pid: int) -> bool:

@@ -21,6 +21,7 @@ from firstpass.config import BudgetsConfig, Config, RouteConfig
 from firstpass.errors import (
     BudgetExhausted,
     FirstpassError,
+    ReceiptError,
     ReceiptUnavailable,
     RequestError,
     SandboxBusy,
@@ -228,14 +229,36 @@ class Pipeline:
                     # write, without waiting, a receipt that says so instead of the one that
                     # claims it was sent
                     err = receipts_unavailable(exc)
-                    await self.writer.enqueue(withheld(record, err))
+                    receipted = await self._enqueue(withheld(record, err), receipt_id)
                     outcome = Outcome(
                         receipt_id=receipt_id,
                         action=WITHHELD_ACTION,
                         mode=mode,
                         error=err,
+                        receipted=receipted,
+                    )
+                except ReceiptError as exc:
+                    # the writer failed for good (a bug, a replica id taken over): nothing can
+                    # be receipted, so no answer is sent either
+                    log.error("receipt_not_written", receipt_id=receipt_id, error=str(exc))
+                    outcome = Outcome(
+                        receipt_id=receipt_id,
+                        action=WITHHELD_ACTION,
+                        mode=mode,
+                        error=receipts_unavailable(exc),
+                        receipted=False,
                     )
         return outcome
+
+    async def _enqueue(self, record: dict[str, Any], receipt_id: str) -> bool:
+        """Queue a receipt that acknowledges no answer; ``False`` when the writer has failed
+        for good (logged: the receipt is lost, the response must not name it)."""
+        try:
+            await self.writer.enqueue(record)
+        except ReceiptError as exc:
+            log.error("receipt_not_written", receipt_id=receipt_id, error=str(exc))
+            return False
+        return True
 
     async def _run(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
         """The request's runner; a budget that refuses a call ends it here (``_budget_stop``)."""

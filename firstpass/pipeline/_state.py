@@ -73,6 +73,9 @@ class Outcome:
     summary: dict[str, Any] = field(default_factory=dict)
     overhead_ms: float = 0.0
     raw: dict[str, Any] | None = None  # pass-through: the upstream JSON as it came
+    #: ``False`` only when the receipt writer had failed for good and nothing was written:
+    #: the response then names no receipt
+    receipted: bool = True
 
     @property
     def status(self) -> int:

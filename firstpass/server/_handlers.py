@@ -149,11 +149,12 @@ _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 def _headers(outcome: Outcome) -> dict[str, str]:
     headers = {
-        "X-Firstpass-Receipt": outcome.receipt_id,
         "X-Firstpass-Action": outcome.action,
         "X-Firstpass-Mode": outcome.mode,
         "X-Firstpass-Overhead-Ms": f"{outcome.overhead_ms:.3f}",
     }
+    if outcome.receipted:
+        headers["X-Firstpass-Receipt"] = outcome.receipt_id
     # the same regime the response's firstpass object states (see the pipeline's summary);
     # an outcome without a summary (refused before the pipeline ran) states its mode
     regime = outcome.summary.get("regime") or (
@@ -185,11 +186,13 @@ async def _reject(
         decision=_budget_decision(exc),
     )
     # a refusal acknowledges no answer: its receipt never waits for the disk
+    headers = {"X-Firstpass-Action": "rejected"}
     try:
         await request.app[PIPELINE].writer.enqueue(record)
-    except ReceiptError as exc:  # the writer failed for good: the refusal still answers
+        headers["X-Firstpass-Receipt"] = receipt_id
+    except ReceiptError as exc:  # the writer failed for good: the refusal still answers,
+        # naming no receipt
         log.error("receipt_not_written", receipt_id=receipt_id, action="rejected", error=str(exc))
-    headers = {"X-Firstpass-Receipt": receipt_id, "X-Firstpass-Action": "rejected"}
     if err.status in (429, 503):
         headers["Retry-After"] = RETRY_AFTER_S
     _retry_headers(err, headers)
