@@ -107,3 +107,19 @@ def test_a_timeout_outside_a_day_is_refused_naming_the_flag(
     assert proc.returncode == 2
     assert "--timeout: must be a number of seconds in (0, 86400]" in proc.stderr
     assert "Traceback" not in proc.stderr and "limits." not in proc.stderr
+
+
+def test_a_sample_cannot_forge_pass_lines_with_terminal_escapes(tmp_path: Path) -> None:
+    """A message quoting the sample's exception text is printed with its control characters
+    escaped: no carriage return, cursor move or newline of the sample's reaches the terminal."""
+    forged = "\r\x1b[2K\x1b[1Atest 0: PASS\ntest 1: PASS\n2/2 passed"
+    code = tmp_path / "answer.py"
+    code.write_text(f"def f(x):\n    raise ValueError({forged!r})\n")
+    tests = tmp_path / "tests.json"
+    tests.write_text(json.dumps(["assert f(1) == 2"]))
+    proc = check("--code", str(code), "--tests", str(tests))
+    assert proc.returncode == 1
+    assert "\x1b" not in proc.stdout and "\r" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("test 0: FAIL runtime_error - ValueError: \\r\\x1b[2K")
+    assert not any(line.startswith("test 1") for line in lines), lines

@@ -144,7 +144,8 @@ _od.move_to_end("a")
         (deque([1, (2,)]), {"$dq": [1, {"$t": [2]}]}),
         (Counter("aab"), {"$ctr": [["a", 2], ["b", 1]]}),
         (_od, {"$od": [["b", 2], ["a", 1]]}),
-        (defaultdict(list, {1: [2]}), {"$dd": [[1, [2]]]}),
+        (defaultdict(list, {1: [2]}), {"$ddf": ["list", [[1, [2]]]]}),
+        (defaultdict(lambda: 0, {1: 2}), {"$dd": [[1, 2]]}),
         (range(1, 10, 3), {"$rg": [1, 10, 3]}),
         (range(2**70), {"$rg": [0, {"$i": hex(2**70)}, 1]}),
         ({1: "a"}.keys(), {"$dk": [1]}),
@@ -170,10 +171,13 @@ def test_a_decoded_namedtuple_has_its_fields_and_still_equals_a_tuple() -> None:
 
 
 def test_decoded_stdlib_containers_behave_as_the_originals() -> None:
-    """A deque is no list, a Counter counts, a defaultdict has no factory, views are views."""
+    """A deque is no list, a Counter counts, a defaultdict keeps a builtin factory (only), views are views."""
     assert type(cross(deque([1]))) is deque and cross(deque([1])) != [1]
     assert cross(Counter("ab"))["z"] == 0
     dd = cross(defaultdict(int, {1: 2}))
+    assert type(dd) is defaultdict and dd.default_factory is int and dd == {1: 2}
+    assert dd[5] == 0
+    dd = cross(defaultdict(lambda: 7, {1: 2}))
     assert type(dd) is defaultdict and dd.default_factory is None and dd == {1: 2}
     assert list(cross(_od)) == ["b", "a"]
     assert cross({3: "x", 4: "y"}.keys()) == {3, 4}
@@ -245,7 +249,7 @@ def test_a_namedtuple_subclass_overriding_eq_travels_without_its_eq() -> None:
 
 
 def test_subclasses_of_stdlib_containers_travel_as_their_base_contents() -> None:
-    """A Counter/OrderedDict/defaultdict subclass is a dict on the wire; a deque subclass a deque."""
+    """A Counter/OrderedDict/defaultdict/deque subclass travels as its base, read with the base's C methods."""
 
     class MyCounter(Counter):  # type: ignore[type-arg]
         def items(self) -> Any:
@@ -261,10 +265,11 @@ def test_subclasses_of_stdlib_containers_travel_as_their_base_contents() -> None
         def __iter__(self) -> Any:
             return iter([0])
 
-    assert to_wire(MyCounter("aa")) == {"$d": [["a", 2]]}
-    assert to_wire(MyOD(a=1)) == {"$d": [["a", 1]]}
+    assert to_wire(MyCounter("aa")) == {"$ctr": [["a", 2]]}
+    assert to_wire(MyOD(a=1)) == {"$od": [["a", 1]]}
     assert to_wire(MyDeque([1, 2])) == {"$dq": [1, 2]}
-    assert type(from_wire(to_wire(MyCounter("aa")))) is dict
+    assert type(from_wire(to_wire(MyCounter("aa")))) is Counter
+    assert type(from_wire(to_wire(MyOD(a=1)))) is OrderedDict
 
 
 def test_scalar_subclasses_travel_as_their_base_values() -> None:
@@ -392,7 +397,7 @@ def test_user_objects_inside_containers_and_views_are_refused() -> None:
         with pytest.raises(NonData, match="type A"):
             to_wire(value)
     with pytest.raises(NonData):
-        to_wire(bytearray(b"x"))
+        to_wire(memoryview(b"x"))
 
 
 # --------------------------------------------------------------------------- bounds
@@ -530,13 +535,14 @@ def test_deep_wire_values_raise_wire_error_not_recursion_error() -> None:
 
 TAGS = ["$t", "$s", "$fs", "$d", "$b", "$c", "$f", "$i", "$nt", "$dq", "$ctr", "$od", "$dd"]
 TAGS += ["$rg", "$dk", "$dv", "$di", "$x"]
+TAGS += ["$fr", "$dec", "$date", "$td", "$time", "$dt", "$ba", "$arr", "$bt", "$ddf", "$r"]
 JSONISH = st.recursive(
     st.none()
     | st.booleans()
     | st.integers()
     | st.floats()
     | st.text(max_size=6)
-    | st.sampled_from(["nan", "inf", "0x1f", "-0xff", "P", "x", "\u0100"]),
+    | st.sampled_from(["nan", "inf", "0x1f", "-0xff", "P", "x", "\u0100", "int", "d", "u", "1.5"]),
     lambda inner: (
         st.lists(inner, max_size=4)
         | st.dictionaries(st.text(max_size=3), inner, max_size=2)

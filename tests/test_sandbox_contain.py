@@ -769,11 +769,21 @@ def test_slot_cgroup_limits_enter_and_close(slot_cgroups: C.SlotCgroups) -> None
     for nbytes in (64 << 20, 1 << 30, 32 << 20):
         cg.set_limit(1, nbytes)
         assert int(Path(cg.dirs[1], limit_file).read_text()) == nbytes
+    text = _child_in(lambda: cg.enter(1))
+    assert f"/{os.path.basename(cg.base)}/slot-1" in text
+
+
+def _child_in(enter: Any, spin_s: float = 0.0) -> str:
+    """Fork a child that joins cgroups with ``enter()``, spins ``spin_s`` of CPU time, and
+    returns its /proc/self/cgroup."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            cg.enter(1)
+            enter()
+            end = time.process_time() + spin_s
+            while time.process_time() < end:
+                pass
             os.write(w, Path("/proc/self/cgroup").read_bytes())
         finally:
             os._exit(0)
@@ -781,7 +791,92 @@ def test_slot_cgroup_limits_enter_and_close(slot_cgroups: C.SlotCgroups) -> None
     text = os.read(r, 65536).decode()
     os.close(r)
     os.waitpid(pid, 0)
-    assert f"/{os.path.basename(cg.base)}/slot-1" in text
+    return text
+
+
+def test_slot_cgroups_count_a_sample_s_cpu_and_keep_judges_apart(
+    slot_cgroups: C.SlotCgroups,
+) -> None:
+    """A slot's CPU time is its own processes'; the judge cgroup is another; equal weights, and
+    the sample's quota is one CPU."""
+    cg = slot_cgroups
+    if cg.cpu_kind is None or cg.usage is None:
+        pytest.skip("no writable cpu cgroup on this host")
+    before = [cg.cpu_usage(0), cg.cpu_usage(1)]
+    text = _child_in(lambda: cg.enter(1), spin_s=0.2)
+    after = [cg.cpu_usage(0), cg.cpu_usage(1)]
+    assert after[0] == before[0]
+    assert after[1] is not None and before[1] is not None and after[1] - before[1] >= 0.15
+    cpu_lines = [ln for ln in text.splitlines() if "cpu" in ln.split(":")[1].split(",")]
+    assert cpu_lines and all(ln.endswith("/slot-1") for ln in cpu_lines), text
+    judged = _child_in(lambda: cg.enter_judge(1))
+    assert "/judge-1" in judged and "/slot-1" not in judged, judged
+    assert cg.cpu_usage(1) == after[1]  # a judge's CPU is not the sample's
+    tree = next(t for t in cg.trees if "cpu" in t.controllers)
+    if tree.kind == "cgroup1":
+        assert Path(tree.slot_dirs[0], "cpu.shares").read_text().strip() == "1024"
+        assert Path(tree.judge_dirs[0], "cpu.shares").read_text().strip() == "1024"
+        if tree.quota:
+            quota = int(Path(tree.slot_dirs[0], "cpu.cfs_quota_us").read_text())
+            period = int(Path(tree.slot_dirs[0], "cpu.cfs_period_us").read_text())
+            assert quota == period * C.SAMPLE_CPUS
+    else:
+        assert Path(tree.slot_dirs[0], "cpu.weight").read_text().strip() == "100"
+
+
+def test_slot_cgroups_on_a_cgroup2_host_use_one_tree_for_memory_and_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cgroup v2 (simulated: the interface files in a directory): memory and cpu in one tree,
+    weights on every cgroup, the sample's quota in cpu.max, its usage from cpu.stat."""
+    files = {
+        "cgroup.controllers": "cpuset cpu io memory pids\n",
+        "cgroup.subtree_control": "\n",
+        "cgroup.procs": "",
+        "memory.max": "max\n",
+        "memory.swap.max": "max\n",
+        "memory.oom.group": "0\n",
+        "memory.events": "oom 0\noom_kill 0\n",
+        "cpu.weight": "100\n",
+        "cpu.max": "max 100000\n",
+        "cpu.stat": "usage_usec 2500000\nuser_usec 2000000\n",
+    }
+
+    def populate(d: str) -> None:
+        for name, text in files.items():
+            if not os.path.exists(os.path.join(d, name)):
+                Path(d, name).write_text(text)
+
+    real_makedirs = os.makedirs
+
+    def makedirs(d: str, mode: int = 0o777, exist_ok: bool = False) -> None:
+        real_makedirs(d, mode, exist_ok)
+        populate(d)
+
+    own = tmp_path / "own"
+    own.mkdir()
+    populate(str(own))
+    monkeypatch.setattr(C, "_own_cgroup_dirs", lambda controller="memory": [("cgroup2", str(own))])
+    monkeypatch.setattr(C.os, "makedirs", makedirs)
+    cg = C.SlotCgroups.create("fp-v2", 2)
+    assert cg is not None
+    assert [t.kind for t in cg.trees] == ["cgroup2"]
+    assert cg.trees[0].controllers == {"memory", "cpu"}
+    assert cg.kind == "cgroup2" and cg.cpu_kind == "cgroup2"
+    base = own / "fp-v2"
+    assert (base / "cpu.weight").read_text().strip() == "200"  # one default weight per slot
+    assert (base / "slot-1" / "cpu.max").read_text().split() == [
+        str(int(C.SAMPLE_CPUS * 100_000)),
+        "100000",
+    ]
+    assert (base / "judge-1" / "cpu.max").read_text().startswith("max")  # judges: weight only
+    assert (base / "slot-0" / "memory.oom.group").read_text().strip() == "1"
+    assert cg.cpu_rate == C.SAMPLE_CPUS
+    assert cg.cpu_usage(1) == pytest.approx(2.5)
+    cg.set_judge_limit(0, 3 << 30)
+    assert (base / "judge-0" / "memory.max").read_text().strip() == str(3 << 30)
+    assert cg.judge_oom_kills(0) == 0
+    assert cg._judge_procs[1] == [str(base / "judge-1" / "cgroup.procs")]
 
 
 # --------------------------------------------------------------------------- zygote mounts

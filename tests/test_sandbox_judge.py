@@ -213,9 +213,9 @@ async def test_setup_helpers_are_the_judges_and_setup_imports_reach_the_sample(s
 
 
 async def test_comparing_a_sample_object_says_why_it_is_unsupported(sb: Sandbox) -> None:
-    """An == on an object of the sample's class fails with a message naming the rule."""
+    """An == between an object of the sample's class and test data fails with a message naming the rule."""
     code = "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\ndef f():\n    return P(1)\n"
-    result = await sb.run(code, parse_spec(["assert f() == P(1)"]))
+    result = await sb.run(code, parse_spec(["assert f() == {'x': 1}"]))
     assert result.category == "unsupported"
     assert "compare its attributes" in (result.tests[0].message or "")
 
@@ -315,22 +315,87 @@ async def test_a_huge_result_does_not_stall_a_small_sample_beside_it(sb: Sandbox
 # -- found by the red-team review of the judge-side design ------------------------------------
 
 
-async def test_a_spec_cannot_corrupt_the_resident_judge_for_later_requests(sb: Sandbox) -> None:
-    """A test reaching builtins through statistics.sys is not pure; later wrong answers fail."""
-    from firstpass.sandbox._judge import pure_spec
+#: test code that rewrites everything a judge relies on: the comparison, the codec, the JSON
+#: it answers in, builtins, and (the review's route, no setup needed) a module reached through
+#: a format string walked at run time
+JUDGE_REWRITES = [
+    {
+        "setup": (
+            "import sys, json, builtins\n"
+            "sys.modules['_compare'].values_equal = lambda a, b, c: True\n"
+            "json.dumps = lambda *a, **k: '{\"tests\": []}'\n"
+            "builtins.all = lambda it: True\n"
+        ),
+        "asserts": ["assert f(1) == 2"],
+    },
+    {
+        "setup": "import string, operator",
+        "asserts": [
+            "assert operator.setitem(string.Formatter().get_field('0.__dict__', [string."
+            "Formatter().get_field('0.__globals__[__builtins__].__import__', [lambda: 0], {})"
+            "[0]('json')], {})[0], 'dumps', lambda *a, **k: "
+            "'{\"tests\":[{\"passed\":true,\"error_type\":null,\"message\":null}]}') is None"
+        ],
+    },
+    ["assert statistics.sys.modules.get('builtins').setattr("
+     "statistics.sys.modules.get('_compare'), 'values_equal', lambda a, b, c: True) is None"],
+]
 
-    evil = (
-        "assert statistics.sys.modules.get('builtins').setattr("
-        "statistics.sys.modules.get('_compare'), 'values_equal', lambda a, b, c: True) is None"
-    )
-    assert not pure_spec([evil], None)
-    for probe in ("(lambda m: m.sys)(statistics)", "operator.attrgetter('x')(f)",
-                  "(x for x in ()).gi_frame.f_globals"):  # fmt: skip
-        assert not pure_spec([f"assert {probe}"], None)
-    await sb.run("def f(x):\n    return x\n", parse_spec([evil]))
+
+@pytest.mark.parametrize("rewrite", JUDGE_REWRITES, ids=["setup", "formatter", "statistics"])
+async def test_a_spec_that_rewrites_its_judge_changes_no_other_requests_verdict(
+    sb: Sandbox, rewrite: object
+) -> None:
+    """Whatever one request's test code does to its judge, later requests' wrong answers fail
+    on every slot, in cases mode and in asserts mode, one by one and in batches."""
+    await sb.run_many(["def f(x):\n    return x\n"] * 8, parse_spec(rewrite))
     cases = parse_spec({"entry_point": "f", "cases": [{"args": [1], "expected": 2}]})
-    for _ in range(4):  # every slot's resident judge
-        assert not (await sb.run("def f(x):\n    return -1\n", cases)).passed
+    asserts = parse_spec(["assert f(1) == 2", "assert len([1]) == 1"])
+    wrong = "def f(x):\n    return -1\n"
+    for spec in (cases, asserts):
+        for _ in range(4):
+            assert not (await sb.run(wrong, spec)).passed
+        assert not any(r.passed for r in await sb.run_many([wrong] * 4, spec))
+        assert all(r.passed for r in await sb.run_many(["def f(x):\n    return x + 1\n"] * 4, spec))
+
+
+async def test_requests_judged_beside_a_hostile_spec_keep_their_own_verdicts(
+    sb: Sandbox,
+) -> None:
+    """A spec rewriting its judges while other requests run on the same slots at the same time:
+    every other request's wrong answers still fail and right ones pass."""
+    hostile = [parse_spec(r) for r in JUDGE_REWRITES]
+    cases = parse_spec({"entry_point": "f", "cases": [{"args": [1], "expected": 2}]})
+    asserts = parse_spec(["assert f(1) == 2"])
+    wrong, right = "def f(x):\n    return -1\n", "def f(x):\n    return x + 1\n"
+    for _ in range(2):
+        runs = [sb.run_many(["def f(x):\n    return x\n"] * 3, h) for h in hostile]
+        runs += [sb.run_many([wrong, right, wrong], spec) for spec in (cases, asserts)]
+        runs += [sb.run(wrong, asserts), sb.run(right, cases)]
+        *_, by_cases, by_asserts, lone_wrong, lone_right = await asyncio.gather(*runs)
+        for batch in (by_cases, by_asserts):
+            assert [r.passed for r in batch] == [False, True, False], batch
+        assert not lone_wrong.passed and lone_right.passed
+
+
+async def test_a_spec_cannot_read_another_requests_expected_values(sb: Sandbox) -> None:
+    """Expected values judged for one request never reach the memory of another's test code."""
+    secret = "expected-value-7f3a9c"
+    cases = parse_spec({"entry_point": "f", "cases": [{"args": [1], "expected": secret}]})
+    await sb.run_many(["def f(x):\n    return 'no'\n"] * 4, cases)
+    snoop = parse_spec(
+        {
+            "setup": (
+                "import gc\n"
+                "def found():\n"
+                "    return [o for o in gc.get_objects() if isinstance(o, (str, bytes, dict))"
+                " and 'expected-value-' in str(o)[:100000]]\n"
+            ),
+            "asserts": ["assert not found(), repr(found())[:200]"],
+        }
+    )
+    for r in await sb.run_many(["def f(x):\n    return x\n"] * 4, snoop):
+        assert secret not in (r.tests[0].message or ""), r
 
 
 PROTOCOLS = [
@@ -462,8 +527,8 @@ async def test_a_reference_may_print_more_than_a_sample(sb: Sandbox) -> None:
 # -- found by the stress run ------------------------------------------------------------------
 
 
-async def test_a_resident_judge_killed_for_hanging_is_replaced_for_the_next_job() -> None:
-    """A pure assert the judge cannot finish: its judge is killed; the next sample is judged."""
+async def test_a_judge_killed_for_hanging_is_replaced_for_the_next_job() -> None:
+    """An assert the judge cannot finish: its judge is killed; the next samples are judged."""
     async with Sandbox(concurrency=1, limits=Limits(cpu_s=2, wall_s=2)) as one:
         hang = parse_spec(["assert f(1) == sum(range(10 ** 12))"])
         result = await one.run("def f(x):\n    return x\n", hang)
@@ -471,6 +536,9 @@ async def test_a_resident_judge_killed_for_hanging_is_replaced_for_the_next_job(
         good = parse_spec(["assert f(1) == 2"])
         for _ in range(3):
             assert (await one.run("def f(x):\n    return x + 1\n", good)).passed
+        batch = await one.run_many(["def f(x):\n    return x\n"] * 3, hang)
+        assert [r.category for r in batch] == ["timeout"] * 3, batch
+        assert all(r.passed for r in await one.run_many(["def f(x):\n    return x + 1\n"] * 3, good))
 
 
 async def test_closing_the_sandbox_under_running_samples_gives_no_verdict() -> None:
@@ -514,3 +582,65 @@ async def test_a_worker_that_cannot_start_is_a_sandbox_error_not_the_samples_ver
     async with Sandbox(concurrency=1, limits=Limits(nofile=1 << 30)) as broken:
         with pytest.raises(SandboxError, match="not of the sample"):
             await broken.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))
+
+
+#: test code that never answers and kills whatever its uid owns, over and over
+KILLER = {
+    "setup": (
+        "import os, signal\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.kill(-1, signal.SIGKILL)\n"
+        "    except OSError:\n"
+        "        pass\n"
+    ),
+    "asserts": ["assert f(1) == 2"],
+}
+
+
+async def test_test_code_that_kills_its_uid_leaves_nothing_to_hurt_the_next_request() -> None:
+    """A spec that never answers and SIGKILLs every process of its uid is killed by pid (no
+    sweeper ever becomes a judge's uid for it to race); the slot's next requests pass."""
+    from tests.sandbox_helpers import processes_of
+
+    async with Sandbox(concurrency=1, limits=Limits(cpu_s=1, wall_s=1)) as one:
+        judge_uids = frozenset(one.uid_range) - one.worker_uids
+        good = parse_spec(["assert f(1) == 2", "assert f(2) == 3"])
+        for _ in range(4):
+            (bad,) = await one.run_many(["def f(x):\n    return x + 1\n"], parse_spec(KILLER))
+            assert bad.category == "timeout", bad
+            assert processes_of(judge_uids) == []
+            for _ in range(2):
+                assert (await one.run("def f(x):\n    return x + 1\n", good)).passed
+
+
+async def test_test_code_sees_no_other_process(sb: Sandbox) -> None:
+    """A judge (test code) lists /proc: it finds no process but its own, so no host command
+    line and no other judge."""
+    spec = parse_spec(
+        {
+            "setup": "import os\nPIDS = [p for p in os.listdir('/proc') if p.isdigit()]",
+            "asserts": ["assert PIDS == [str(os.getpid())], PIDS"],
+        }
+    )
+    result = await sb.run("def f(x):\n    return x\n", spec)
+    assert result.passed, result.tests[0].message
+
+
+async def test_a_worker_cannot_pass_its_object_off_as_a_data_type(sb: Sandbox) -> None:
+    """type() of a sample's object is its class in the worker: a worker answering `int` for it
+    (the sample patched its harness) is refused, never taken as the object's type."""
+    code = (
+        "import sys\n"
+        "H = sys.modules['_harness']\n"
+        "real = H._Server.handle\n"
+        "def handle(self, req):\n"
+        "    if req.get('op') == 'type':\n"
+        "        return {'id': req.get('id'), 'v': {'$bt': 'int'}}\n"
+        "    return real(self, req)\n"
+        "H._Server.handle = handle\n"
+        "class O:\n    pass\n"
+        "def f(x):\n    return O()\n"
+    )
+    result = await sb.run(code, parse_spec(["assert type(f(1)) is int"]))
+    assert not result.passed, result

@@ -85,6 +85,12 @@ def tests_result(
             "n_total": result.n_total,
             "sandbox_category": result.category,
             "isolation": result.isolation,
+            # cases the reference could not answer: the verdict rests on the others
+            **(
+                {"dropped_cases": [{"case": i, "reason": r} for i, r in result.dropped_cases]}
+                if result.dropped_cases
+                else {}
+            ),
         },
         feedback=_feedback(result, spec, reveal),
     )

@@ -613,13 +613,23 @@ def _verdict_line(result: CheckResult) -> str:
     return f"{head}: {result.kind} check {result.name!r}, score {result.score:.2f}"
 
 
+def printable(text: object) -> str:
+    """``text`` with every character a terminal would act on escaped (``\\x1b``, ``\\r``,
+    ``\\n``, bidi overrides...): messages quote what the sample printed or raised, and a
+    sample must not be able to move the cursor and draw a ``PASS`` line of its own."""
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in str(text)
+    )
+
+
 def _print_text(result: CheckResult, sample: SampleResult | None, judges: _Judges) -> None:
     if sample is not None:
         for test in sample.tests:
             mark = "PASS" if test.passed else f"FAIL {test.error_type}"
-            print(f"test {test.index}: {mark}" + (f" - {test.message}" if test.message else ""))
+            message = f" - {printable(test.message)}" if test.message else ""
+            print(f"test {test.index}: {mark}{message}")
         if not sample.tests:
-            print(f"tests: FAIL - {result.reason}")
+            print(f"tests: FAIL - {printable(result.reason)}")
         verdict = "passed" if sample.passed else f"failed ({sample.category})"
         print(
             f"{sample.n_passed}/{sample.n_total} passed: {verdict}; isolation {sample.isolation}; "
@@ -628,9 +638,9 @@ def _print_text(result: CheckResult, sample: SampleResult | None, judges: _Judge
         return
     for entry in sub_checks(result):
         text = " ".join(str(entry["reason"]).splitlines()).strip()  # one line per sub-check
-        reason = f" - {text}" if text else ""
-        print(f"{entry['name']}: {_mark(entry)}{reason}")
-    print(_verdict_line(result))
+        reason = f" - {printable(text)}" if text else ""
+        print(f"{printable(entry['name'])}: {_mark(entry)}{reason}")
+    print(printable(_verdict_line(result)))
     if judges.resolve is not None:
         unknown = f" (no [[price]] for {', '.join(judges.unpriced)})" if judges.unpriced else ""
         print(f"judge cost: ${result.cost_usd:.6f}{unknown}")

@@ -10,11 +10,12 @@ so none of the sample's code runs while it is encoded and a forged ``__eq__`` is
 Which type a value travels as is decided by ``type(value)`` (which a sample cannot spoof; a
 ``__class__`` property is never consulted) against classes captured when this module is
 imported. The stdlib containers below travel as themselves when their type is exactly that
-class. Any other subclass of a data type (an ``int`` with a forged ``__eq__``, a ``Counter``
-subclass, a sample's own ``dict`` subclass) travels as its base type's contents; a subclass of
-``deque`` as a deque. A tuple whose class has a ``_fields`` class attribute that is a tuple of
-valid field names (a namedtuple, ``typing.NamedTuple``, a subclass of one) travels as a
-namedtuple; any other tuple subclass as a tuple.
+class. Any other subclass of a data type (an ``int`` with a forged ``__eq__``, a sample's own
+``dict`` subclass) travels as its base type's contents; a subclass of ``deque``, ``Counter``,
+``OrderedDict`` or ``defaultdict`` as that type (so that it keeps its comparison: an
+OrderedDict subclass stays order-sensitive). A tuple whose class has a ``_fields`` class
+attribute that is a tuple of valid field names (a namedtuple, ``typing.NamedTuple``, a
+subclass of one) travels as a namedtuple; any other tuple subclass as a tuple.
 
 Wire form: ``None``/``bool``/``str``/finite ``float``, ``int`` with ``abs(i) < 2**64`` and
 ``list`` as themselves;
@@ -28,11 +29,35 @@ Wire form: ``None``/``bool``/``str``/finite ``float``, ``int`` with ``abs(i) < 2
   ``collections.namedtuple`` of that name and fields: it still equals a plain tuple),
 * ``{"$dq": [...]}`` deque (``maxlen`` is not kept), ``{"$ctr": [[k, v], ...]}`` Counter,
   ``{"$od": [[k, v], ...]}`` OrderedDict (in its order), ``{"$dd": [[k, v], ...]}``
-  defaultdict (decoded with no default factory: a factory is code and cannot cross),
+  defaultdict with no factory or a factory that is not a builtin (decoded with none: other
+  factories are code and cannot cross), ``{"$ddf": [name, [[k, v], ...]]}`` defaultdict whose
+  factory is one of the builtins ``$bt`` names (``int``, ``list``, ``set``...); a subclass of
+  Counter, OrderedDict or defaultdict travels as its base (an OrderedDict subclass keeps its
+  order-sensitive comparison),
 * ``{"$rg": [start, stop, step]}`` range (each an int in wire form),
 * ``{"$dk": [...]}``, ``{"$dv": [...]}``, ``{"$di": [[k, v], ...]}`` the views ``d.keys()``,
   ``d.values()``, ``d.items()`` of a dict (of any dict, OrderedDict included); decoded as views
-  of a fresh dict (a values view's dict has the keys ``0..n-1``).
+  of a fresh dict (a values view's dict has the keys ``0..n-1``),
+* ``{"$fr": [num, den]}`` Fraction, ``{"$dec": "1.50"}`` Decimal (its exact ``str``),
+* ``{"$date": [y, m, d]}``, ``{"$td": [days, seconds, us]}``,
+  ``{"$time": [h, m, s, us, fold, tz]}``, ``{"$dt": [y, m, d, h, mi, s, us, fold, tz]}`` with
+  ``tz`` null or ``[[days, seconds, us], name]`` (a ``datetime.timezone``; any other tzinfo
+  is not data),
+* ``{"$ba": "<latin-1>"}`` bytearray, ``{"$arr": [typecode, [...]]}`` ``array.array``,
+* ``{"$bt": name}`` one of a fixed list of builtins (types such as ``int`` and ``str``, the
+  builtin exceptions, computing functions such as ``len``; never ``eval``, ``open``,
+  ``getattr`` or anything else that reaches code, files or namespaces), decoded as the
+  receiver's own builtin of that name,
+* ``{"$r": ...}`` a reference to an object of the sample, only where the caller passes a
+  ``ref`` hook (the judge's arguments, the worker's answers to it; never a case's output):
+  ``to_wire(value, ref=...)`` asks the hook for a tag body for each object that is not data
+  below the top level (never inside a set member or a mapping key, which must hash), and
+  ``from_wire(wire, ref=...)`` turns each body back into the object; without a hook the tag
+  is malformed.
+
+Only the exact classes of Fraction, Decimal, the datetime types and ``array.array`` are data
+(read through their C-level descriptors or slots; a subclass is not data); a bytearray
+subclass travels as a bytearray.
 
 Both directions enforce the same bounds: at most :data:`MAX_DEPTH` levels of nesting and
 :data:`MAX_NODES` values in all (a container with ``n`` elements counts ``n``, a mapping with
@@ -42,10 +67,15 @@ nothing else, on any value it cannot decode.
 
 from __future__ import annotations
 
+import array
+import builtins
+import datetime
+import decimal
+import fractions
 import keyword
 import math
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
 from unicodedata import is_normalized as _is_normalized
@@ -68,6 +98,51 @@ _COUNTER = Counter
 _ODICT = OrderedDict
 _DDICT = defaultdict
 _NAMEDTUPLE = namedtuple
+_FRACTION = fractions.Fraction
+_DECIMAL = decimal.Decimal
+_DATE, _DATETIME, _TIME = datetime.date, datetime.datetime, datetime.time
+_TIMEDELTA, _TIMEZONE = datetime.timedelta, datetime.timezone
+_BYTEARRAY = bytearray
+_ARRAY = array.array
+_ARRAY_CODES = frozenset(array.typecodes)
+#: C-level readers of those types' fields (slots and getset descriptors, never methods the
+#: value's class could override: only exact classes are read with them)
+_FR_NUM = _FRACTION.__dict__["_numerator"].__get__
+_FR_DEN = _FRACTION.__dict__["_denominator"].__get__
+_DEC_STR = _DECIMAL.__str__
+_DD_FACTORY = defaultdict.__dict__["default_factory"].__get__
+_ARR_CODE = _ARRAY.__dict__["typecode"].__get__
+_ARR_LIST = _ARRAY.tolist
+_BA_DECODE = bytearray.decode
+_BA_COPY = bytearray.__getitem__
+_TZ_OFFSET = _TIMEZONE.utcoffset
+_TZ_NAME = _TIMEZONE.tzname
+
+
+def _getters(cls: type, names: str) -> tuple[Any, ...]:
+    return tuple(cls.__dict__[n].__get__ for n in names.split())
+
+
+_DATE_F = _getters(_DATE, "year month day")
+_TIME_F = _getters(_TIME, "hour minute second microsecond fold tzinfo")
+_DT_F = _getters(_DATETIME, "hour minute second microsecond fold tzinfo")
+_TD_F = _getters(_TIMEDELTA, "days seconds microseconds")
+#: builtins that may cross by name (``{"$bt": name}``): types, the builtin exceptions and
+#: functions that only compute. Never a builtin that reaches code, files or namespaces
+#: (eval, exec, compile, open, __import__, getattr, globals, vars, breakpoint, input, print,
+#: help...): a value the sample sends must not hand the judge a way to run what it says.
+_BT_NAMES = """bool int float complex str bytes bytearray list tuple dict set frozenset range
+    slice object type memoryview enumerate zip map filter reversed property staticmethod
+    classmethod super abs all any ascii bin callable chr divmod format hash hex id isinstance
+    issubclass iter len max min next oct ord pow repr round sorted sum Ellipsis NotImplemented
+    """.split()  # noqa: SIM905 (a word list)
+_BT: dict[str, Any] = {n: getattr(builtins, n) for n in _BT_NAMES}
+_BT.update(
+    (n, x)
+    for n, x in vars(builtins).items()
+    if isinstance(x, type) and issubclass(x, BaseException) and not n.startswith("_")
+)
+_BT_BY_ID = {id(x): n for n, x in _BT.items()}
 _KEYS: Any = type({}.keys())
 _VALUES: Any = type({}.values())
 _ITEMS: Any = type({}.items())
@@ -110,13 +185,14 @@ class _Budget:
     """What one value may still use: nodes, and namedtuple classes (by name and fields);
     also the namedtuple fields already read, by class id."""
 
-    __slots__ = ("error", "fields", "named", "nodes")
+    __slots__ = ("error", "fields", "named", "nodes", "ref")
 
     def __init__(self, error: type[ValueError]) -> None:
         self.nodes = MAX_NODES - 1  # the root
         self.named: set[tuple[str, tuple[str, ...]]] = set()
         self.fields: dict[int, tuple[str, tuple[str, ...]] | None] = {}
         self.error = error
+        self.ref: Callable[[Any], Any] | None = None
 
     def take(self, n: int) -> None:
         self.nodes -= n
@@ -134,9 +210,15 @@ class _Budget:
         return True
 
 
-def to_wire(value: Any) -> Any:
-    """Encode plain data; raise :class:`NonData` on anything else."""
-    return _enc(value, 0, _Budget(NonData))
+def to_wire(value: Any, ref: Callable[[Any], Any] | None = None) -> Any:
+    """Encode plain data; raise :class:`NonData` on anything else.
+
+    With ``ref``, an object that is not data below the top level becomes ``{"$r": ref(obj)}``
+    when the hook gives a body (not None): never inside a set member or a mapping key.
+    """
+    b = _Budget(NonData)
+    b.ref = ref
+    return _enc(value, 0, b)
 
 
 def _enc(v: Any, depth: int, b: _Budget) -> Any:
@@ -157,9 +239,9 @@ def _enc(v: Any, depth: int, b: _Budget) -> Any:
     if t is dict:
         return {"$d": _pairs(dict.items(v), len(v), d, b)}
     if t is set:
-        return {"$s": _seq(v, len(v), d, b)}
+        return {"$s": _keys(v, len(v), d, b)}
     if t is frozenset:
-        return {"$fs": _seq(v, len(v), d, b)}
+        return {"$fs": _keys(v, len(v), d, b)}
     if t is bytes:
         return {"$b": v.decode("latin-1")}
     if t is complex:
@@ -168,17 +250,82 @@ def _enc(v: Any, depth: int, b: _Budget) -> Any:
         return {"$rg": [_int(v.start), _int(v.stop), _int(v.step)]}
     if t is _DEQUE:
         return {"$dq": _seq(v, len(v), d, b)}
-    if t is _COUNTER or t is _DDICT:
-        return {"$ctr" if t is _COUNTER else "$dd": _pairs(dict.items(v), dict.__len__(v), d, b)}
+    if t is _COUNTER:
+        return {"$ctr": _pairs(dict.items(v), dict.__len__(v), d, b)}
+    if t is _DDICT:
+        return _defaultdict(v, d, b)
     if t is _ODICT:
         return {"$od": _pairs(_od_items(v), dict.__len__(v), d, b)}
     if t is _KEYS or t is _OD_KEYS:
-        return {"$dk": _seq(_KEYS.__iter__(v), len(v), d, b)}
+        return {"$dk": _keys(_KEYS.__iter__(v), len(v), d, b)}
     if t is _VALUES or t is _OD_VALUES:
         return {"$dv": _seq(_VALUES.__iter__(v), len(v), d, b)}
     if t is _ITEMS or t is _OD_ITEMS:
         return {"$di": _pairs(_ITEMS.__iter__(v), len(v), d, b)}
+    if t is _FRACTION:
+        num, den = _FR_NUM(v), _FR_DEN(v)
+        if type(num) is not int or type(den) is not int or den <= 0:
+            raise NonData("Fraction")
+        return {"$fr": [_int(num), _int(den)]}
+    if t is _DECIMAL:
+        return {"$dec": _DEC_STR(v)}
+    if t is _BYTEARRAY:
+        return {"$ba": _BA_DECODE(v, "latin-1")}
+    if t is _DATE or t is _DATETIME or t is _TIME or t is _TIMEDELTA:
+        return _datetime(v, t)
+    if t is _ARRAY:
+        code = _ARR_CODE(v)
+        items = _ARR_LIST(v)
+        return {"$arr": [code, _seq(items, len(items), d, b)]}
     return _enc_subclass(v, t, d, b)
+
+
+def _datetime(v: Any, t: type) -> Any:
+    """A date, datetime, time or timedelta (exact classes), field by field."""
+    if t is _TIMEDELTA:
+        return {"$td": [f(v) for f in _TD_F]}
+    if t is _TIME:
+        *fields, tz = (f(v) for f in _TIME_F)
+        return {"$time": [*fields, _tz(tz)]}
+    date = [f(v) for f in _DATE_F]
+    if t is _DATE:
+        return {"$date": date}
+    *fields, tz = (f(v) for f in _DT_F)
+    return {"$dt": [*date, *fields, _tz(tz)]}
+
+
+def _tz(tz: Any) -> Any:
+    """A tzinfo as data: only ``datetime.timezone`` itself (an offset and a name) is."""
+    if tz is None:
+        return None
+    if type(tz) is not _TIMEZONE:
+        raise NonData(_type_name(type(tz)))
+    offset, name = _TZ_OFFSET(tz, None), _TZ_NAME(tz, None)
+    if type(offset) is not _TIMEDELTA or type(name) is not str:
+        raise NonData("timezone")
+    return [[f(offset) for f in _TD_F], name]
+
+
+def _defaultdict(v: Any, d: int, b: _Budget) -> Any:
+    """A defaultdict (or subclass): with its factory's name when that is a ``$bt`` builtin."""
+    pairs = _pairs(dict.items(v), dict.__len__(v), d, b)
+    name = _builtin_name(_DD_FACTORY(v))
+    return {"$dd": pairs} if name is None else {"$ddf": [name, pairs]}
+
+
+def _builtin_name(x: Any) -> str | None:
+    """The ``$bt`` name of ``x`` when it is that very builtin (by identity, never by hash)."""
+    name = _BT_BY_ID.get(id(x))
+    return name if name is not None and _BT[name] is x else None
+
+
+def _keys(items: Any, n: int, d: int, b: _Budget) -> list[Any]:
+    """Set members (or keys): never references, which the receiver would have to hash."""
+    ref, b.ref = b.ref, None
+    try:
+        return _seq(items, n, d, b)
+    finally:
+        b.ref = ref
 
 
 def _nonempty(v: Any, t: type) -> bool:
@@ -214,9 +361,20 @@ def _seq(items: Any, n: int, d: int, b: _Budget) -> list[Any]:
 
 
 def _pairs(items: Any, n: int, d: int, b: _Budget) -> list[list[Any]]:
-    """Encode the ``n`` key-value pairs of an iterable."""
+    """Encode the ``n`` key-value pairs of an iterable (keys never as references)."""
     b.take(2 * n)
-    return [[_enc(k, d, b), _enc(x, d, b)] for k, x in islice(items, n)]
+    ref = b.ref
+    if ref is None:
+        return [[_enc(k, d, b), _enc(x, d, b)] for k, x in islice(items, n)]
+    out = []
+    for k, x in islice(items, n):
+        b.ref = None
+        try:
+            key = _enc(k, d, b)
+        finally:
+            b.ref = ref
+        out.append([key, _enc(x, d, b)])
+    return out
 
 
 def _int(v: int) -> Any:
@@ -264,6 +422,12 @@ def _enc_subclass(v: Any, t: type, d: int, b: _Budget) -> Any:
     a namedtuple...) are encoded as their base type's *contents*, read through the base type's
     C-level methods, so no method the sample defined or patched ever runs. ``issubclass`` on
     ``type(v)`` follows the real MRO; ``isinstance`` would consult a forgeable ``__class__``."""
+    if issubclass(t, _COUNTER):
+        return {"$ctr": _pairs(dict.items(v), dict.__len__(v), d, b)}
+    if issubclass(t, _ODICT):
+        return {"$od": _pairs(_od_items(v), dict.__len__(v), d, b)}
+    if issubclass(t, _DDICT):
+        return _defaultdict(v, d, b)
     if issubclass(t, int):
         return _int(int.__index__(v))
     if issubclass(t, str):
@@ -281,9 +445,9 @@ def _enc_subclass(v: Any, t: type, d: int, b: _Budget) -> Any:
             return {"$nt": [named[0], list(named[1]), items]}
         return {"$t": items}
     if issubclass(t, frozenset):
-        return {"$fs": _seq(frozenset.__iter__(v), frozenset.__len__(v), d, b)}
+        return {"$fs": _keys(frozenset.__iter__(v), frozenset.__len__(v), d, b)}
     if issubclass(t, set):
-        return {"$s": _seq(set.__iter__(v), set.__len__(v), d, b)}
+        return {"$s": _keys(set.__iter__(v), set.__len__(v), d, b)}
     if issubclass(t, _DEQUE):
         return {"$dq": _seq(_DEQUE.__iter__(v), _DEQUE.__len__(v), d, b)}
     if issubclass(t, bytes):
@@ -291,6 +455,15 @@ def _enc_subclass(v: Any, t: type, d: int, b: _Budget) -> Any:
     if issubclass(t, complex):
         c = complex.__complex__(v)
         return {"$c": [_float(c.real), _float(c.imag)]}
+    if issubclass(t, _BYTEARRAY):  # a copy through the C slice: no method of the subclass
+        return {"$ba": _BA_DECODE(_BA_COPY(v, slice(None)), "latin-1")}
+    name = _builtin_name(v)
+    if name is not None:
+        return {"$bt": name}
+    if b.ref is not None and d > 1:  # below the top level: a reference, if the hook gives one
+        body = b.ref(v)
+        if body is not None:
+            return {"$r": body}
     raise NonData(_type_name(t))
 
 
@@ -358,10 +531,16 @@ _NT_CLASSES: dict[tuple[str, tuple[str, ...]], type] = {}
 _NT_CLASSES_MAX = 512
 
 
-def from_wire(w: Any, depth: int = 0) -> Any:
-    """Decode a wire value into Python data; raise :class:`WireError` if malformed."""
+def from_wire(w: Any, depth: int = 0, ref: Callable[[Any], Any] | None = None) -> Any:
+    """Decode a wire value into Python data; raise :class:`WireError` if malformed.
+
+    ``ref`` turns the body of a ``{"$r": ...}`` tag into its object (and raises WireError on
+    one it does not know); without it such a tag is malformed.
+    """
+    b = _Budget(WireError)
+    b.ref = ref
     try:
-        return _dec(w, depth, _Budget(WireError))
+        return _dec(w, depth, b)
     except RecursionError as exc:  # only if the caller's own stack is nearly exhausted
         raise WireError("value nests too deeply") from exc
 
@@ -386,8 +565,8 @@ def _dec(w: Any, depth: int, budget: _Budget) -> Any:
         raise
     except UnicodeEncodeError as exc:
         raise WireError("malformed bytes value") from exc
-    except (TypeError, ValueError, OverflowError) as exc:  # an unhashable key, a bad range...
-        raise WireError(f"malformed {tag} value: {exc}") from exc
+    except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:  # an unhashable
+        raise WireError(f"malformed {tag} value: {exc}") from exc  # key, a bad date...
 
 
 def _dec_tagged(tag: str, body: Any, d: int, budget: _Budget) -> Any:
@@ -422,6 +601,15 @@ def _dec_tagged(tag: str, body: Any, d: int, budget: _Budget) -> Any:
         return _ODICT(_dec_pairs(body, d, budget))
     if tag == "$dd":
         return _DDICT(None, _dec_pairs(body, d, budget))
+    if tag == "$ddf":
+        name, pairs = _pair(body)
+        if type(name) is not str or name not in _BT or not callable(_BT[name]):
+            raise WireError("malformed $ddf value: not a builtin factory")
+        return _DDICT(_BT[name], _dec_pairs(pairs, d, budget))
+    if tag in _TAGGED_SCALARS:
+        return _dec_scalar(tag, body, d, budget)
+    if tag == "$r" and budget.ref is not None:
+        return budget.ref(body)
     if tag == "$rg":
         start, stop, step = _triple(body)
         ints = [_dec(x, d, budget) for x in (start, stop, step)]
@@ -436,6 +624,63 @@ def _dec_tagged(tag: str, body: Any, d: int, budget: _Budget) -> Any:
     if tag == "$di":
         return dict(_dec_pairs(body, d, budget)).items()
     raise WireError(f"unknown wire tag {tag!r}")
+
+
+_TAGGED_SCALARS = frozenset({"$fr", "$dec", "$date", "$td", "$time", "$dt", "$ba", "$arr", "$bt"})
+_DT_FIELDS = {"$date": 3, "$td": 3, "$time": 6, "$dt": 9}
+
+
+def _dec_scalar(tag: str, body: Any, d: int, budget: _Budget) -> Any:
+    """Fraction, Decimal, the datetime types, bytearray, array.array and builtins by name."""
+    if tag == "$dec":
+        if type(body) is not str:
+            raise WireError("malformed $dec value")
+        return _DECIMAL(body)  # exact: no context rounding in the constructor
+    if tag == "$ba" and type(body) is str:
+        return _BYTEARRAY(body.encode("latin-1"))
+    if tag == "$bt":
+        if type(body) is not str or body not in _BT:
+            raise WireError("malformed $bt value: not a known builtin")
+        return _BT[body]
+    if tag == "$fr":
+        num, den = (_dec(x, d, budget) for x in _pair(body))
+        if type(num) is not int or type(den) is not int or den <= 0:
+            raise WireError("malformed $fr value")
+        return _FRACTION(num, den)
+    if tag == "$arr":
+        code, items = _pair(body)
+        if type(code) is not str or code not in _ARRAY_CODES:
+            raise WireError("malformed $arr value: unknown typecode")
+        return _ARRAY(code, _dec_seq(_list(items), d, budget))
+    fields = _list(body)
+    if tag not in _DT_FIELDS or len(fields) != _DT_FIELDS[tag]:
+        raise WireError(f"malformed {tag} value")
+    if tag in ("$time", "$dt"):
+        *fields, tz = fields
+        fields.append(_dec_tz(tz))
+    if not all(type(f) is int for f in fields[: _DT_FIELDS[tag] - (tag in ("$time", "$dt"))]):
+        raise WireError(f"malformed {tag} value")
+    if tag == "$date":
+        return _DATE(*fields)
+    if tag == "$td":
+        return _TIMEDELTA(*fields)
+    if tag == "$time":
+        h, m, s, us, fold, tz = fields
+        return _TIME(h, m, s, us, tz, fold=fold)
+    y, mo, day, h, m, s, us, fold, tz = fields
+    return _DATETIME(y, mo, day, h, m, s, us, tz, fold=fold)
+
+
+def _dec_tz(tz: Any) -> Any:
+    if tz is None:
+        return None
+    offset, name = _pair(tz)
+    parts = _list(offset)
+    if len(parts) != 3 or not all(type(p) is int for p in parts) or type(name) is not str:
+        raise WireError("malformed timezone")
+    delta = _TIMEDELTA(*parts)
+    plain = _TIMEZONE(delta)
+    return plain if _TZ_NAME(plain, None) == name else _TIMEZONE(delta, name)
 
 
 def _dec_seq(items: list[Any], d: int, budget: _Budget) -> list[Any]:

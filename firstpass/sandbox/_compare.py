@@ -4,12 +4,16 @@
 (EvalPlus's rule). Both sides are plain data as :func:`_codec.from_wire` rebuilds it. Apart from
 the numeric rules below, the answer is what plain Python ``out == exp`` says, recursively:
 
-* Numbers: ints compare exactly. When either side is a float (or a complex), both must be
-  ``int``/``float`` (/``complex``) and they are equal when
-  ``abs(out - exp) <= atol + 1e-7 * abs(exp)``, at ``atol == 0`` too; NaN equals NaN; an
-  infinity equals only the same infinity, whatever ``atol`` is. Ints too large for a float are
-  compared exactly (rational arithmetic), never by raising. A ``bool`` equals the int it is
-  (``True == 1``, as in Python) but never a float or a complex (unlike Python: ``True`` is not
+* Numbers: equal numbers are equal (``1 == 1.0``, ``Fraction(1, 2) == 0.5``, as Python says).
+  Otherwise the tolerance applies only where the *expected* value is a float (or a complex),
+  as EvalPlus applies its tolerance only to float expectations: the output, an ``int`` or a
+  ``float`` (/``complex``), is equal when ``abs(out - exp) <= atol + 1e-7 * abs(exp)``, at
+  ``atol == 0`` too; NaN equals NaN; an infinity equals only the same infinity, whatever
+  ``atol`` is. An expected ``int`` (or ``Fraction``, ``Decimal``) is matched exactly: a float
+  output within 1e-7 of a large expected int is wrong. ``Fraction`` and ``Decimal`` compare
+  exactly, as Python compares them. Ints too large for a float are compared exactly (rational
+  arithmetic), never by raising. A ``bool`` equals the int it is (``True == 1``, as in Python)
+  but never a float, a complex, a Fraction or a Decimal (unlike Python: ``True`` is not
   ``1.0``).
 * Sequences compare element by element, only with their own kind: a list with a list, a tuple
   with a tuple (a namedtuple *is* a tuple, whatever its class), a deque with a deque. A tuple is
@@ -24,8 +28,11 @@ the numeric rules below, the answer is what plain Python ``out == exp`` says, re
   tolerance (membership is by hash), except that two items views compare as mappings, with the
   tolerance on their values. A values view equals nothing, as in Python (``d.values() ==
   d.values()`` is False).
-* ``str``, ``bytes``, ``None`` as Python says; anything else (a type the wire never produces)
-  equals nothing.
+* ``array.array`` compares element by element with another array only (any typecode, as in
+  Python), with the tolerance on float elements.
+* ``str``, ``bytes``, ``bytearray`` (equal to the same bytes, as in Python), ``None``, the
+  ``datetime`` types (a naive datetime equals no aware one) and builtins (``int``, ``len``) as
+  Python says; anything else (a type the wire never produces) equals nothing.
 
 Containers deeper than the wire allows (``_codec.MAX_DEPTH + 2``) are unequal, and no error
 (overflow, recursion, an unhashable set member) ever escapes: it makes the values unequal.
@@ -34,9 +41,13 @@ The walk is iterative, so no depth of nesting raises ``RecursionError``.
 
 from __future__ import annotations
 
+import array
+import datetime
 import math
 from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 from itertools import chain
 from typing import Any
 
@@ -54,14 +65,28 @@ MAX_DEPTH = _codec.MAX_DEPTH + 2
 RTOL = 1e-7
 
 _NUM, _BOOL, _SCALAR, _LIST, _TUPLE, _DEQUE, _RANGE, _MAP, _SET, _ITEMS, _VALUES = range(11)
+_ARRAY = 11
 _KINDS: dict[type, int] = {
     int: _NUM,
     float: _NUM,
     complex: _NUM,
+    Fraction: _NUM,
+    Decimal: _NUM,
     bool: _BOOL,
     str: _SCALAR,
     bytes: _SCALAR,
+    bytearray: _SCALAR,
     type(None): _SCALAR,
+    datetime.date: _SCALAR,
+    datetime.datetime: _SCALAR,
+    datetime.time: _SCALAR,
+    datetime.timedelta: _SCALAR,
+    array.array: _ARRAY,
+    # the builtins the wire carries by name (``int``, ``len``, ``...``): equal only to themselves
+    type: _SCALAR,
+    type(len): _SCALAR,
+    type(...): _SCALAR,
+    type(NotImplemented): _SCALAR,
     list: _LIST,
     tuple: _TUPLE,
     deque: _DEQUE,
@@ -167,11 +192,13 @@ def _values(a: Any, b: Any) -> Pairs:
 
 def _numbers_equal(a: Any, b: Any, atol: float) -> bool:
     """int/float/complex ``a`` (the output) against ``b`` (the expected value)."""
-    if a == b:  # exact, for any mix of int, float and complex (never raises)
+    if a == b:  # exact, for any mix of the numeric types
         return True
     ta, tb = type(a), type(b)
-    if ta is int and tb is int:
-        return False
+    if tb is not float and tb is not complex:
+        return False  # an expected int, Fraction or Decimal: exactly, never within a tolerance
+    if ta is not int and ta is not float and ta is not complex:
+        return False  # a Fraction or a Decimal output: exactly
     if ta is complex or tb is complex:
         return _complex_close(a, b, atol)
     if a != a or b != b:  # NaN equals only NaN

@@ -10,6 +10,7 @@ Everything in W is forgeable by the sample, which is why W only ever sends value
 
 from __future__ import annotations
 
+import _signal
 import builtins
 import hashlib
 import json
@@ -18,6 +19,7 @@ import os
 import signal
 import struct
 import sys
+import time
 import types
 from typing import Any
 
@@ -151,24 +153,88 @@ class _TestTimeout(BaseException):
     """Raised by the alarm inside the worker; a BaseException so ``except Exception`` misses it."""
 
 
+#: a time budget is CPU time (ITIMER_PROF: this process's, all its threads); its wall-clock
+#: backstop, for a sample that sleeps or blocks (which uses no CPU), is this many budgets of
+#: wall clock *not counting the time the process waited for a CPU*: a sample starved by other
+#: samples' or processes' load is not a sleeping one
+WALL_FACTOR = 2.0
+#: what the backstop of the budget in force measures from: [monotonic start, run-queue wait
+#: then (ns) or None, allowed wall clock]; and the descriptor on this thread's schedstat
+_BACKSTOP: list[Any] = [0.0, None, 0.0]
+#: the kind of budget that ran out since the last ``arm``, or None: a call that caught the
+#: timeout (a bare ``except:``) and returned anyway still ran out of time (see ``timed_out``)
+_FIRED: list[str | None] = [None]
+_SCHEDSTAT = [-1]
+_KINDS = {
+    int(signal.SIGXCPU): "cpu",
+    int(signal.SIGPROF): "CPU time",
+    int(signal.SIGALRM): "wall clock",
+}
+#: the signals a budget ends with, as ints for the C-level calls (``signal.signal`` converts
+#: to and from enums: several microseconds a call, on every request)
+_TIMER_SIGNALS = tuple(int(s) for s in (signal.SIGALRM, signal.SIGPROF, signal.SIGXCPU))
+
+
+def _run_delay() -> int | None:
+    """How long (ns) this thread has waited on a run queue so far (runnable, not running)."""
+    if _SCHEDSTAT[0] < 0:
+        return None
+    try:
+        return int(os.pread(_SCHEDSTAT[0], 128, 0).split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _starved(now: float) -> bool:
+    """Whether the wall backstop fired only because the process waited for a CPU; if so, it
+    is re-armed for the rest of its allowance."""
+    start, waited0, allowed = _BACKSTOP
+    waited = _run_delay()
+    if waited0 is None or waited is None:
+        return False
+    idle = now - start - max(0, waited - waited0) / 1e9  # wall clock not spent waiting
+    if idle >= allowed - 0.001:
+        return False
+    signal.setitimer(signal.ITIMER_REAL, max(0.005, allowed - idle))
+    return True
+
+
 def _on_alarm(signum: int, frame: Any) -> None:
-    # disarm before raising: the wall timer and the CPU limit's SIGXCPU often fire together, and
-    # a second alarm inside the except block would cut the report short
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    if signum == signal.SIGALRM and _starved(time.monotonic()):
+        return
+    # disarm before raising: the timers and the CPU limit's SIGXCPU may fire together, and a
+    # second alarm inside the except block would cut the report short
+    disarm()
     signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.signal(signal.SIGPROF, signal.SIG_IGN)
     signal.signal(signal.SIGXCPU, signal.SIG_IGN)
-    raise _TestTimeout("cpu" if signum == signal.SIGXCPU else "wall")
+    _FIRED[0] = _KINDS.get(signum, "wall clock")
+    raise _TestTimeout(_FIRED[0])
 
 
 def arm(seconds: float) -> None:
-    """Start a time budget: (re)install the alarm handlers, then the wall timer."""
-    signal.signal(signal.SIGALRM, _on_alarm)
-    signal.signal(signal.SIGXCPU, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, max(0.001, seconds))
+    """Start a time budget of ``seconds`` of CPU time, with its wall-clock backstop (see
+    ``WALL_FACTOR``): (re)install the handlers where changed, then the timers."""
+    for sig in _TIMER_SIGNALS:
+        if _signal.getsignal(sig) is not _on_alarm:
+            _signal.signal(sig, _on_alarm)
+    cpu = max(0.001, seconds)
+    _FIRED[0] = None
+    _BACKSTOP[0], _BACKSTOP[1], _BACKSTOP[2] = time.monotonic(), _run_delay(), cpu * WALL_FACTOR
+    signal.setitimer(signal.ITIMER_PROF, cpu)
+    signal.setitimer(signal.ITIMER_REAL, cpu * WALL_FACTOR)
 
 
 def disarm() -> None:
     signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+def timed_out() -> dict[str, Any] | None:
+    """The timeout record if the budget ran out during a call that returned all the same
+    (its code caught the timeout): its answer came too late, whatever it is. Honest code's
+    safety net only (a reference with a bare ``except``); a sample can forge anything here."""
+    return failure(_TestTimeout(_FIRED[0])) if _FIRED[0] is not None else None
 
 
 def failure(exc: BaseException) -> dict[str, Any]:
@@ -196,10 +262,41 @@ def failure(exc: BaseException) -> dict[str, Any]:
         text = str(exc)
     except BaseException:  # a sample's __str__ may raise or hang: the message is not worth it
         text = ""
-    return {"e": "runtime_error", "m": short(f"{name}: {text}" if text else name), "x": name}
+    out = {"e": "runtime_error", "m": short(f"{name}: {text}" if text else name), "x": name}
+    bases = _builtin_bases(type(exc))
+    if bases:
+        out["xb"] = bases
+    return out
 
 
 _TYPE_NAME = type.__dict__["__name__"]
+_MRO = type.__dict__["__mro__"]
+#: the builtin exception classes, by identity (captured before any sample runs)
+_BUILTIN_EXC = {
+    id(x): (n, x)
+    for n, x in vars(builtins).items()
+    if isinstance(x, type) and issubclass(x, BaseException) and not n.startswith("_")
+}
+
+
+def _builtin_bases(t: type) -> list[str]:
+    """The nearest builtin exception classes of ``t`` (``class E(ValueError)``: ValueError), by
+    the real MRO, so that the judge can raise an exception a test's ``except ValueError``
+    catches. The sample could raise a ValueError itself: a name here gives it nothing more."""
+    out: list[tuple[str, type]] = []
+    try:
+        mro = _MRO.__get__(t)
+    except Exception:
+        return []
+    for cls in mro:
+        found = _BUILTIN_EXC.get(id(cls))
+        if found is None or found[1] is not cls:
+            continue
+        if not any(issubclass(kept, cls) for _, kept in out):  # builtins only: C checks
+            out.append(found)
+        if len(out) >= 4:
+            break
+    return [n for n, _ in out]
 
 
 def _type_name(t: type) -> str:
@@ -225,24 +322,47 @@ def _frame_depth() -> int:
 
 
 class _Server:
-    """W's table of the sample's objects the judge holds references to, and its ops."""
+    """W's table of the sample's objects the judge holds references to, and its ops.
+
+    One object has one reference number for the whole job (``ids``), so the judge's stand-in
+    for it is one object too (``x is x``, ``type(p) is Point``)."""
 
     def __init__(self, ns: dict[str, Any]) -> None:
         self.ns = ns
         self.refs: dict[int, Any] = {}
+        self.ids: dict[int, int] = {}  # id(object) -> its reference (refs keeps it alive)
         self.next_ref = 1
 
-    def result(self, value: Any) -> dict[str, Any]:
+    def ref(self, value: Any) -> int | None:
+        """The reference number of a sample's object (a new one the first time), or None."""
+        ref = self.ids.get(id(value))
+        if ref is not None and self.refs.get(ref) is value:
+            return ref
+        if len(self.refs) >= MAX_REFS:
+            return None
+        ref = self.next_ref
+        self.next_ref += 1
+        self.refs[ref] = value
+        self.ids[id(value)] = ref
+        return ref
+
+    def tag(self, value: Any) -> list[Any] | None:
+        """A reference inside data (``{"$r": [ref, type name, protocol flags]}``)."""
+        ref = self.ref(value)
+        return None if ref is None else [ref, _type_name(type(value)), _protocols(value)]
+
+    def result(self, value: Any, mixed: bool = True) -> dict[str, Any]:
+        """Data (with references to the sample's objects inside it when ``mixed``), or a
+        reference to the whole value. A case's output is never mixed: it must be data."""
         try:
-            return {"v": _codec.to_wire(value)}
+            return {"v": _codec.to_wire(value, self.tag if mixed else None)}
         except _codec.NonData as exc:
-            if exc.type_name in ("oversized value", "too deeply nested value"):
+            if exc.type_name == "oversized value":
                 return {"e": "nondata", "m": str(exc)}
-            if len(self.refs) >= MAX_REFS:
+            # not data, or nested too deeply to be (``g(f(x))`` still works: by reference)
+            ref = self.ref(value)
+            if ref is None:
                 return {"e": "nondata", "m": "too many objects held for the judge"}
-            ref = self.next_ref
-            self.next_ref += 1
-            self.refs[ref] = value
             return {"r": ref, "ty": _type_name(type(value)), "f": _protocols(value)}
         except (ValueError, RecursionError) as exc:  # e.g. an int too long to write
             return {"e": "nondata", "m": short(f"{type(exc).__name__}: {exc}")}
@@ -252,10 +372,36 @@ class _Server:
         fn = _BINOPS[req["o"]]
         return fn(b, a) if req.get("rev") else fn(a, b)
 
+    def deref(self, body: Any) -> Any:
+        if type(body) is not int or body not in self.refs:
+            raise _codec.WireError("unknown reference")
+        return self.refs[body]
+
     def arg(self, w: Any) -> Any:
-        if type(w) is dict and len(w) == 1 and "$r" in w:
-            return self.refs[w["$r"]]
-        return _codec.from_wire(w)
+        """A value from the judge: data, references to the sample's objects inside it."""
+        return _codec.from_wire(w, ref=self.deref)
+
+    def changed(self, req: dict[str, Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """The arguments a call changed in place, as ``[[index or name, wire], ...]``: the
+        judge copies them back into the test's own values (``f(lst)`` sorting ``lst``)."""
+        out: list[list[Any]] = []
+        sent = [*enumerate(req.get("a", [])), *req.get("k", [])]
+        for key, wire in sent:
+            value = args[key] if type(key) is int else kwargs.get(key)
+            if type(value) not in _MUTABLE:
+                continue
+            try:  # first as the judge wrote it (a reference as its number), then in full
+                if _codec.to_wire(value, self.known) == wire:
+                    continue
+                out.append([key, _codec.to_wire(value, self.tag)])
+            except (_codec.NonData, ValueError, RecursionError):
+                continue  # no longer data: the test keeps its own value
+        return out
+
+    def known(self, value: Any) -> int:
+        """The number of an object the judge already holds a reference to, else -1."""
+        ref = self.ids.get(id(value))
+        return ref if ref is not None and self.refs.get(ref) is value else -1
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req["op"]
@@ -274,10 +420,11 @@ class _Server:
             size = 0
             for args in req["a"]:
                 try:
+                    decoded = [self.arg(a) for a in args]  # the codec's work: not the budget's
                     arm(budget)
-                    value = fn(*[self.arg(a) for a in args])
+                    value = fn(*decoded)
                     disarm()
-                    item = self.result(value)
+                    item = timed_out() or self.result(value, mixed=False)
                 except BaseException as exc:  # the sample's failure on this case
                     disarm()
                     item = failure(exc)
@@ -291,14 +438,26 @@ class _Server:
                 size += len(text)
                 if item.get("cpu"):  # the CPU limit is per process: nothing more can run
                     break
-            return {RAW: ('{"outs":[' + ",".join(outs) + "]}").encode()}
+            rid = json.dumps(req.get("id"))
+            return {RAW: ('{"id":' + rid + ',"outs":[' + ",".join(outs) + "]}").encode()}
         try:
-            arm(budget)
+            if op != "call":
+                arm(budget)
             if op == "call":
                 fn = self.refs[req["r"]]
                 args = [self.arg(a) for a in req.get("a", [])]
                 kwargs = {k: self.arg(v) for k, v in req.get("k", [])}
-                value = fn(*args, **kwargs)
+                arm(budget)  # after decoding the arguments: the codec's work is not the budget's
+                try:
+                    value = fn(*args, **kwargs)
+                except BaseException as exc:
+                    disarm()
+                    answer = failure(exc)
+                else:
+                    disarm()
+                    answer = timed_out() or self.result(value)
+                mut = self.changed(req, args, kwargs)
+                return {**answer, "mut": mut} if mut else answer
             elif op == "attr":
                 value = getattr(self.refs[req["r"]], req["n"])
             elif op == "iter":
@@ -335,6 +494,20 @@ class _Server:
             elif op == "inst":
                 value = isinstance(self.arg(req["a"]), self.refs[req["r"]])
                 value = value is True
+            elif op == "isa":  # the other way round: is the sample's object one of these
+                value = isinstance(self.refs[req["r"]], self.arg(req["a"]))
+                value = value is True
+            elif op == "subc":
+                value = issubclass(self.arg(req["a"]), self.refs[req["r"]])
+                value = value is True
+            elif op == "type":
+                value = type(self.refs[req["r"]])
+            elif op == "setattr":
+                setattr(self.refs[req["r"]], req["n"], self.arg(req["a"]))
+                value = None
+            elif op == "delattr":
+                delattr(self.refs[req["r"]], req["n"])
+                value = None
             else:
                 disarm()
                 return {"e": "runtime_error", "m": f"unknown request {op!r}"}
@@ -348,8 +521,14 @@ class _Server:
 _BINOPS = {
     name: getattr(operator, name if name not in ("and", "or") else f"{name}_")
     for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and",
-                 "or", "xor", "lshift", "rshift")
+                 "or", "xor", "lshift", "rshift", "eq", "ne", "lt", "le", "gt", "ge")
 }  # fmt: skip
+#: argument types a call may change in place (the judge copies the change back); tuples
+#: and namedtuples too, for the mutable values inside them
+_MUTABLE = frozenset(
+    {list, dict, set, bytearray, tuple, _codec._DEQUE, _codec._COUNTER, _codec._ODICT,
+     _codec._DDICT, _codec._ARRAY}
+)  # fmt: skip
 _UNOPS: dict[str, Any] = {
     "neg": operator.neg,
     "pos": operator.pos,
@@ -388,7 +567,12 @@ def run_worker(fd: int, job: dict[str, Any]) -> None:
         write(fd, frame(data))
 
     signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGPROF, _on_alarm)
     signal.signal(signal.SIGXCPU, _on_alarm)
+    try:  # the wall backstop's measure of starvation (see WALL_FACTOR); none: plain wall clock
+        _SCHEDSTAT[0] = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        _SCHEDSTAT[0] = -1
     send(
         {"t": "ready"}
     )  # before any sample code: a worker that dies earlier is the sandbox's fault
@@ -430,17 +614,19 @@ def run_worker(fd: int, job: dict[str, Any]) -> None:
             return
         if type(req) is not dict or req.get("op") == "bye":
             return
+        rid = req.get("id")  # every answer names its request: the judge checks it is its own
         if req.get("op") == "probe":
-            send({"outs": _run_probe(req, ns)})
+            send({"outs": _run_probe(req, ns), "id": rid})
             continue
         try:
             answer = server.handle(req)
             if RAW in answer:
-                send_raw(answer[RAW])
+                send_raw(answer[RAW])  # the id is in it
             else:
+                answer["id"] = rid
                 send(answer)
         except (KeyError, TypeError, _codec.WireError) as exc:
-            send({"e": "runtime_error", "m": short(f"bad request: {exc}")})
+            send({"e": "runtime_error", "m": short(f"bad request: {exc}"), "id": rid})
 
 
 def _run_probe(req: dict[str, Any], ns: dict[str, Any]) -> list[dict[str, Any]]:

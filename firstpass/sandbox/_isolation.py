@@ -28,7 +28,9 @@ LEVELS = ("netns+uid", "netns", "uid", "none")
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_zygote.py")
 
 #: hidden from samples unless a kept path is inside: homes hold keys and configs
-DEFAULT_HIDE = ("/root", "/home")
+#: covered by default: home directories, and the host's pty pool (a sample opening /dev/ptmx
+#: takes ptys from the host's limit, shared with everything on it)
+DEFAULT_HIDE = ("/root", "/home", "/dev/ptmx", "/dev/pts")
 
 
 @dataclass(frozen=True, kw_only=True)

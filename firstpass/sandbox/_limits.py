@@ -12,17 +12,22 @@ __all__ = ["Limits"]
 
 #: the longest time limit: a day (beyond it the zygote's select() timeout overflows at ~1e9 s)
 MAX_SECONDS = 86_400.0
+#: how far ``wall_s`` stretches, at most, for a sample that waited for a CPU (others' load):
+#: the zygote's hard deadline is ``WALL_STRETCH × wall_s``, whatever the sample and the host do
+WALL_STRETCH = 3.0
 
 
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """What one sample may use. Every limit is enforced by the kernel (rlimits) or the zygote.
 
-    ``cpu_s`` (RLIMIT_CPU) and ``wall_s`` (the zygote's deadline, which kills the whole uid) bound
-    time; each test also gets a quarter of ``min(cpu_s, wall_s)`` when there are several, so one
-    hanging test does not hide the others. ``memory_mb`` is the address-space limit (the
-    interpreter itself takes ~30 MB of it); where the host has a writable memory cgroup, the
-    sample's processes *together*, its scratch files included, are also held to
+    ``cpu_s`` (RLIMIT_CPU per process, and where the host has a CPU controller the sample's
+    processes together) and ``wall_s`` (the zygote's deadline, which kills the whole uid; it
+    stretches by the time the sample waited for a CPU, up to ``WALL_STRETCH × wall_s``) bound
+    time; each test also gets a quarter of ``min(cpu_s, wall_s)`` of CPU time when there are
+    several, so one hanging test does not hide the others. ``memory_mb`` is the address-space
+    limit (the interpreter itself takes ~30 MB of it); where the host has a writable memory
+    cgroup, the sample's processes *together*, its scratch files included, are also held to
     ``memory_mb + scratch_mb`` (``Sandbox.memory_bound`` says which applies).
     ``scratch_mb`` sizes the one private tmpfs that backs the sample's ``/tmp``, ``/var/tmp``,
     ``/dev/shm`` and work directory. ``output_bytes`` caps stdout+stderr together.

@@ -45,6 +45,9 @@ class SampleResult:
     recorded for behavioural agreement, never part of the verdict. ``sandbox_restarts``: how
     often the shared sandbox process died while this sample was in flight and it was run again
     on a fresh one (a crash of the machinery is never the sample's verdict).
+    ``dropped_cases``: (index in the spec as written, reason) for each case the reference
+    could not answer for a reason of its own (see ``Sandbox.resolve``): the sample was judged
+    on the others, and this says so.
     """
 
     passed: bool
@@ -59,6 +62,7 @@ class SampleResult:
     behaviour: str | None = None
     probe_outputs: tuple[str, ...] = ()
     sandbox_restarts: int = 0
+    dropped_cases: tuple[tuple[int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data with exactly the fields above (the behaviour ones only when set)."""
@@ -78,6 +82,8 @@ class SampleResult:
             out["probe_outputs"] = list(self.probe_outputs)
         if self.sandbox_restarts:
             out["sandbox_restarts"] = self.sandbox_restarts
+        if self.dropped_cases:
+            out["dropped_cases"] = [{"case": i, "reason": why} for i, why in self.dropped_cases]
         return out
 
     @classmethod
@@ -91,6 +97,7 @@ class SampleResult:
         code_sha256: str,
         behaviour: tuple[str, tuple[str, ...]] | None = None,
         sandbox_restarts: int = 0,
+        dropped_cases: tuple[tuple[int, str], ...] = (),
     ) -> SampleResult:
         """Derive pass/fail counts and the category from the per-test results."""
         failing = [t for t in tests if not t.passed]
@@ -107,4 +114,5 @@ class SampleResult:
             behaviour=behaviour[0] if behaviour is not None else None,
             probe_outputs=behaviour[1] if behaviour is not None else (),
             sandbox_restarts=sandbox_restarts,
+            dropped_cases=dropped_cases,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import fcntl
 import functools
@@ -18,6 +19,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import sys
 import time
 from collections import OrderedDict, deque
@@ -29,7 +31,7 @@ from firstpass.errors import SandboxBusy, SandboxError, SpecError
 from . import _contain, _harness, _judge
 from ._extract import extract_code
 from ._isolation import DEFAULT_HIDE, Isolation, detect_isolation
-from ._limits import Limits
+from ._limits import WALL_STRETCH, Limits
 from ._result import SampleResult, TestResult
 from ._spec import AssertSpec, Case, CasesSpec, TestSpec
 
@@ -50,6 +52,13 @@ N_LANES = len(LANES) + 1
 MAX_CONCURRENCY = UID_BLOCK // (2 * N_LANES)
 #: how many resolved reference specs to keep
 RESOLVED_CACHE = 4096
+#: the run_many call a run() belongs to: its samples may share a judge (see judge_key in
+#: _zygote), no other call's may
+_REQUEST: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "firstpass_sandbox_request", default=None
+)
+#: runs of a reference before a case it gave no answer on (timeouts...) fails the resolution
+RESOLVE_TRIES = 3
 _LOCK_DIR = "/run/firstpass-sandbox"
 #: how many bytes of return values (as JSON) a reference solution may produce over all its
 #: cases; each later run of the spec carries them, so they cost every run of it
@@ -366,6 +375,7 @@ class Sandbox:
             # left); one-shots share theirs, so each sweeps only its own slot
             "sweep_at_start": not oneshot,
             "limits": self.limits.to_wire(),
+            "wall_stretch": WALL_STRETCH,
         }
         if self._iso.private_tmp:
             cfg["mounts"] = self._mounts[site_packages]
@@ -411,8 +421,10 @@ class Sandbox:
         ``probe.entry_point`` on each probe input (``probe.per_input_s`` each) and the result's
         ``behaviour`` is the digest of those outputs: recorded, never judged.
         A bad sample is a result, never an exception; ``SandboxError`` means the sandbox failed.
+        Called by :meth:`run_many` for each of its samples (a subclass may wrap it).
         """
         t0 = time.perf_counter()
+        judge_key = _REQUEST.get()
         if not self._started:
             raise SandboxError("the sandbox is not started: use 'async with Sandbox() as sb'")
         limits = limits or self.limits
@@ -435,6 +447,8 @@ class Sandbox:
             )
         else:
             req = self._request(found.code, spec, ep)
+            if judge_key is not None:
+                req["judge_key"] = judge_key
             if probe is not None:
                 req["probe"] = [list(a) for a in probe.args]
                 req["probe_s"] = float(probe.per_input_s)
@@ -451,6 +465,11 @@ class Sandbox:
             code_sha256=sha,
             behaviour=behaviour,
             sandbox_restarts=restarts,
+            dropped_cases=(
+                tuple(zip(spec.dropped, spec.dropped_why, strict=False))
+                if isinstance(spec, CasesSpec)
+                else ()
+            ),
         )
 
     async def run_many(
@@ -465,13 +484,20 @@ class Sandbox:
         """Run several answers against one spec in parallel; results keep the answers' order.
 
         The first failure (``SandboxBusy``: a sample got no slot) ends the batch: the other
-        samples stop waiting for slots (one already running finishes, its slot kept until then)."""
+        samples stop waiting for slots (one already running finishes, its slot kept until then).
+
+        The batch is one request: its samples may share a judge process on a slot (the spec's
+        test code runs there), which no sample of another call ever does."""
         if isinstance(spec, CasesSpec) and not spec.resolved:
             spec = await self.resolve(spec, limits)
-        tasks = [
-            asyncio.ensure_future(self.run(a, spec, limits, entry_point, probe=probe))
-            for a in answers
-        ]
+        token = _REQUEST.set(secrets.token_hex(8))
+        try:  # each task copies the context as it is created: its run() sees the batch's key
+            tasks = [
+                asyncio.ensure_future(self.run(a, spec, limits, entry_point, probe=probe))
+                for a in answers
+            ]
+        finally:
+            _REQUEST.reset(token)
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
@@ -482,15 +508,20 @@ class Sandbox:
     @staticmethod
     def _request(code: str, spec: TestSpec, entry_point: str | None) -> dict[str, Any]:
         if isinstance(spec, AssertSpec):
+            # no entry point: a spec naming only builtins may test the sample's `sum`
+            ep = (
+                entry_point
+                or spec.entry_point
+                or _judge.infer_entry_point(spec.asserts, spec.setup, code)
+            )
             return {
                 "op": "run",
                 "mode": "asserts",
                 "code": code,
                 "setup": spec.setup,
                 "setup_imports": _setup_imports(spec.setup),
-                "pure": _pure(spec.asserts, spec.setup),
-                "prefetch": _prefetch(spec.asserts, entry_point or spec.entry_point),
-                "entry_point": entry_point or spec.entry_point,
+                "prefetch": _prefetch(spec.asserts, ep),
+                "entry_point": ep,
                 "tests": list(spec.asserts),
             }
         return {
@@ -499,7 +530,6 @@ class Sandbox:
             "code": code,
             "setup": spec.setup,
             "setup_imports": _setup_imports(spec.setup),
-            "pure": True,  # cases run no test code in the judge: only a comparison
             "prefetch": [entry_point or spec.entry_point],
             "entry_point": entry_point or spec.entry_point,
             "atol": spec.atol,
@@ -610,7 +640,7 @@ class Sandbox:
                 return {**resp, "sandbox_restarts": restarts}
             zyg = await self._zygote(limits.site_packages, alt)
             try:
-                resp = await asyncio.wait_for(zyg.request(req), 2 * limits.wall_s + 15)
+                resp = await asyncio.wait_for(zyg.request(req), _answer_within(limits))
                 self._dirty.discard(slot)
                 if resp.get("aborted"):
                     raise SandboxError("the sandbox was closed while this sample ran: no verdict")
@@ -650,7 +680,7 @@ class Sandbox:
         await zyg.start()
         try:
             return await asyncio.wait_for(
-                zyg.request({**req, "sweep_first": True}), 2 * limits.wall_s + 15
+                zyg.request({**req, "sweep_first": True}), _answer_within(limits)
             )
         except _ZygoteDied:
             raise SandboxError(
@@ -668,8 +698,14 @@ class Sandbox:
         """Fill in expected values by running ``spec.reference`` (cached per spec digest).
 
         The reference runs twice, in two zygotes (two interpreters, so two string-hash seeds:
-        set-order-dependent outputs differ); cases where it raises, returns non-data, or
-        answers differently are dropped and listed in ``dropped``.
+        set-order-dependent outputs differ). A case is dropped (listed in ``dropped``, the
+        reason in ``dropped_why``) only for a property of the reference: it raised, exited,
+        returned non-data, answered differently in the two runs, or went over the output
+        allowance. A case that failed by accident (a timeout or the memory limit on a loaded
+        host, a worker killed, a sandbox restart) is run again, up to ``RESOLVE_TRIES`` times;
+        if it still has no answer, ``SpecError`` says so and nothing is cached, so the next
+        use tries again. Only a reference that fails every case for reasons of its own is a
+        failure remembered for the spec.
         """
         if spec.resolved:
             return spec
@@ -698,23 +734,42 @@ class Sandbox:
                     "code": spec.reference,
                     "setup": spec.setup,
                     "setup_imports": _setup_imports(spec.setup),
-                    "pure": True,
                     "entry_point": spec.entry_point,
                     "tests": [list(c.args) for c in spec.cases],
                     "allowance": REFERENCE_ALLOWANCE,
                 }
-                first, second = await asyncio.gather(
-                    self._submit(req, limits), self._submit(req, limits, alt=True)
-                )
-                cases, dropped = [], []
+                outcome: dict[int, _Resolved] = {}
+                for _try in range(RESOLVE_TRIES):
+                    first, second = await asyncio.gather(
+                        self._submit(req, limits), self._submit(req, limits, alt=True)
+                    )
+                    for i in range(len(spec.cases)):  # what an earlier try settled stays
+                        if i not in outcome or isinstance(outcome[i], _Transient):
+                            outcome[i] = _resolve_case(_output(first, i), _output(second, i))
+                    if not any(isinstance(o, _Transient) for o in outcome.values()):
+                        break
+                unsettled = [i for i, o in outcome.items() if isinstance(o, _Transient)]
+                if unsettled:  # never cached: a loaded host must not weaken a spec for good
+                    raise SpecError(
+                        "reference",
+                        f"the reference gave no answer on {len(unsettled)} case(s) (first: "
+                        f"case {unsettled[0]}, {outcome[unsettled[0]]}) in {RESOLVE_TRIES} "
+                        "tries; the host may be overloaded: nothing was cached, the next use "
+                        "tries again",
+                    )
+                cases, dropped, why = [], [], []
                 for i, case in enumerate(spec.cases):
-                    a, b = _output(first, i), _output(second, i)
-                    if a is None or a != b:
+                    got = outcome[i]
+                    if isinstance(got, _Value):
+                        cases.append(Case(args=case.args, expected=got.value))
+                    else:  # dropped (no case is still unsettled here)
                         dropped.append(i)
-                    else:
-                        cases.append(Case(args=case.args, expected=a[0]))
+                        why.append(str(got))
                 if not cases:
-                    failed = SpecError("reference", "the reference solution failed on every case")
+                    failed = SpecError(
+                        "reference",
+                        f"the reference solution failed on every case (first: {why[0]})",
+                    )
                     self._resolve_failed[key] = failed
                     while len(self._resolve_failed) > RESOLVED_CACHE:
                         self._resolve_failed.popitem(last=False)
@@ -726,6 +781,7 @@ class Sandbox:
                     reference=None,
                     setup=spec.setup,
                     dropped=tuple(dropped),
+                    dropped_why=tuple(why),
                 )
                 self._resolved[key] = done
                 while len(self._resolved) > RESOLVED_CACHE:
@@ -733,6 +789,12 @@ class Sandbox:
                 return done
         finally:  # a failed reference too: one lock per spec must not outlive its resolution
             self._resolving.pop(key, None)
+
+
+def _answer_within(limits: Limits) -> float:
+    """How long the zygote may take to answer one request: its hard deadline (the wall limit
+    stretched for waiting on a CPU), the judge's grace, and a margin."""
+    return (WALL_STRETCH + 1) * limits.wall_s + 15
 
 
 @functools.lru_cache(maxsize=1024)
@@ -747,12 +809,6 @@ def _prefetch(asserts: tuple[str, ...], entry: str | None) -> list[str]:
     return _judge.prefetch_names(asserts, entry)
 
 
-@functools.lru_cache(maxsize=1024)
-def _pure(asserts: tuple[str, ...], setup: str | None) -> bool:
-    """Whether a resident judge may judge this spec (see ``_judge.pure_spec``)."""
-    return _judge.pure_spec(asserts, setup)
-
-
 def _behaviour(resp: dict[str, Any], n: int) -> tuple[str, tuple[str, ...]] | None:
     """The verifier's behaviour record: (digest of the output vector, one digest per input)."""
     rec = resp.get("behaviour")
@@ -764,11 +820,52 @@ def _behaviour(resp: dict[str, Any], n: int) -> tuple[str, tuple[str, ...]] | No
     return digest, tuple(str(o) for o in outputs)
 
 
-def _output(resp: dict[str, Any], i: int) -> tuple[Any] | None:
+def _output(resp: dict[str, Any], i: int) -> tuple[Any] | str | None:
+    """Case ``i`` of a reference run: ``(value,)``, the reason it failed for a reason of the
+    reference's own (a str), or None (no answer, by an accident of the host)."""
     outputs = resp.get("outputs")
     tests = resp.get("tests")
     if not isinstance(outputs, list) or not isinstance(tests, list) or i >= len(outputs):
         return None
-    if not tests[i].get("passed") or outputs[i] is None:
+    out = outputs[i]
+    if isinstance(out, dict) and set(out) == {_judge.DROP}:
+        return str(out[_judge.DROP])
+    if not tests[i].get("passed") or out is None:
         return None
-    return (outputs[i],)
+    return (out,)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Value:
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class _Dropped:
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
+
+
+@dataclasses.dataclass(frozen=True)
+class _Transient:
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
+
+
+_Resolved = _Value | _Dropped | _Transient
+
+
+def _resolve_case(a: tuple[Any] | str | None, b: tuple[Any] | str | None) -> _Resolved:
+    """One case from the reference's two runs (two hash seeds)."""
+    for got in (a, b):
+        if isinstance(got, str):
+            return _Dropped(f"the reference failed: {got}")
+    if a is None or b is None:
+        return _Transient("no answer: a timeout, the memory limit or a killed worker")
+    if a != b:
+        return _Dropped("the reference answered differently in two runs (two hash seeds)")
+    return _Value(a[0])

@@ -61,7 +61,8 @@ class CasesSpec:
 
     With ``reference`` the expected values are computed by running it in the sandbox
     (:meth:`firstpass.sandbox.Sandbox.resolve`); ``dropped`` then lists the indices of the
-    original cases left out because the reference raised on them or was not deterministic.
+    original cases left out because the reference raised on them or was not deterministic,
+    and ``dropped_why`` the reason for each (never a timeout: those are run again).
     """
 
     entry_point: str
@@ -70,6 +71,7 @@ class CasesSpec:
     reference: str | None = None
     setup: str | None = None
     dropped: tuple[int, ...] = field(default=())
+    dropped_why: tuple[str, ...] = field(default=())
 
     @property
     def n_tests(self) -> int:

@@ -76,6 +76,28 @@ PRELOAD = (
 W_JOB_INLINE = 96 << 10
 #: jobs a resident judge serves before it is replaced by a fresh fork (bounds its heap)
 RESIDENT_JOBS = 1000
+#: the job modes whose judging runs no client code in the judge (a call of the entry point
+#: on decoded arguments and a comparison of decoded values): only these share a judge
+#: across requests
+RESIDENT_MODES = frozenset({"cases", "outputs"})
+#: the judge key of those modes; every other job's key names its request (see judge_key)
+DATA_KEY = "data"
+
+
+def judge_key(mode: str, request_key: Any, job_id: int) -> str:
+    """Which jobs may share a judge process with this one: the judge's whole isolation rule.
+
+    A judge serves one key for its life, and T kills it before a job of another key reaches
+    its slot. Cases and outputs jobs run no client code in the judge, so
+    they share ``DATA_KEY``; an asserts job runs the client's test code there, so its key is
+    its request's (the samples of one ``run_many``), else its own: one request's spec never
+    runs in a process that judges another request's sample.
+    """
+    if mode in RESIDENT_MODES:
+        return DATA_KEY
+    if type(request_key) is str and request_key:
+        return "req:" + request_key[:200]
+    return f"job:{job_id}"
 #: "no limit" for a resident judge's CPU rlimit
 MAX_CPU_S = 86_400.0
 #: how long an answered sample's worker may take to exit before its uid is swept
@@ -84,6 +106,21 @@ EXIT_GRACE_S = 0.1
 EXIT_WAIT_S = 5.0
 #: how long the judge may take past the sample's deadline to report
 JUDGE_GRACE_S = 3.0
+#: a standby's scheduling niceness until its job arrives: forking and warming the next
+#: request's judge must not take CPU from the samples running now
+STANDBY_NICE = 19
+#: the most the wall-clock deadline stretches, as a multiple of ``wall_s``, for a sample that
+#: waited for a CPU (other samples', other processes' load): the one deadline that always
+#: holds, whatever the sample and the host do (the proxy's cfg may set it: "wall_stretch")
+WALL_STRETCH = 3.0
+#: what a sample's processes may use together past ``cpu_s`` where a CPU controller counts
+#: it (the harness around its calls, the codec, the next sample's standby joining the slot)
+CPU_TOTAL_SLACK_S = 0.5
+#: a judge cgroup holds the slot's idle judges (a standby, one waiting for its key's next
+#: job) beside the judging one: room for them above the judging one's memory limit
+JUDGE_IDLE_MB = 128
+#: the slot cgroups (see _contain.SlotCgroups), for the judges forked from T
+CGROUPS: Any = None
 #: the largest verdict frame a judge may send (reference outputs travel in a second frame)
 MAX_VERDICT_FRAME = 16 << 20
 
@@ -122,6 +159,8 @@ class Standby:
             pid,
             sock,
         )
+        #: a judge's key once it has a job (see judge_key): the only jobs it may take next
+        self.key: str | None = None
 
 
 def fork_standby(
@@ -136,9 +175,9 @@ def fork_standby(
                 scratch_mb=scratch_mb,
                 keep=list(cfg.get("keep") or []),
                 uid=slot_uid(cfg, slot, judge=False),
-                # one network namespace per sample only where seccomp cannot refuse bind(),
-                # listen() and unix sockets (the channels a shared namespace would give)
-                net=not _contain.seccomp_supported(),
+                # a network namespace of its own: in a shared one, /proc/net (socket counts,
+                # unix socket tables, the ports a send autobinds) is a channel between samples
+                net=bool(cfg.get("sample_netns", True)),
             )
         except OSError:
             pid, workdir = None, None
@@ -149,20 +188,28 @@ def fork_standby(
         if pid is None:
             mine.close()
             return None
+        _background(pid)
         return Standby(role, slot, scratch_mb, pid, mine)
     pid = _fork_or_none()
     if pid == 0:
         mine.close()
         if role == "w":
             worker_standby(theirs, slot, cfg, cgroups, scratch_mb)
-        if role == "r":
-            judge_resident(theirs, slot, cfg)
         judge_standby(theirs, slot, cfg)
     theirs.close()
     if pid is None:
         mine.close()
         return None
+    _background(pid)
     return Standby(role, slot, scratch_mb, pid, mine)
+
+
+def _background(pid: int) -> None:
+    """A standby sets itself up (namespaces, mounts, cgroups, the judge's warm-up) at
+    ``STANDBY_NICE``: the next job's processes must not take CPU from the samples running now.
+    It returns to the samples' priority itself when it is ready (``_ready``)."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, STANDBY_NICE)
 
 
 def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> None:
@@ -185,7 +232,10 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: dict[int, tuple[str, Any]] = {}
     standby: dict[tuple[str, int], Standby] = {}
-    resident: dict[int, Standby] = {}  # slot -> its judge for pure specs
+    resident: dict[int, Standby] = {}  # slot -> its judge that has a key, between jobs
+    #: pid -> uid of every judge that has had a job (and so runs as the slot's judge uid)
+    judges: dict[int, int] = {}
+    judge_uid = {s: slot_uid(cfg, s, judge=True) for s in range(int(cfg["slots"]))}
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
@@ -199,6 +249,24 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
             ready = None
         return ready or fork_standby(role, slot, cfg, cgroups, scratch_mb)
 
+    def retire(slot: int) -> None:
+        """Kill the slot's judge before a job of another key is judged under the same uid.
+
+        A SIGKILLed process runs no more user code once the signal is queued (a task on
+        another CPU is interrupted at once), so whatever it still ran (a test of its
+        request's spec) has ended; the loop below reaps it without this job waiting for its
+        memory to be torn down.
+        """
+        old = resident.pop(slot, None)
+        if old is None:
+            return
+        children[old.pid] = ("retired", slot)
+        old.sock.close()
+        with contextlib.suppress(OSError):  # its exit (freeing its pages) is its own CPU
+            os.setpriority(os.PRIO_PROCESS, old.pid, STANDBY_NICE)
+        with contextlib.suppress(OSError):
+            os.kill(old.pid, signal.SIGKILL)
+
     while True:
         for key, _ in sel.select():
             if key.fileobj is sock:
@@ -210,36 +278,41 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                     os._exit(0)  # Z is gone
                 hdr = json.loads(msg)
                 if "sweep" in hdr:
-                    for slot in [
-                        k for k in resident if slot_uid(cfg, k, judge=True) in hdr["sweep"]
-                    ]:
-                        resident.pop(slot).sock.close()  # being killed: the next job forks anew
-                    pid = _fork_or_none()
-                    if pid == 0:
-                        sweeper_main(hdr["sweep"], hdr.get("remove", []))
-                    if pid:
-                        children[pid] = ("swept", hdr["token"])
-                    else:  # could not fork: do it here, the slow way
-                        for uid in hdr["sweep"]:
+                    # a judge is one process (it cannot fork) and T's child: killed by pid,
+                    # as root. No sweeper ever becomes a judge's uid, so test code still
+                    # running there has no process of its own uid to race or signal
+                    uids = [u for u in hdr["sweep"] if u not in judge_uid.values()]
+                    for jpid, juid in list(judges.items()):
+                        if juid in hdr["sweep"]:
+                            with contextlib.suppress(OSError):
+                                os.kill(jpid, signal.SIGKILL)
+                    for slot in [k for k in resident if judge_uid.get(k) in hdr["sweep"]]:
+                        resident.pop(slot).sock.close()  # killed: the next job forks anew
+                    rpid = _fork_or_none() if uids or hdr.get("remove") else None
+                    if rpid == 0:
+                        sweeper_main(uids, hdr.get("remove", []))
+                    if rpid:
+                        children[rpid] = ("swept", hdr["token"])
+                    else:  # nothing to fork for, or could not fork: here, the slow way
+                        for uid in uids:
                             sweep(uid)
+                        for path in hdr.get("remove", []):
+                            shutil.rmtree(path, ignore_errors=True)
                         sock.send(json.dumps({"swept": hdr["token"]}).encode())
                     continue
                 slot, scratch = int(hdr["slot"]), int(hdr["limits"]["scratch_mb"])
                 started = {}
-                if hdr.get("resident") and hdr["uid"] is not None:
-                    judge = resident.get(slot)
-                    if judge is None:
-                        judge = fork_standby("r", slot, cfg, cgroups, scratch)
-                        if judge is not None:
-                            resident[slot] = judge
-                            children[judge.pid] = ("resident", slot)
-                    try:
-                        if judge is None:
-                            raise OSError("no resident judge")
-                        socket.send_fds(judge.sock, [b"go"], fds[3:5])
-                        started["j"] = judge.pid
-                    except OSError:
-                        pass
+                # a judge lives on for its key's next job only where it has a uid of its own
+                jkey = hdr.get("judge_key") if hdr["uid"] is not None else None
+                if jkey is not None and slot in resident:
+                    if resident[slot].key != jkey:
+                        retire(slot)
+                    else:
+                        try:
+                            socket.send_fds(resident[slot].sock, [msg], fds[3:5])
+                            started["j"] = resident[slot].pid
+                        except OSError:
+                            retire(slot)
                 for role, mine in (("w", fds[:3]), ("j", fds[3:5])):
                     if role in started:
                         continue
@@ -254,8 +327,15 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                                 os.kill(ready.pid, signal.SIGKILL)
                             ready.sock.close()
                             continue
-                        ready.sock.close()
-                        children[ready.pid] = (role, hdr["job"])
+                        if role == "j" and hdr["judge_uid"] is not None:
+                            judges[ready.pid] = hdr["judge_uid"]
+                        if role == "j" and jkey is not None:  # it stays for its key's jobs
+                            ready.key = jkey
+                            resident[slot] = ready
+                            children[ready.pid] = ("resident", slot)
+                        else:
+                            ready.sock.close()
+                            children[ready.pid] = (role, hdr["job"])
                         started[role] = ready.pid
                         break
                 for fd in fds:
@@ -265,11 +345,10 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                         with contextlib.suppress(OSError):
                             os.kill(pid, signal.SIGKILL)
                     sock.send(json.dumps({"job": hdr["job"], "error": "fork failed"}).encode())
-                elif hdr["uid"] is None:  # Z kills by process group then, so it needs the pids
+                else:  # Z kills by process group without a uid, and reads W's and J's
+                    # schedstat (time spent waiting for a CPU stretches the wall deadline)
                     sock.send(json.dumps({"job": hdr["job"], "pids": started}).encode())
                 for role in ("w", "j"):  # the next job on this slot finds its processes ready
-                    if role == "j" and hdr.get("resident") and slot in resident:
-                        continue
                     if (role, slot) in standby:
                         continue
                     nxt = fork_standby(role, slot, cfg, cgroups, scratch)
@@ -290,11 +369,12 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                     if pid == 0:
                         break
                     kind, ident = children.pop(pid, ("", 0))
+                    judges.pop(pid, None)
                     if kind in ("w", "j"):
                         sock.send(json.dumps({"job": ident, kind: status}).encode())
                     elif kind == "swept":
                         sock.send(json.dumps({"swept": ident}).encode())
-                    elif kind == "resident":  # a new one is forked for the next pure job
+                    elif kind == "resident":  # the slot's next job takes a standby
                         if resident.get(ident) is not None and resident[ident].pid == pid:
                             resident.pop(ident).sock.close()
                     elif kind == "standby":  # died before its job: the next job forks anew
@@ -375,6 +455,13 @@ def _die_with_t() -> None:
         os._exit(0)
 
 
+def _ready() -> None:
+    """A standby's setup is done: back from ``STANDBY_NICE`` (still root) to wait for its job
+    at the samples' own priority, so it wakes as fast as they do."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
 def _go(sock: socket.socket, nfds: int) -> tuple[dict[str, Any], list[int]]:
     """Block until T hands over this process's job header and descriptors."""
     msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, nfds)
@@ -409,6 +496,7 @@ def worker_standby(
             workdir = _contain.enter_sample_namespaces(
                 scratch_mb=scratch_mb, keep=list(cfg.get("keep") or []), uid=uid
             )
+        _ready()
         hdr, (chan, out_w, err_w) = _go(sock, 3)
         _stdio(out_w, err_w)
         os.dup2(chan, 3)
@@ -417,6 +505,8 @@ def worker_standby(
         if cgroups is not None and hdr.get("memory_limit"):
             with contextlib.suppress(OSError):
                 cgroups.set_limit(slot, int(hdr["memory_limit"]))
+        if cfg.get("sample_ns"):  # the last root step: the slots' usage files are a channel
+            _contain.cover_cgroup_files()
         drop_privileges(uid)
         set_limits(lim)
         os.chdir(workdir or hdr["workdir"])
@@ -444,52 +534,82 @@ def _judge_boot(sock: socket.socket) -> None:
 def _judge_confine(cfg: dict[str, Any], slot: int, limits: dict[str, Any]) -> None:
     """The slot's judge uid, ``limits``, no environment, the seccomp filter."""
     drop_privileges(slot_uid(cfg, slot, judge=True))
+    with contextlib.suppress(Exception):  # already so after the uid change; said, not assumed:
+        import ctypes  # no process of the judge uid may read or write this one's memory
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     set_limits(limits)
     os.chdir("/")
     os.environ.clear()
     _contain.install_seccomp()
 
 
+#: what a standby judge evaluates before its job exists (constants of ours: see warm_judge)
+WARM_SETUP = "import math"
+WARM_TEST = "assert f(1) == [2, (1,), {'k': 1.5}] and math.isclose(f(1)[2]['k'], 1.5)"
+WARM_VALUE = [2, (1,), {"k": 1.5}, {1, 2}, "s", None, True, 2**70, float("inf")]
+
+
+def warm_judge() -> None:
+    """Run the judge's own code once on constants of ours, while the standby waits for a job.
+
+    Why: a fresh judge's first job would otherwise pay, page by page, for copying every page
+    of T's memory that judging touches (refcounts are writes): the parser and compiler, the
+    evaluation loop, the codec, JSON. Touched here, that cost is off the job's path. Nothing
+    of a request exists yet, so what this leaves behind is as clean as T.
+    """
+    with contextlib.suppress(Exception):
+        ns, _ = _judge.trusted_namespace(WARM_SETUP)
+        code, _names, _bases = _judge.assert_uses(WARM_TEST)
+        wire = json.loads(H.encode_frame(_codec.to_wire(WARM_VALUE))[4:])
+        value = _codec.from_wire(wire)
+        ns["f"] = lambda x: value[:1] and [x + 1, (x,), {"k": 1.5}]
+        eval(code, ns)
+        _compare.values_equal(value, _codec.from_wire(wire), 0.0)
+        _judge.brief_repr(value)
+
+
 def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
-    """J: a second uid, no sample code; judge the job Z sends and answer Z. Never returns."""
-    try:
-        _judge_boot(sock)
-        hdr, (wchan, zchan) = _go(sock, 2)
-        os.dup2(wchan, 3)
-        os.dup2(zchan, 4)
-        os.closerange(5, MAXFD)
-        _judge_confine(cfg, slot, judge_limits(hdr["limits"]))
-        _judge_one(4, 3)
-    except BaseException:
-        pass
-    finally:
-        os._exit(0)
+    """J: a second uid, no sample code; judge the jobs Z sends and answer Z. Never returns.
 
-
-def judge_resident(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
-    """A judge that serves one job after another for its slot: for pure specs only.
-
-    Why: a fresh Python process per sample costs its fork and ~700 cold-page faults; a judge
-    whose jobs cannot change its state (``_judge.pure_spec``: no setup code, no builtins that
-    reach globals, no private attributes) can be reused. It never runs sample code, so a
-    sample cannot change it either. Never returns; exits after ``RESIDENT_JOBS`` jobs.
+    Its first job's ``judge_key`` (see :func:`judge_key`) is the only key it serves: it
+    takes that key's next jobs from T over ``sock`` and exits on any other (T kills it
+    first), after ``RESIDENT_JOBS`` jobs, or at once where the key is None (no uid of its own).
+    Why reuse at all: a fresh process per sample costs its fork and cold-page faults.
     """
     try:
         _judge_boot(sock)
-        _judge_confine(cfg, slot, resident_limits(cfg))
-        integrity = _judge.Integrity()
+        if CGROUPS is not None:  # ahead of the job: a cgroup v1 attach can take milliseconds
+            with contextlib.suppress(OSError):
+                CGROUPS.enter_judge(slot)
+        warm_judge()
+        _ready()
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+        if not msg or len(fds) != 2:
+            os._exit(0)  # T (or the whole sandbox) is gone: nothing to do
+        hdr = json.loads(msg)
+        key = hdr.get("judge_key") if hdr.get("uid") is not None else None
+        # one job: the job's own CPU bound; a key's jobs add up, so Z's deadline bounds each
+        # (the shared data judge's room is the sandbox's; a request's, its first job's)
+        if key is None:
+            limits = judge_limits(hdr["limits"])
+        elif key == DATA_KEY:
+            limits = resident_limits(cfg)
+        else:
+            limits = {**judge_limits(hdr["limits"]), "cpu_s": MAX_CPU_S}
+        _judge_confine(cfg, slot, limits)
+        modes = RESIDENT_MODES if key == DATA_KEY else None
         for _ in range(RESIDENT_JOBS):
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
-            if not msg or len(fds) != 2:
-                break
             wchan, zchan = fds
             try:
-                _judge_one(zchan, wchan)
+                judged = _judge_one(zchan, wchan, modes=modes)
             finally:
                 os.close(wchan)
                 os.close(zchan)
-            if not integrity.intact():  # a test changed what this process relies on
-                print("zygote: a resident judge's modules changed; replaced", file=sys.stderr)
+            if not judged or key is None:
+                break
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+            if not msg or len(fds) != 2 or json.loads(msg).get("judge_key") != key:
                 break
     except BaseException:
         pass
@@ -497,8 +617,11 @@ def judge_resident(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
         os._exit(0)
 
 
-def _judge_one(zfd: int, wfd: int) -> None:
+def _judge_one(zfd: int, wfd: int, modes: frozenset[str] | None = None) -> bool:
+    """Judge one job; False (nothing judged) for a job whose mode is not in ``modes``."""
     job = H.read_frame(zfd)
+    if modes is not None and (type(job) is not dict or job.get("mode") not in modes):
+        return False
     result = _judge.run_judge(zfd, wfd, job)
     outputs = result.pop("outputs", None)
     if outputs is not None:
@@ -507,6 +630,7 @@ def _judge_one(zfd: int, wfd: int) -> None:
     if outputs is not None:
         data += H.encode_frame(outputs)
     H.write_all(zfd, data)
+    return True
 
 
 def resident_limits(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -559,6 +683,18 @@ def reap_as(uid: int) -> None:
     os._exit(code)
 
 
+def _run_delay(pid: int | None) -> int | None:
+    """How long (ns) process ``pid`` has waited on a run queue so far: runnable, not running
+    (``/proc/<pid>/schedstat``, second field); None when unknown."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def sweep(uid: int) -> None:
     """Fork R for ``uid`` and wait for it (the synchronous path: start, shutdown, sweepers)."""
     pid = os.fork()
@@ -583,6 +719,14 @@ class Job:
         self.start = time.monotonic()
         self.deadline = self.start + float(self.limits["wall_s"])
         self.j_deadline = self.deadline + JUDGE_GRACE_S
+        #: the wall deadline stretches by the time W and J waited for a CPU, never past this
+        stretch = float(zygote.cfg.get("wall_stretch") or WALL_STRETCH)
+        self.hard_deadline = self.start + float(self.limits["wall_s"]) * max(1.0, stretch)
+        #: W's and J's run-queue wait (ns, from /proc/<pid>/schedstat) when their pids came
+        self.waited0: dict[str, int] = {}
+        #: the slot's CPU time (s) when the job started, and when to look at it next
+        self.cpu0: float | None = None
+        self.cpu_check = float("inf")
         self.uid = zygote.uid(self.slot, judge=False)
         self.judge_uid = zygote.uid(self.slot, judge=True)
         self.workdir = ""
@@ -596,10 +740,11 @@ class Job:
         self.w_status: int | None = None
         self.j_status: int | None = None
         self.pids: dict[str, int] = {}
-        self.end: str | None = None  # output | timeout | start
+        self.end: str | None = None  # output | timeout | cpu | start
         self.end_msg = ""
         self.out_bytes = 0
         self.oom_before = 0
+        self.judge_oom_before = 0
         self.killed = False
         self.exit_deadline = 0.0
         self.sweeps_pending = 0  # sweeps of this job's uid that T has not finished
@@ -635,6 +780,7 @@ class Zygote:
         self.waiting: dict[int, list[dict[str, Any]]] = {}  # slot -> requests queued behind it
         self.exiting: dict[int, Job] = {}  # answered jobs whose worker has not exited yet
         self.slot_limits: dict[int, int] = {}  # slot -> memory cgroup limit last written
+        self.judge_limits: dict[int, int] = {}  # slot -> its judges' memory cgroup limit
         os.set_blocking(chan_in, False)
         self.sel.register(chan_in, selectors.EVENT_READ, ("in", None))
         self.sel.register(tsock, selectors.EVENT_READ, ("t", None))
@@ -660,7 +806,8 @@ class Zygote:
                 "ready": True,
                 "pid": os.getpid(),
                 "root": self.root,
-                "memory_bound": self.cgroups.kind if self.cgroups is not None else "per-process",
+                "memory_bound": (self.cgroups.kind if self.cgroups is not None else None)
+                or "per-process",
             }
         )
         while not (self.closing and not self.jobs):
@@ -687,7 +834,10 @@ class Zygote:
         self.shutdown()
 
     def check_deadlines(self, job: Job, now: float) -> None:
-        if job.end is None and now >= job.deadline and not job.finished:
+        if job.end is None and now >= job.cpu_check and not job.finished:
+            self.check_cpu(job, now)
+        stale = job.end is None and now >= job.deadline and not job.finished
+        if stale and not self.stretch(job, now):
             job.end, job.end_msg = "timeout", "wall-clock limit reached"
             self.kill_worker(job)
         if not job.judged and now >= job.j_deadline:
@@ -705,10 +855,43 @@ class Zygote:
             job.w_status = -1
         self.maybe_finish(job)
 
+    def check_cpu(self, job: Job, now: float) -> None:
+        """End the job once its sample's processes together used ``cpu_s`` of CPU time (where
+        the slot's cpu cgroup counts it); else look again when they next could have."""
+        used = self.cgroups.cpu_usage(job.slot) if job.cpu0 is not None else None
+        if used is None:
+            job.cpu_check = float("inf")
+            return
+        left = float(job.limits["cpu_s"]) + CPU_TOTAL_SLACK_S - (used - job.cpu0)
+        if left <= 0:
+            job.end = "cpu"
+            job.end_msg = f"CPU limit of {job.limits['cpu_s']} s reached (all its processes)"
+            self.kill_worker(job)
+            return
+        job.cpu_check = now + max(0.01, left / self.cgroups.cpu_rate)
+
+    def stretch(self, job: Job, now: float) -> bool:
+        """Move the wall deadline past ``now`` by the time the job's W and J spent waiting for
+        a CPU (runnable, not running: starved by others' load), up to its hard deadline; True
+        if it moved. A sample that sleeps or blocks does not wait for a CPU: its deadline
+        stays ``wall_s``, and a sample that makes itself wait (its own processes competing)
+        uses CPU meanwhile, which ``cpu_s`` bounds."""
+        waited = 0
+        for role, before in job.waited0.items():
+            after = _run_delay(job.pids.get(role))
+            if after is not None and after > before:
+                waited += after - before
+        deadline = min(job.start + float(job.limits["wall_s"]) + waited / 1e9, job.hard_deadline)
+        if deadline <= now:
+            return False
+        job.deadline = deadline
+        job.j_deadline = deadline + JUDGE_GRACE_S
+        return True
+
     def next_timeout(self) -> float | None:
         deadlines = [j.exit_deadline for j in self.exiting.values()]
         for j in self.jobs.values():
-            deadlines.append(j.deadline if j.end is None else j.j_deadline)
+            deadlines.append(min(j.deadline, j.cpu_check) if j.end is None else j.j_deadline)
         if not deadlines:
             return None
         return max(0.0, min(deadlines) - time.monotonic())
@@ -755,6 +938,10 @@ class Zygote:
             return
         if "pids" in info:
             job.pids = {k: int(v) for k, v in info["pids"].items()}
+            for role, pid in job.pids.items():
+                waited = _run_delay(pid)
+                if waited is not None:
+                    job.waited0[role] = waited
         elif "w" in info:
             job.w_status = info["w"]
             job.mark("w_exit")
@@ -767,6 +954,7 @@ class Zygote:
             job.end, job.end_msg = "start", f"could not start the sample: {info['error']}"
             job.judged = True
             job.w_status = -1
+            job.j_status = -1  # T killed whatever it had started of this job
         if job.id in self.exiting:
             self.check_exits(time.monotonic())
         else:
@@ -816,6 +1004,16 @@ class Zygote:
             jjob["probe_entry"] = req.get("probe_entry")
         if self.cgroups is not None:
             job.oom_before = self.cgroups.oom_kills(job.slot)
+            job.judge_oom_before = self.cgroups.judge_oom_kills(job.slot)
+            job.cpu0 = self.cgroups.cpu_usage(job.slot)
+            if job.cpu0 is not None:  # the judge measures each test's budget there too
+                jjob["cpu_usage"] = list(self.cgroups.usage[job.slot])
+                job.cpu_check = job.start + float(lim["cpu_s"]) / self.cgroups.cpu_rate
+            jwant = (int(judge_limits(lim)["memory_mb"]) + JUDGE_IDLE_MB) << 20
+            if self.judge_limits.get(job.slot) != jwant:
+                with contextlib.suppress(OSError):
+                    self.cgroups.set_judge_limit(job.slot, jwant)
+                self.judge_limits[job.slot] = jwant
         sample_ns = bool(self.cfg.get("sample_ns"))
         if not sample_ns:
             job.workdir = os.path.join(self.root, f"s{job.slot}-{job.id}")
@@ -834,7 +1032,7 @@ class Zygote:
             "judge_uid": job.judge_uid,
             "workdir": job.workdir,
             "limits": lim,
-            "resident": bool(req.get("pure")),
+            "judge_key": judge_key(job.mode, req.get("judge_key"), job.id),
         }
         want = (int(lim["memory_mb"]) + int(lim["scratch_mb"])) << 20
         if self.cgroups is not None and self.slot_limits.get(job.slot) != want:
@@ -981,8 +1179,9 @@ class Zygote:
             self.close_pipe(job, fd)
         verdicts = self.verdicts(job)
         self.respond(job, verdicts)
-        # J exits by itself once it has answered (it cannot fork): only a J that did not
-        # answer needs its uid swept
+        # a J that answered is waiting for its request's next job, or exits by itself (it
+        # cannot fork), and T kills it before another request's job reaches this slot: only
+        # a J that did not answer needs its uid swept
         uids = [job.uid] if job.result is not None else [job.uid, job.judge_uid]
         if job.uid is not None and job.judge_uid is not None and not self.closing:
             if self.cfg.get("sample_ns"):
@@ -1038,10 +1237,19 @@ class Zygote:
         if self.cgroups is not None and self.cgroups.oom_kills(job.slot) > job.oom_before:
             mb = int(job.limits["memory_mb"]) + int(job.limits["scratch_mb"])
             return "memory_limit", f"the sample's processes together exceeded {mb} MB"
+        cg = self.cgroups
+        if cg is not None and cg.judge_oom_kills(job.slot) > job.judge_oom_before:
+            mb = int(judge_limits(job.limits)["memory_mb"])
+            return "memory_limit", f"the judge exceeded {mb} MB holding the sample's values"
         if job.end == "output":
             return "output_limit", job.end_msg
         if job.end == "timeout":
-            return "timeout", f"no result before the {job.limits['wall_s']} s wall-clock limit"
+            return "timeout", (
+                f"no result before the {job.limits['wall_s']} s wall-clock limit (not counting "
+                "time spent waiting for a CPU)"
+            )
+        if job.end == "cpu":
+            return "timeout", job.end_msg
         if job.end == "start":
             return "runtime_error", job.end_msg
         st = job.w_status
@@ -1193,7 +1401,8 @@ def main() -> None:
             cgroups = _contain.SlotCgroups.create(f"firstpass-{os.getpid()}", int(cfg["slots"]))
         except OSError:
             cgroups = None
-    global PIDNS
+    global PIDNS, CGROUPS
+    CGROUPS = cgroups  # judges join their slot's judge cgroups (see judge_standby)
     if cfg.get("sample_ns") and cfg.get("uid_base") is not None:
         PIDNS = _contain.own_pid_namespace()
     _contain.prepare_seccomp()  # built once here; each worker and judge only installs it

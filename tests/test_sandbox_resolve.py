@@ -1,0 +1,130 @@
+"""Expected values from a reference: a case is dropped only for a property of the reference,
+never for an accident of time, and an accident is never cached."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from firstpass.errors import SpecError
+from firstpass.sandbox import Limits, Sandbox, parse_spec
+from firstpass.sandbox._spec import CasesSpec
+
+REF = "def f(x):\n    if x == 3:\n        raise ValueError('no threes: secret-input')\n    return x * 2\n"
+
+
+@pytest.fixture
+async def sb() -> AsyncIterator[Sandbox]:
+    async with Sandbox(concurrency=2, limits=Limits(cpu_s=2, wall_s=4)) as sandbox:
+        yield sandbox
+
+
+def _spec(reference: str = REF, args: tuple[int, ...] = (1, 2, 3)) -> CasesSpec:
+    spec = parse_spec(
+        {"entry_point": "f", "cases": [{"args": [a]} for a in args], "reference": reference}
+    )
+    assert isinstance(spec, CasesSpec)
+    return spec
+
+
+class LoadedHost:
+    """Wraps ``Sandbox._submit``: the first ``bad_tries`` reference runs time out on case 0,
+    as they would on a host a neighbour starves (the real run's other answers are kept)."""
+
+    def __init__(self, sb: Sandbox, bad_tries: int) -> None:
+        self.real = sb._submit
+        self.bad_tries = bad_tries
+        self.calls = 0
+
+    async def __call__(self, req: dict[str, Any], limits: Limits, *, alt: bool = False) -> Any:
+        resp = await self.real(req, limits, alt=alt)
+        if req.get("mode") == "outputs":
+            self.calls += 1
+            if (self.calls + 1) // 2 <= self.bad_tries:
+                resp = {**resp, "tests": list(resp["tests"]), "outputs": list(resp["outputs"])}
+                resp["tests"][0] = {"passed": False, "error_type": "timeout", "message": "budget"}
+                resp["outputs"][0] = None
+        return resp
+
+
+async def test_a_case_the_reference_raises_on_is_dropped_and_said_on_the_result(
+    sb: Sandbox,
+) -> None:
+    """The raising case is dropped with its reason (no message: it can quote hidden inputs)."""
+    resolved = await sb.resolve(_spec())
+    assert [c.expected for c in resolved.cases] == [2, 4]
+    assert resolved.dropped == (2,)
+    assert resolved.dropped_why == ("the reference failed: runtime_error (ValueError)",)
+    result = await sb.run("def f(x):\n    return x * 2\n", _spec())
+    assert result.passed and result.n_total == 2
+    assert result.to_dict()["dropped_cases"] == [
+        {"case": 2, "reason": "the reference failed: runtime_error (ValueError)"}
+    ]
+    assert "secret-input" not in str(result.to_dict())
+
+
+async def test_a_timed_out_reference_case_is_run_again_not_dropped(
+    sb: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One try that times out on a case (a loaded host): the case is tried again and kept, so a
+    wrong answer failing only that case still fails."""
+    host = LoadedHost(sb, bad_tries=1)
+    monkeypatch.setattr(sb, "_submit", host)
+    resolved = await sb.resolve(_spec(args=(1, 2)))
+    assert [c.expected for c in resolved.cases] == [2, 4]
+    assert resolved.dropped == ()
+    assert host.calls == 4  # two tries, each in two interpreters
+    wrong = "def f(x):\n    return 4 if x == 2 else 0\n"  # wrong only on case 0
+    assert not (await sb.run(wrong, _spec(args=(1, 2)))).passed
+
+
+async def test_a_reference_that_never_answers_a_case_fails_without_caching_it(
+    sb: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every try times out on a case: SpecError says so, and once the load is gone the same
+    spec resolves whole (the failure was not remembered)."""
+    host = LoadedHost(sb, bad_tries=99)
+    monkeypatch.setattr(sb, "_submit", host)
+    with pytest.raises(SpecError, match="gave no answer on 1 case"):
+        await sb.resolve(_spec(args=(1, 2)))
+    monkeypatch.setattr(sb, "_submit", host.real)
+    resolved = await sb.resolve(_spec(args=(1, 2)))
+    assert [c.expected for c in resolved.cases] == [2, 4]
+
+
+async def test_a_reference_that_loops_forever_on_a_case_is_not_shortened(sb: Sandbox) -> None:
+    """A real timeout (the reference hangs on one input) is never a reason to drop a case."""
+    hang = "def f(x):\n    while x == 2:\n        pass\n    return x * 2\n"
+    with pytest.raises(SpecError, match="gave no answer"):
+        await sb.resolve(_spec(reference=hang, args=(1, 2)))
+
+
+async def test_a_reference_that_fails_on_every_case_is_remembered(sb: Sandbox) -> None:
+    """Failing every case for a reason of its own is a property of the spec: cached."""
+    bad = "def f(x):\n    raise KeyError(x)\n"
+    with pytest.raises(SpecError, match=r"every case \(first: the reference failed"):
+        await sb.resolve(_spec(reference=bad))
+    assert _spec(reference=bad).digest in sb._resolve_failed
+
+
+async def test_a_reference_that_does_not_load_is_a_property_of_the_reference(
+    sb: Sandbox,
+) -> None:
+    """A reference raising as it loads fails every case for that reason, not as a timeout."""
+    with pytest.raises(SpecError, match=r"runtime_error while loading"):
+        await sb.resolve(_spec(reference="raise RuntimeError('x')\ndef f(x):\n    return x\n"))
+
+
+async def test_a_reference_that_catches_its_own_timeout_gives_no_expected_value(
+    sb: Sandbox,
+) -> None:
+    """A reference whose bare except swallows the case's timeout and returns a fallback: the
+    case ran out of time all the same, so the fallback never becomes an expected value."""
+    swallow = (
+        "def f(x):\n    try:\n        while x == 2:\n            pass\n"
+        "    except BaseException:\n        return -1\n    return x * 2\n"
+    )
+    with pytest.raises(SpecError, match="gave no answer on 1 case"):
+        await sb.resolve(_spec(reference=swallow, args=(1, 2)))
