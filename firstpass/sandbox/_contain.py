@@ -246,8 +246,47 @@ def own_pid_namespace() -> int | None:
     return fd
 
 
+def slot_network_namespaces(n: int) -> list[int]:
+    """``n`` new network namespaces (no interface up), as descriptors that keep them alive.
+
+    Why one per slot, not per sample: samples that run at the same time are on different
+    slots, so each sees only its own slot's sockets in /proc/net; a sample's sockets die with
+    its processes, so the next sample of the slot inherits nothing; and entering a namespace
+    (``setns``) costs microseconds where making and tearing down one per sample cost about a
+    tenth of a sample's time (benchmarks/results/sandbox_bench.md). Root only.
+    """
+    fds: list[int] = []
+    for _ in range(n):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a child makes the namespace and holds it until we have opened it
+            try:
+                os.close(r)
+                ok = _libc.unshare(CLONE_NEWNET) == 0
+                os.write(w, b"1" if ok else b"0")
+                signal.pause()
+            finally:
+                os._exit(0)
+        os.close(w)
+        try:
+            if os.read(r, 1) != b"1":
+                raise OSError(errno.EPERM, "unshare(net) failed")
+            fds.append(os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC))
+        finally:
+            os.close(r)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    return fds
+
+
 def fork_sample(
-    pidns: int, *, scratch_mb: int, keep: list[str], uid: int | None, net: bool
+    pidns: int,
+    *,
+    scratch_mb: int,
+    keep: list[str],
+    uid: int | None,
+    net: bool,
+    netns: int | None = None,
 ) -> tuple[int, str | None]:
     """Fork the sample as pid 1 of a new PID namespace, with its own mount and IPC namespaces.
 
@@ -258,7 +297,8 @@ def fork_sample(
     namespace (the kernel kills what is left), and signals it sends itself without a handler
     are ignored: the harness handles SIGXCPU and SIGALRM, and RLIMIT_CPU's hard limit is a
     SIGKILL, which is delivered. ``net``: also a new network namespace (when seccomp cannot
-    refuse unix sockets, the abstract socket namespace must be per sample).
+    refuse unix sockets, the abstract socket namespace must be per sample); ``netns``: enter
+    this one instead (its slot's: see :func:`slot_network_namespaces`).
 
     Returns ``(pid, None)`` in the caller and ``(0, work_dir)`` in the sample, still root.
     """
@@ -278,6 +318,8 @@ def fork_sample(
             _libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWNET if net else 0)),
             "unshare(mount, ipc)",
         )
+        if netns is not None:
+            _check(_libc.setns(netns, CLONE_NEWNET), "setns(net)")
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         return 0, _sample_setup(scratch_mb, keep, uid)
     except BaseException:

@@ -523,6 +523,9 @@ class Sandbox:
                 "prefetch": _prefetch(spec.asserts, ep),
                 "entry_point": ep,
                 "tests": list(spec.asserts),
+                # judged by the shared judge of cases jobs when its evaluation cannot change
+                # that process (the judge checks again); else by its request's own
+                "closed": _judge.closed_spec(spec.asserts, spec.setup),
             }
         return {
             "op": "run",
@@ -738,16 +741,7 @@ class Sandbox:
                     "tests": [list(c.args) for c in spec.cases],
                     "allowance": REFERENCE_ALLOWANCE,
                 }
-                outcome: dict[int, _Resolved] = {}
-                for _try in range(RESOLVE_TRIES):
-                    first, second = await asyncio.gather(
-                        self._submit(req, limits), self._submit(req, limits, alt=True)
-                    )
-                    for i in range(len(spec.cases)):  # what an earlier try settled stays
-                        if i not in outcome or isinstance(outcome[i], _Transient):
-                            outcome[i] = _resolve_case(_output(first, i), _output(second, i))
-                    if not any(isinstance(o, _Transient) for o in outcome.values()):
-                        break
+                outcome = await self._reference_outcomes(spec, req, limits)
                 unsettled = [i for i, o in outcome.items() if isinstance(o, _Transient)]
                 if unsettled:  # never cached: a loaded host must not weaken a spec for good
                     raise SpecError(
@@ -790,6 +784,42 @@ class Sandbox:
         finally:  # a failed reference too: one lock per spec must not outlive its resolution
             self._resolving.pop(key, None)
 
+    async def _reference_outcomes(
+        self, spec: CasesSpec, req: dict[str, Any], limits: Limits
+    ) -> dict[int, _Resolved]:
+        """Each case's outcome, running the reference (in both interpreters) on the cases not
+        settled yet until every case is, or ``RESOLVE_TRIES`` runs in a row settle nothing.
+
+        Only the unsettled cases run again, so a spec whose cases together need more CPU than
+        one process may use is resolved over several runs. A case that ran out of its own
+        CPU-time budget in ``RESOLVE_TRIES`` runs is the reference's property (it needs more
+        than a sample may use), so it is dropped; any other missing answer stays unsettled.
+        """
+        outcome: dict[int, _Resolved] = {}
+        slow: dict[int, int] = {}
+        todo = list(range(len(spec.cases)))
+        idle = 0
+        while todo and idle < RESOLVE_TRIES:
+            sub = {**req, "tests": [req["tests"][i] for i in todo]}
+            first, second = await asyncio.gather(
+                self._submit(sub, limits), self._submit(sub, limits, alt=True)
+            )
+            settled = 0
+            for j, i in enumerate(todo):
+                got = _resolve_case(_output(first, j), _output(second, j))
+                if isinstance(got, _Slow):
+                    slow[i] = slow.get(i, 0) + 1
+                    got = (
+                        _Dropped(f"the reference ran out of its CPU-time budget ({got})")
+                        if slow[i] >= RESOLVE_TRIES
+                        else _Transient(str(got))
+                    )
+                outcome[i] = got
+                settled += not isinstance(got, _Transient)
+            todo = [i for i in todo if isinstance(outcome[i], _Transient)]
+            idle = 0 if settled else idle + 1
+        return outcome
+
 
 def _answer_within(limits: Limits) -> float:
     """How long the zygote may take to answer one request: its hard deadline (the wall limit
@@ -820,19 +850,22 @@ def _behaviour(resp: dict[str, Any], n: int) -> tuple[str, tuple[str, ...]] | No
     return digest, tuple(str(o) for o in outputs)
 
 
-def _output(resp: dict[str, Any], i: int) -> tuple[Any] | str | None:
+def _output(resp: dict[str, Any], i: int) -> tuple[Any] | str | _Slow | None:
     """Case ``i`` of a reference run: ``(value,)``, the reason it failed for a reason of the
-    reference's own (a str), or None (no answer, by an accident of the host)."""
+    reference's own (a str), ``_Slow`` (it used up its own CPU-time budget), or None (no
+    answer: an accident of the host, or the process's CPU ran out on earlier cases)."""
     outputs = resp.get("outputs")
     tests = resp.get("tests")
     if not isinstance(outputs, list) or not isinstance(tests, list) or i >= len(outputs):
         return None
     out = outputs[i]
+    if tests[i].get("passed"):  # a value came back: None too is a value (null on the wire)
+        return (out,)
     if isinstance(out, dict) and set(out) == {_judge.DROP}:
         return str(out[_judge.DROP])
-    if not tests[i].get("passed") or out is None:
-        return None
-    return (out,)
+    if isinstance(out, dict) and set(out) == {_judge.SLOW}:
+        return _Slow(str(out[_judge.SLOW]))
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -856,15 +889,26 @@ class _Transient:
         return self.why
 
 
-_Resolved = _Value | _Dropped | _Transient
+@dataclasses.dataclass(frozen=True)
+class _Slow:
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
 
 
-def _resolve_case(a: tuple[Any] | str | None, b: tuple[Any] | str | None) -> _Resolved:
+_Resolved = _Value | _Dropped | _Transient | _Slow
+_Run = tuple[Any] | str | _Slow | None
+
+
+def _resolve_case(a: _Run, b: _Run) -> _Resolved:
     """One case from the reference's two runs (two hash seeds)."""
     for got in (a, b):
         if isinstance(got, str):
             return _Dropped(f"the reference failed: {got}")
-    if a is None or b is None:
+    if isinstance(a, _Slow) and isinstance(b, _Slow):
+        return a
+    if not isinstance(a, tuple) or not isinstance(b, tuple):
         return _Transient("no answer: a timeout, the memory limit or a killed worker")
     if a != b:
         return _Dropped("the reference answered differently in two runs (two hash seeds)")

@@ -46,6 +46,8 @@ import _judge
 sys.dont_write_bytecode = True  # no trusted process writes bytecode: nothing on its path changes
 
 MAXFD = 4096
+#: one network namespace per slot, as descriptors (see _contain.slot_network_namespaces)
+NETNS: list[int] = []
 #: T's own PID namespace, to return to after forking a sample into a new one (root only)
 PIDNS: int | None = None
 #: stdlib modules imported once here, so samples neither pay for nor need to find them
@@ -84,16 +86,18 @@ RESIDENT_MODES = frozenset({"cases", "outputs"})
 DATA_KEY = "data"
 
 
-def judge_key(mode: str, request_key: Any, job_id: int) -> str:
+def judge_key(mode: str, request_key: Any, job_id: int, closed: bool = False) -> str:
     """Which jobs may share a judge process with this one: the judge's whole isolation rule.
 
     A judge serves one key for its life, and T kills it before a job of another key reaches
-    its slot. Cases and outputs jobs run no client code in the judge, so
-    they share ``DATA_KEY``; an asserts job runs the client's test code there, so its key is
-    its request's (the samples of one ``run_many``), else its own: one request's spec never
-    runs in a process that judges another request's sample.
+    its slot. Jobs whose judging cannot change the judge share ``DATA_KEY`` across requests:
+    cases and outputs jobs (no client code runs in the judge) and asserts specs written in the
+    closed language (``closed``, from ``_judge.closed_spec``; the shared judge checks it again
+    on the job, see ``shareable``). Any other asserts spec runs client code that can change
+    its judge, so its key is its request's (the samples of one ``run_many``), else its own:
+    such a spec never runs in a process that judges another request's sample.
     """
-    if mode in RESIDENT_MODES:
+    if mode in RESIDENT_MODES or (mode == "asserts" and closed):
         return DATA_KEY
     if type(request_key) is str and request_key:
         return "req:" + request_key[:200]
@@ -175,9 +179,11 @@ def fork_standby(
                 scratch_mb=scratch_mb,
                 keep=list(cfg.get("keep") or []),
                 uid=slot_uid(cfg, slot, judge=False),
-                # a network namespace of its own: in a shared one, /proc/net (socket counts,
-                # unix socket tables, the ports a send autobinds) is a channel between samples
-                net=bool(cfg.get("sample_netns", True)),
+                # its slot's network namespace (or one of its own): in one shared with the
+                # samples of other slots, /proc/net (socket counts, unix socket tables, the
+                # ports a send autobinds) would be a channel between samples running together
+                net=not NETNS and bool(cfg.get("sample_netns", True)),
+                netns=NETNS[slot] if NETNS else None,
             )
         except OSError:
             pid, workdir = None, None
@@ -218,6 +224,10 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
     Never returns. Forks happen here rather than in Z so that Z's loop, the sandbox's one
     serial path, does not pay for them.
     """
+    # the judge's code run once here, on constants of ours: every judge forked from T finds
+    # its caches filled (compiled code, regexes, classes), so a request's judge does not
+    # compute them again; what that leaves in T is ours, as clean as T was
+    warm_judge()
     try:
         import ctypes
 
@@ -447,10 +457,8 @@ def _only_fd(keep: int) -> None:
 def _die_with_t() -> None:
     """PR_SET_PDEATHSIG: if T dies, this process dies too (a judge busy computing would not
     notice its socket closing, and must not outlive the sandbox)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    with contextlib.suppress(Exception):  # libc as loaded once by T's parent (a fresh CDLL
+        _contain._libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # costs a judge ~0.6 ms of CPU)
     if os.getppid() == 1:  # T died before the call above took effect
         os._exit(0)
 
@@ -496,17 +504,14 @@ def worker_standby(
             workdir = _contain.enter_sample_namespaces(
                 scratch_mb=scratch_mb, keep=list(cfg.get("keep") or []), uid=uid
             )
+        if cfg.get("sample_ns"):  # joined: now the slots' usage files (a channel) are covered
+            _contain.cover_cgroup_files()
         _ready()
         hdr, (chan, out_w, err_w) = _go(sock, 3)
         _stdio(out_w, err_w)
         os.dup2(chan, 3)
         os.closerange(4, MAXFD)  # every inherited fd but the channel to the judge
         lim = hdr["limits"]
-        if cgroups is not None and hdr.get("memory_limit"):
-            with contextlib.suppress(OSError):
-                cgroups.set_limit(slot, int(hdr["memory_limit"]))
-        if cfg.get("sample_ns"):  # the last root step: the slots' usage files are a channel
-            _contain.cover_cgroup_files()
         drop_privileges(uid)
         set_limits(lim)
         os.chdir(workdir or hdr["workdir"])
@@ -535,9 +540,8 @@ def _judge_confine(cfg: dict[str, Any], slot: int, limits: dict[str, Any]) -> No
     """The slot's judge uid, ``limits``, no environment, the seccomp filter."""
     drop_privileges(slot_uid(cfg, slot, judge=True))
     with contextlib.suppress(Exception):  # already so after the uid change; said, not assumed:
-        import ctypes  # no process of the judge uid may read or write this one's memory
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        _contain._libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no judge-uid process may
+        # read or write this one's memory
     set_limits(limits)
     os.chdir("/")
     os.environ.clear()
@@ -598,11 +602,11 @@ def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
         else:
             limits = {**judge_limits(hdr["limits"]), "cpu_s": MAX_CPU_S}
         _judge_confine(cfg, slot, limits)
-        modes = RESIDENT_MODES if key == DATA_KEY else None
+        shared = key == DATA_KEY
         for _ in range(RESIDENT_JOBS):
             wchan, zchan = fds
             try:
-                judged = _judge_one(zchan, wchan, modes=modes)
+                judged = _judge_one(zchan, wchan, shared=shared)
             finally:
                 os.close(wchan)
                 os.close(zchan)
@@ -617,10 +621,11 @@ def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
         os._exit(0)
 
 
-def _judge_one(zfd: int, wfd: int, modes: frozenset[str] | None = None) -> bool:
-    """Judge one job; False (nothing judged) for a job whose mode is not in ``modes``."""
+def _judge_one(zfd: int, wfd: int, shared: bool = False) -> bool:
+    """Judge one job; False (nothing judged) if ``shared`` (this is the judge that serves
+    every request's data jobs) and the job is not one that can leave it unchanged."""
     job = H.read_frame(zfd)
-    if modes is not None and (type(job) is not dict or job.get("mode") not in modes):
+    if shared and not shareable(job):
         return False
     result = _judge.run_judge(zfd, wfd, job)
     outputs = result.pop("outputs", None)
@@ -631,6 +636,25 @@ def _judge_one(zfd: int, wfd: int, modes: frozenset[str] | None = None) -> bool:
         data += H.encode_frame(outputs)
     H.write_all(zfd, data)
     return True
+
+
+def shareable(job: Any) -> bool:
+    """A job whose judging cannot change the judge: a cases or outputs job (no client code in
+    the judge), or an asserts spec in the closed language (``_judge.closed_spec``), checked
+    here on the job itself, whatever Z decided."""
+    if type(job) is not dict:
+        return False
+    mode = job.get("mode")
+    if mode in RESIDENT_MODES:
+        return True
+    tests, setup = job.get("tests"), job.get("setup")
+    return (
+        mode == "asserts"
+        and type(tests) is list
+        and all(type(t) is str for t in tests)
+        and (setup is None or type(setup) is str)
+        and _judge.closed_spec(tuple(tests), setup)
+    )
 
 
 def resident_limits(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -1032,11 +1056,16 @@ class Zygote:
             "judge_uid": job.judge_uid,
             "workdir": job.workdir,
             "limits": lim,
-            "judge_key": judge_key(job.mode, req.get("judge_key"), job.id),
+            "judge_key": judge_key(
+                job.mode, req.get("judge_key"), job.id, req.get("closed") is True
+            ),
         }
         want = (int(lim["memory_mb"]) + int(lim["scratch_mb"])) << 20
         if self.cgroups is not None and self.slot_limits.get(job.slot) != want:
-            hdr["memory_limit"] = want  # written by W, as root, only when it changes
+            # only when it changes (a request with other limits), with the slot idle: its
+            # standby worker has joined the cgroup already and can no longer see the file
+            with contextlib.suppress(OSError):
+                self.cgroups.set_limit(job.slot, want)
             self.slot_limits[job.slot] = want
         wframe = H.encode_frame(wjob)
         if len(wframe) <= W_JOB_INLINE:  # fits an empty socket: W starts without waiting for J
@@ -1405,6 +1434,10 @@ def main() -> None:
     CGROUPS = cgroups  # judges join their slot's judge cgroups (see judge_standby)
     if cfg.get("sample_ns") and cfg.get("uid_base") is not None:
         PIDNS = _contain.own_pid_namespace()
+    if PIDNS is not None and cfg.get("sample_netns", True):
+        global NETNS
+        with contextlib.suppress(OSError):  # else a namespace per sample (fork_standby)
+            NETNS = _contain.slot_network_namespaces(int(cfg["slots"]))
     _contain.prepare_seccomp()  # built once here; each worker and judge only installs it
     zsock, tsock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     gc.collect()
