@@ -11,7 +11,10 @@ Rows (p50 / p90 over tasks x rounds, measured interleaved so that machine load h
   values computed once by ``Sandbox.resolve`` before timing);
 - ``1 sample, the visible assert 21 times``: what each further judged call costs (printed as
   the per-call difference to the one-assert row: one judge-to-worker round trip and its
-  evaluation).
+  evaluation);
+- ``own judge`` rows: the same visible assert with a setup helper of its own, so the spec is
+  not in the closed language and its request gets a judge process of its own on each slot it
+  uses (what the shared judge would cost any spec that could change it; issue 23).
 
 The issue's targets on a 2-core machine: 5 samples ≤ 25 ms p50; per-sample overhead within 3 ms
 of the bare start. Data: ``$FIRSTPASS_DATA`` or ``<repo>/../shared/data``.
@@ -66,7 +69,9 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
         if tid in tasks and len(row["samples"]) >= 5 and shown_asserts(row["requirement"])
     ]
     chosen = chosen[:: max(1, len(chosen) // n_tasks)][:n_tasks]
-    rows: dict[str, list[float]] = {k: [] for k in ("bare", "one", "five", "hidden", "many")}
+    rows: dict[str, list[float]] = {
+        k: [] for k in ("bare", "one", "five", "hidden", "many", "own1", "own5")
+    }
     passes = {"five": 0, "five_n": 0, "hidden": 0, "hidden_n": 0}
     limits = Limits(cpu_s=10, wall_s=20)
     async with Sandbox(concurrency=concurrency, limits=limits) as sb:
@@ -87,13 +92,16 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
                     }
                 )
             )
-            specs[tid] = (visible, hidden, repeated)
+            own = parse_spec(
+                {"asserts": shown, "setup": "import math\ndef own_helper():\n    return 1"}
+            )
+            specs[tid] = (visible, hidden, repeated, own)
         for _ in range(2):  # warm-up
             await sb.run(samples[chosen[0]]["samples"][0], specs[chosen[0]][0])
             await sb.run(samples[chosen[0]]["samples"][0], specs[chosen[0]][2])
         for _ in range(rounds):
             for tid in chosen:
-                visible, hidden, repeated = specs[tid]
+                visible, hidden, repeated, own = specs[tid]
                 five = samples[tid]["samples"][:5]
                 rows["bare"].append(await bare_start())
                 rows["one"].append((await timed(sb.run(five[0], visible)))[0])
@@ -106,6 +114,8 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
                 passes["hidden"] += result.passed
                 passes["hidden_n"] += 1
                 rows["many"].append((await timed(sb.run(five[0], repeated)))[0])
+                rows["own1"].append((await timed(sb.run(five[0], own)))[0])
+                rows["own5"].append((await timed(sb.run_many(five, own)))[0])
         isolation, cores = sb.isolation, os.cpu_count()
     labels = {
         "bare": "bare `python -I -S -c pass`",
@@ -113,6 +123,8 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
         "five": "5 samples, visible assert (run_many)",
         "hidden": "1 sample, all hidden inputs",
         "many": f"1 sample, the visible assert {1 + EXTRA_CALLS} times",
+        "own1": "1 sample, visible assert, own judge",
+        "own5": "5 samples, visible assert, own judge",
     }
     print(
         f"sandbox_bench: {len(chosen)} MBPP+ tasks x {rounds} rounds, isolation {isolation}, "
@@ -122,6 +134,8 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
     print(f"|{'-' * 42}|{'-' * 10}|{'-' * 10}|")
     for key, values in rows.items():
         print(f"| {labels[key]:40} | {statistics.median(values):8.2f} | {pct(values, 0.9):8.2f} |")
+    own = statistics.median(rows["own5"]) - statistics.median(rows["five"])
+    print(f"a request's own judge (a spec outside the closed language), 5 samples: {own:+.2f} ms")
     per_call = (statistics.median(rows["many"]) - statistics.median(rows["one"])) / EXTRA_CALLS
     print(f"each further judged assert (one round trip to the worker): {per_call * 1000:.0f} µs")
     overhead = statistics.median(rows["one"]) - statistics.median(rows["bare"])

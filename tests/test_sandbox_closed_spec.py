@@ -1,0 +1,93 @@
+"""Which asserts specs may share a judge across requests: the closed language (a pure function,
+table-tested), and the shared judge refusing anything else whatever Z decided."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstpass.sandbox import _zygote
+from firstpass.sandbox._judge import closed_spec
+
+CLOSED = [
+    (("assert f(1) == 2",), None),
+    (("assert f(1) == 2",), "import math"),
+    (("assert math.isclose(f(2), 3.14, rel_tol=1e-3)",), "import math"),
+    (("assert sqrt(f(4)) == 2",), "from math import sqrt"),
+    (("assert set(f([1, 2, 2])) == {1, 2} and len(f([])) == 0",), None),
+    (("assert sorted(f(x), key=lambda v: -v) == [3, 1] and abs(f(-1)) == 1",), None),
+    (("assert [f(i) for i in range(3)] == [0, 1, 4] and all(f(i) >= 0 for i in range(9))",), None),
+    (("assert f('abc') == 'cba' and f'{f(1)!r:>3}' == '  1'",), None),
+    (("assert (y := f(2)) == 4 and y + 1 == 5",), None),
+    (("assert isinstance(f(1), (int, float)) and round(f(1.26), 1) == 1.3",), None),
+    (("assert f(*[1, 2], **{'k': 3}) == {'k': (1, 2)}",), None),
+    (("assert cmath.isclose(f(1j), 1j)",), "import cmath"),
+]
+OPEN = [
+    # the round-two exploit: a module function that walks attributes named in a string
+    (
+        ("assert string.Formatter().get_field('0.__globals__', [lambda: 0], {}) is None",),
+        "import string",
+    ),
+    (("assert '{0.__globals__}'.format(f)",), None),  # a method of a value
+    (("assert f('a').upper() == 'A'",), None),
+    (("assert getattr(f(1), 'x') == 1",), None),
+    (("assert vars(f(1)) == {}",), None),
+    (("assert type(f(1)) is int",), None),
+    (("assert eval('1') == 1",), None),
+    (("assert __import__('os')",), None),
+    (("assert f.__globals__",), None),
+    (("assert (lambda m: m)(math)",), "import math"),  # a module as a value
+    (("assert math.isclose(f(1), 1)",), None),  # a module the setup did not import
+    (("assert statistics.mean([1]) == 1",), "import statistics"),
+    (("assert math.sys",), "import math"),  # not a member of math
+    (("assert f(1) == 2",), "import math as m"),
+    (("assert f(1) == 2",), "def helper():\n    return 1"),
+    (("assert f(1) == 2",), "X = [1]"),
+    (("assert f(1) == 2",), "from math import *"),
+    (("assert f(1) == 2",), "import os"),
+    (("assert open('x')",), None),
+    (("assert f(1) == 2", "assert print(1) is None"), None),
+    (("assert (yield)",), None),
+    (("assert f(1) == 2",), "import math\nmath.pi = 3"),
+    (("x = 1",), None),
+]
+
+
+@pytest.mark.parametrize(("asserts", "setup"), CLOSED)
+def test_plain_expressions_of_the_sample_and_pure_builtins_are_closed(
+    asserts: tuple[str, ...], setup: str | None
+) -> None:
+    """Literals, operators, displays, comprehensions, lambdas, f-strings, := and pure builtins
+    and math.* on the sample's values: closed, so the shared judge may evaluate them."""
+    assert closed_spec(asserts, setup)
+
+
+@pytest.mark.parametrize(("asserts", "setup"), OPEN)
+def test_anything_that_reaches_attributes_code_or_modules_is_not_closed(
+    asserts: tuple[str, ...], setup: str | None
+) -> None:
+    """Any attribute of a value, a module but math/cmath, a module as a value, a builtin that
+    reaches names or code, or setup code beyond imports: its request's own judge."""
+    assert not closed_spec(asserts, setup)
+
+
+def test_the_shared_judge_takes_only_jobs_that_cannot_change_it() -> None:
+    """The shared judge checks each job itself: cases and outputs jobs and closed asserts
+    specs, never an open one, whatever key Z chose."""
+    assert _zygote.shareable({"mode": "cases", "tests": [[1]]})
+    assert _zygote.shareable({"mode": "outputs", "tests": [[1]]})
+    assert _zygote.shareable({"mode": "asserts", "tests": ["assert f(1) == 2"], "setup": None})
+    assert not _zygote.shareable(
+        {"mode": "asserts", "tests": ["assert f('a').upper() == 'A'"], "setup": None}
+    )
+    assert not _zygote.shareable({"mode": "asserts", "tests": "assert f(1)", "setup": None})
+    assert not _zygote.shareable(["not", "a", "job"])
+
+
+def test_the_judge_key_shares_only_closed_or_data_jobs() -> None:
+    """Z's key: data for cases, outputs and closed specs; a request's own for the rest."""
+    assert _zygote.judge_key("cases", "r1", 1) == _zygote.DATA_KEY
+    assert _zygote.judge_key("asserts", "r1", 1, closed=True) == _zygote.DATA_KEY
+    assert _zygote.judge_key("asserts", "r1", 1) == "req:r1"
+    assert _zygote.judge_key("asserts", None, 7) == "job:7"
+    assert _zygote.judge_key("asserts", "data", 1) != _zygote.DATA_KEY
