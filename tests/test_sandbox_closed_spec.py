@@ -91,3 +91,50 @@ def test_the_judge_key_shares_only_closed_or_data_jobs() -> None:
     assert _zygote.judge_key("asserts", "r1", 1) == "req:r1"
     assert _zygote.judge_key("asserts", None, 7) == "job:7"
     assert _zygote.judge_key("asserts", "data", 1) != _zygote.DATA_KEY
+
+
+@pytest.mark.parametrize("name", ["type", "object", "super", "property", "classmethod"])
+def test_builtins_that_make_classes_never_cross_by_name(name: str) -> None:
+    """A sample cannot hand the judge `type` (or another class-maker) as data: with it a
+    closed test could build a class whose __del__ runs during a later request's job."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import builtins\n"
+        "from firstpass.sandbox import _codec\n"
+        f"name = {name!r}\n"
+        "assert _codec.from_wire({'$bt': name}) is getattr(builtins, name)  # to a worker: fine\n"
+        "_codec.judge_side()\n"
+        "try:\n    _codec.from_wire({'$bt': name})\nexcept _codec.WireError:\n    pass\n"
+        "else:\n    raise SystemExit('decoded in a judge')\n"
+        "_codec.worker_side()\n"
+        "try:\n    _codec.to_wire(getattr(builtins, name))\nexcept _codec.NonData:\n    pass\n"
+        "else:\n    raise SystemExit('sent by name from a worker')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr + run.stdout
+
+
+async def test_a_sample_handing_over_type_plants_nothing_in_the_shared_judge() -> None:
+    """The review's attack: sample `f = type`, a closed test building a class with a __del__
+    that burns CPU; a later request's correct cases job on the same slot still passes."""
+    from firstpass.sandbox import Limits, Sandbox, parse_spec
+
+    attack = parse_spec(
+        [
+            "assert f('Y', (), {'k': f('X', (), {'__del__': lambda s: sum(range(10**12))})()})"
+            " is not None"
+        ]
+    )
+    victim = parse_spec(
+        {
+            "entry_point": "h",
+            "cases": [{"args": [i], "expected": [[i + 1]] * 1000} for i in range(20)],
+        }
+    )
+    async with Sandbox(concurrency=1, limits=Limits(cpu_s=5, wall_s=10)) as sb:
+        await sb.run("f = type\n", attack)
+        for _ in range(2):
+            result = await sb.run("def h(x):\n    return [[x + 1]] * 1000\n", victim)
+            assert result.passed, result.category

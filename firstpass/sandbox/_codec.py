@@ -136,6 +136,12 @@ _BT_NAMES = """bool int float complex str bytes bytearray list tuple dict set fr
     classmethod super abs all any ascii bin callable chr divmod format hash hex id isinstance
     issubclass iter len max min next oct ord pow repr round sorted sum Ellipsis NotImplemented
     """.split()  # noqa: SIM905 (a word list)
+#: builtins that make classes or reach past their arguments: a test may pass them to the
+#: sample, but the sample never hands one to the judge as itself (see ``judge_side``)
+CLASS_MAKERS = frozenset(
+    {"type", "object", "super", "property", "classmethod", "staticmethod", "memoryview", "id"}
+    | {"issubclass"}
+)
 _BT: dict[str, Any] = {n: getattr(builtins, n) for n in _BT_NAMES}
 _BT.update(
     (n, x)
@@ -143,6 +149,21 @@ _BT.update(
     if isinstance(x, type) and issubclass(x, BaseException) and not n.startswith("_")
 )
 _BT_BY_ID = {id(x): n for n, x in _BT.items()}
+
+
+def judge_side() -> None:
+    """In a judge: never decode a class-maker sent by name. With three-argument ``type`` a
+    test could build a class whose ``__del__`` runs in a later job of the shared judge; a
+    sample's ``type`` reaches the judge as a reference instead (see ``worker_side``)."""
+    for name in CLASS_MAKERS:
+        _BT.pop(name, None)
+
+
+def worker_side() -> None:
+    """In a worker: send class-makers as references, never by name (the judge refuses them
+    by name; a sample that undoes this only gets a violation)."""
+    for name in CLASS_MAKERS:
+        _BT_BY_ID.pop(id(getattr(builtins, name)), None)
 _KEYS: Any = type({}.keys())
 _VALUES: Any = type({}.values())
 _ITEMS: Any = type({}.items())

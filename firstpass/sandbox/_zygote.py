@@ -76,7 +76,7 @@ PRELOAD = (
 )
 #: a worker job (the sample's code) up to this size is written into W's socket by Z itself
 W_JOB_INLINE = 96 << 10
-#: jobs a resident judge serves before it is replaced by a fresh fork (bounds its heap)
+#: jobs a judge serves (for its key) before it is replaced by a fresh fork (bounds its heap)
 RESIDENT_JOBS = 1000
 #: the job modes whose judging runs no client code in the judge (a call of the entry point
 #: on decoded arguments and a comparison of decoded values): only these share a judge
@@ -102,7 +102,7 @@ def judge_key(mode: str, request_key: Any, job_id: int, closed: bool = False) ->
     if type(request_key) is str and request_key:
         return "req:" + request_key[:200]
     return f"job:{job_id}"
-#: "no limit" for a resident judge's CPU rlimit
+#: "no limit" for the CPU rlimit of a judge that serves several jobs
 MAX_CPU_S = 86_400.0
 #: how long an answered sample's worker may take to exit before its uid is swept
 EXIT_GRACE_S = 0.1
@@ -506,6 +506,7 @@ def worker_standby(
             )
         if cfg.get("sample_ns"):  # joined: now the slots' usage files (a channel) are covered
             _contain.cover_cgroup_files()
+        _codec.worker_side()
         _ready()
         hdr, (chan, out_w, err_w) = _go(sock, 3)
         _stdio(out_w, err_w)
@@ -528,7 +529,9 @@ def worker_standby(
 
 
 def _judge_boot(sock: socket.socket) -> None:
-    """A judge's first steps after T forked it: its own session, tied to T, only ``sock``."""
+    """A judge's first steps after T forked it: its own session, tied to T, only ``sock``,
+    and a codec that takes no class-maker from a worker."""
+    _codec.judge_side()
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
@@ -612,6 +615,8 @@ def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
                 os.close(zchan)
             if not judged or key is None:
                 break
+            if shared:  # answered: whatever the job left in cycles is freed before the next
+                gc.collect()
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
             if not msg or len(fds) != 2 or json.loads(msg).get("judge_key") != key:
                 break
@@ -658,7 +663,7 @@ def shareable(job: Any) -> bool:
 
 
 def resident_limits(cfg: dict[str, Any]) -> dict[str, Any]:
-    """A resident judge's limits: no CPU rlimit (it adds up over jobs; Z's deadline kills a
+    """The shared judge's limits: no CPU rlimit (it adds up over jobs; Z's deadline kills a
     stuck one), room for decoded values, no forks."""
     lim = dict(cfg["limits"])
     return {
