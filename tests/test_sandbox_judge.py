@@ -654,3 +654,23 @@ async def test_a_worker_cannot_pass_its_object_off_as_a_data_type(sb: Sandbox) -
     )
     result = await sb.run(code, parse_spec(["assert type(f(1)) is int"]))
     assert not result.passed, result
+
+
+@pytest.mark.slow
+async def test_a_requests_test_code_cannot_signal_the_shared_judge() -> None:
+    """The shared judge (cases and closed specs) runs as a uid of its own: test code that
+    SIGKILLs every process of its uid, in its request's judge, leaves the shared one alive."""
+    from tests.sandbox_helpers import processes_of
+
+    async with Sandbox(concurrency=1, limits=Limits(cpu_s=1, wall_s=1)) as one:
+        shared_uid = frozenset({one.uid_range[2]})  # slot 0, lane 0: sample, request, shared
+        closed = parse_spec(["assert f(1) == 2"])
+        assert (await one.run("def f(x):\n    return x + 1\n", closed)).passed
+        before = processes_of(shared_uid)
+        assert len(before) == 1
+        (bad,) = await one.run_many(["def f(x):\n    return x + 1\n"], parse_spec(KILLER))
+        assert bad.category == "timeout"
+        assert processes_of(shared_uid) == before
+        assert (await one.run("def f(x):\n    return x + 1\n", closed)).passed
+        assert not (await one.run("def f(x):\n    return x\n", closed)).passed
+        assert processes_of(shared_uid) == before

@@ -481,6 +481,10 @@ def _sample_setup(scratch_mb: int, keep: list[str], uid: int | None) -> str:
     return work
 
 
+#: uids per concurrency slot and lane: the sample's, its request's judge's, and the shared
+#: judge's (two judge uids, so that no request's test code can signal the shared judge)
+UIDS_PER_SLOT = 3
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 

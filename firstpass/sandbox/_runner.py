@@ -49,7 +49,7 @@ UID_BLOCKS = 256
 #: zygote lanes: (site_packages, alt) -> lane; one-shot interpreters use LANES - 1
 LANES = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
 N_LANES = len(LANES) + 1
-MAX_CONCURRENCY = UID_BLOCK // (2 * N_LANES)
+MAX_CONCURRENCY = UID_BLOCK // (_contain.UIDS_PER_SLOT * N_LANES)
 #: how many resolved reference specs to keep
 RESOLVED_CACHE = 4096
 #: the run_many call a run() belongs to: its samples may share a judge (see judge_key in
@@ -340,7 +340,8 @@ class Sandbox:
         """The uids this sandbox's samples and judges run as (empty without uid isolation)."""
         if self._uid_base is None:
             return range(0)
-        return range(self._uid_base, self._uid_base + 2 * self.concurrency * N_LANES)
+        n = _contain.UIDS_PER_SLOT * self.concurrency * N_LANES
+        return range(self._uid_base, self._uid_base + n)
 
     @property
     def memory_bound(self) -> str:
@@ -356,7 +357,7 @@ class Sandbox:
         ``uid_range`` are judges', some of which live across jobs by design."""
         if self._uid_base is None:
             return frozenset()
-        return frozenset(range(self._uid_base, self._uid_base + 2 * self.concurrency * N_LANES, 2))
+        return frozenset(self.uid_range[:: _contain.UIDS_PER_SLOT])
 
     @property
     def zygote_pid(self) -> int | None:

@@ -132,8 +132,9 @@ MAX_VERDICT_FRAME = 16 << 20
 # --------------------------------------------------------------------------- T, W, J, R
 
 
-def slot_uid(cfg: dict[str, Any], slot: int, *, judge: bool) -> int | None:
-    """The uid a slot's worker (or judge) runs as; None without uid isolation.
+def slot_uid(cfg: dict[str, Any], slot: int, *, judge: bool, shared: bool = False) -> int | None:
+    """The uid a slot's worker (or judge: its request's, or the ``shared`` one) runs as;
+    None without uid isolation.
 
     Each zygote of a sandbox has its own lane of uids: one zygote's cleanup after it has
     answered must never hit a job another zygote started on the same slot meanwhile.
@@ -144,7 +145,9 @@ def slot_uid(cfg: dict[str, Any], slot: int, *, judge: bool) -> int | None:
     slots = int(cfg["slots"])
     if not 0 <= slot < slots:
         raise ValueError("slot out of range")
-    return int(base) + 2 * (int(cfg.get("lane", 0)) * slots + slot) + (1 if judge else 0)
+    per_slot: int = _contain.UIDS_PER_SLOT
+    first = int(base) + per_slot * (int(cfg.get("lane", 0)) * slots + slot)
+    return first + (0 if not judge else 2 if shared else 1)
 
 
 class Standby:
@@ -242,10 +245,16 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: dict[int, tuple[str, Any]] = {}
     standby: dict[tuple[str, int], Standby] = {}
-    resident: dict[int, Standby] = {}  # slot -> its judge that has a key, between jobs
+    #: (slot, shared) -> the slot's judge that has a key, between jobs: the shared one, and one
+    #: for a request's key (each its own uid, so neither can signal the other)
+    resident: dict[tuple[int, bool], Standby] = {}
     #: pid -> uid of every judge that has had a job (and so runs as the slot's judge uid)
     judges: dict[int, int] = {}
-    judge_uid = {s: slot_uid(cfg, s, judge=True) for s in range(int(cfg["slots"]))}
+    judge_uid = {
+        (s, sh): slot_uid(cfg, s, judge=True, shared=sh)
+        for s in range(int(cfg["slots"]))
+        for sh in (False, True)
+    }
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
@@ -267,7 +276,7 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
         request's spec) has ended; the loop below reaps it without this job waiting for its
         memory to be torn down.
         """
-        old = resident.pop(slot, None)
+        old = resident.pop((slot, False), None)
         if old is None:
             return
         children[old.pid] = ("retired", slot)
@@ -296,8 +305,8 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                         if juid in hdr["sweep"]:
                             with contextlib.suppress(OSError):
                                 os.kill(jpid, signal.SIGKILL)
-                    for slot in [k for k in resident if judge_uid.get(k) in hdr["sweep"]]:
-                        resident.pop(slot).sock.close()  # killed: the next job forks anew
+                    for rkey in [k for k in resident if judge_uid.get(k) in hdr["sweep"]]:
+                        resident.pop(rkey).sock.close()  # killed: the next job forks anew
                     rpid = _fork_or_none() if uids or hdr.get("remove") else None
                     if rpid == 0:
                         sweeper_main(uids, hdr.get("remove", []))
@@ -314,15 +323,19 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                 started = {}
                 # a judge lives on for its key's next job only where it has a uid of its own
                 jkey = hdr.get("judge_key") if hdr["uid"] is not None else None
-                if jkey is not None and slot in resident:
-                    if resident[slot].key != jkey:
-                        retire(slot)
+                rkey = (slot, jkey == DATA_KEY)
+                if jkey is not None and rkey in resident:
+                    if resident[rkey].key != jkey:
+                        retire(slot)  # a request's judge: the shared one's key never changes
                     else:
                         try:
-                            socket.send_fds(resident[slot].sock, [msg], fds[3:5])
-                            started["j"] = resident[slot].pid
+                            socket.send_fds(resident[rkey].sock, [msg], fds[3:5])
+                            started["j"] = resident[rkey].pid
                         except OSError:
-                            retire(slot)
+                            if rkey[1]:
+                                resident.pop(rkey).sock.close()
+                            else:
+                                retire(slot)
                 for role, mine in (("w", fds[:3]), ("j", fds[3:5])):
                     if role in started:
                         continue
@@ -341,8 +354,8 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                             judges[ready.pid] = hdr["judge_uid"]
                         if role == "j" and jkey is not None:  # it stays for its key's jobs
                             ready.key = jkey
-                            resident[slot] = ready
-                            children[ready.pid] = ("resident", slot)
+                            resident[rkey] = ready
+                            children[ready.pid] = ("resident", rkey)
                         else:
                             ready.sock.close()
                             children[ready.pid] = (role, hdr["job"])
@@ -385,8 +398,9 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                     elif kind == "swept":
                         sock.send(json.dumps({"swept": ident}).encode())
                     elif kind == "resident":  # the slot's next job takes a standby
-                        if resident.get(ident) is not None and resident[ident].pid == pid:
-                            resident.pop(ident).sock.close()
+                        rk = (int(ident[0]), bool(ident[1]))
+                        if resident.get(rk) is not None and resident[rk].pid == pid:
+                            resident.pop(rk).sock.close()
                     elif kind == "standby":  # died before its job: the next job forks anew
                         gone = standby.get(tuple(ident))
                         if gone is not None and gone.pid == pid:
@@ -539,9 +553,10 @@ def _judge_boot(sock: socket.socket) -> None:
     _only_fd(sock.fileno())
 
 
-def _judge_confine(cfg: dict[str, Any], slot: int, limits: dict[str, Any]) -> None:
-    """The slot's judge uid, ``limits``, no environment, the seccomp filter."""
-    drop_privileges(slot_uid(cfg, slot, judge=True))
+def _judge_confine(cfg: dict[str, Any], slot: int, limits: dict[str, Any], shared: bool) -> None:
+    """The slot's judge uid (the shared judge's, or a request's), ``limits``, no environment,
+    the seccomp filter."""
+    drop_privileges(slot_uid(cfg, slot, judge=True, shared=shared))
     with contextlib.suppress(Exception):  # already so after the uid change; said, not assumed:
         _contain._libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no judge-uid process may
         # read or write this one's memory
@@ -604,7 +619,7 @@ def judge_standby(sock: socket.socket, slot: int, cfg: dict[str, Any]) -> None:
             limits = resident_limits(cfg)
         else:
             limits = {**judge_limits(hdr["limits"]), "cpu_s": MAX_CPU_S}
-        _judge_confine(cfg, slot, limits)
+        _judge_confine(cfg, slot, limits, shared=key == DATA_KEY)
         shared = key == DATA_KEY
         for _ in range(RESIDENT_JOBS):
             wchan, zchan = fds
@@ -757,7 +772,8 @@ class Job:
         self.cpu0: float | None = None
         self.cpu_check = float("inf")
         self.uid = zygote.uid(self.slot, judge=False)
-        self.judge_uid = zygote.uid(self.slot, judge=True)
+        self.key = judge_key(self.mode, req.get("judge_key"), self.id, req.get("closed") is True)
+        self.judge_uid = slot_uid(zygote.cfg, self.slot, judge=True, shared=self.key == DATA_KEY)
         self.workdir = ""
         self.zsock: socket.socket | None = None
         self.pipes: dict[int, str] = {}
@@ -814,8 +830,14 @@ class Zygote:
         self.sel.register(chan_in, selectors.EVENT_READ, ("in", None))
         self.sel.register(tsock, selectors.EVENT_READ, ("t", None))
 
-    def uid(self, slot: int, *, judge: bool) -> int | None:
-        return slot_uid(self.cfg, slot, judge=judge)
+    def uid(self, slot: int, *, judge: bool, shared: bool = False) -> int | None:
+        return slot_uid(self.cfg, slot, judge=judge, shared=shared)
+
+    def all_uids(self, slot: int) -> list[int]:
+        """The slot's uids: its samples', its requests' judges', its shared judge's."""
+        uids = [self.uid(slot, judge=j, shared=sh) for j, sh in ((False, False), (True, False))]
+        uids.append(self.uid(slot, judge=True, shared=True))
+        return [u for u in uids if u is not None]
 
     # ---- I/O with the proxy
 
@@ -828,8 +850,8 @@ class Zygote:
     def loop(self) -> None:
         if self.cfg.get("sweep_at_start") and self.cfg.get("uid_base") is not None:
             for slot in range(int(self.cfg["slots"])):
-                sweep(self.uid(slot, judge=False))  # type: ignore[arg-type]
-                sweep(self.uid(slot, judge=True))  # type: ignore[arg-type]
+                for uid in self.all_uids(slot):
+                    sweep(uid)
         self.send(
             {
                 "ready": True,
@@ -1000,8 +1022,8 @@ class Zygote:
         self.used_slots.add(job.slot)
         self.send({"id": job.id, "ack": True})  # from here on the sample may be what kills us
         if req.get("sweep_first") and job.uid is not None and job.judge_uid is not None:
-            sweep(job.uid)  # a previous zygote may have died with this slot's processes alive
-            sweep(job.judge_uid)
+            for uid in self.all_uids(job.slot):  # a previous zygote may have died with this
+                sweep(uid)  # slot's processes alive
         lim = job.limits
         budget = min(float(lim["cpu_s"]), float(lim["wall_s"]))
         n = job.n
@@ -1061,9 +1083,7 @@ class Zygote:
             "judge_uid": job.judge_uid,
             "workdir": job.workdir,
             "limits": lim,
-            "judge_key": judge_key(
-                job.mode, req.get("judge_key"), job.id, req.get("closed") is True
-            ),
+            "judge_key": job.key,
         }
         want = (int(lim["memory_mb"]) + int(lim["scratch_mb"])) << 20
         if self.cgroups is not None and self.slot_limits.get(job.slot) != want:
@@ -1400,8 +1420,8 @@ class Zygote:
                 self.used_slots.add(job.slot)
         if self.cfg.get("uid_base") is not None:  # only our slots: a one-shot shares the block
             for slot in sorted(self.used_slots):
-                sweep(self.uid(slot, judge=False))  # type: ignore[arg-type]
-                sweep(self.uid(slot, judge=True))  # type: ignore[arg-type]
+                for uid in self.all_uids(slot):
+                    sweep(uid)
         if self.cgroups is not None:
             self.cgroups.close()
         shutil.rmtree(self.root, ignore_errors=True)
