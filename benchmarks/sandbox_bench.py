@@ -33,6 +33,7 @@ from typing import Any
 
 from benchmarks.datasets import DataMissing, load_mbppplus, load_specfix_samples, shown_asserts
 from firstpass.sandbox import Limits, Sandbox, parse_spec
+from firstpass.sandbox._judge import closed_spec
 
 #: further copies of the visible assert in the per-call row
 EXTRA_CALLS = 20
@@ -68,6 +69,11 @@ async def bench(n_tasks: int, rounds: int, concurrency: int | None) -> int:
         for tid, row in sorted(samples.items(), key=lambda kv: int(kv[0].split("/")[1]))
         if tid in tasks and len(row["samples"]) >= 5 and shown_asserts(row["requirement"])
     ]
+    closed = sum(
+        closed_spec(tuple(shown_asserts(samples[t]["requirement"])[:1]), "import math")
+        for t in chosen
+    )
+    print(f"closed-language visible specs (judged by the shared judge): {closed}/{len(chosen)}")
     chosen = chosen[:: max(1, len(chosen) // n_tasks)][:n_tasks]
     rows: dict[str, list[float]] = {
         k: [] for k in ("bare", "one", "five", "hidden", "many", "own1", "own5")

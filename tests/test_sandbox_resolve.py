@@ -159,3 +159,24 @@ async def test_a_reference_that_returns_none_gives_none_as_the_expected_value(
     assert [c.expected for c in resolved.cases] == [1, None]
     assert resolved.dropped == ()
     assert not (await sb.run("def f(x):\n    return x\n", _spec(reference=ref, args=(1, 2)))).passed
+
+
+async def test_a_gate_on_a_shortened_spec_says_so_on_its_receipt_entry(sb: Sandbox) -> None:
+    """The receipt's check entry of a run on a spec with dropped cases lists them (and one on
+    a whole spec has no such field)."""
+    from pathlib import Path
+
+    from firstpass.config import load_config
+    from firstpass.pipeline._trace import Trace
+    from firstpass.pipeline._verify import StageResult
+
+    config = load_config(Path(__file__).resolve().parent.parent / "firstpass.toml")
+    trace = Trace(receipt_id="rcpt_test", config=config, route=None, mode="cascade", request={})
+    shortened = await sb.run("def f(x):\n    return x * 2\n", _spec())
+    whole = await sb.run("def f(x):\n    return x * 2\n", _spec(args=(1, 2)))
+    trace.check(rung_index=0, sample=0, kind="gate", result=StageResult(tests=shortened))
+    trace.check(rung_index=0, sample=1, kind="gate", result=whole)
+    assert trace.checks[0]["dropped_cases"] == [
+        {"case": 2, "reason": "the reference failed: runtime_error (ValueError)"}
+    ]
+    assert "dropped_cases" not in trace.checks[1]

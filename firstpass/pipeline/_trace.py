@@ -186,6 +186,9 @@ class Trace:
         }
         if purpose is not None:
             entry["purpose"] = purpose
+        dropped = getattr(result, "dropped_cases", ())
+        if dropped:  # hidden cases the reference could not answer: the verdict rests on fewer
+            entry["dropped_cases"] = [{"case": i, "reason": why} for i, why in dropped]
         if results:
             entry["results"] = results
         self.last_check_ms = float(result.wall_ms)

@@ -60,6 +60,11 @@ class StageResult:
         return self.tests.isolation if self.tests is not None else "n/a"
 
     @property
+    def dropped_cases(self) -> tuple[tuple[int, str], ...]:
+        """Cases of the tests' spec its reference could not answer (see Sandbox.resolve)."""
+        return tuple(getattr(self.tests, "dropped_cases", ()) or ())
+
+    @property
     def wall_ms(self) -> float:
         return (float(self.tests.wall_ms) if self.tests is not None else 0.0) + self.checks_ms
 
