@@ -3,6 +3,8 @@ table-tested), and the shared judge refusing anything else whatever Z decided.""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from firstpass.sandbox import _zygote
@@ -50,6 +52,7 @@ OPEN = [
     (("assert (yield)",), None),
     (("assert f(1) == 2",), "import math\nmath.pi = 3"),
     (("x = 1",), None),
+    (("assert [0 for d['k'] in [f(1)]] == [0]",), None),  # a store into a value
 ]
 
 
@@ -138,3 +141,34 @@ async def test_a_sample_handing_over_type_plants_nothing_in_the_shared_judge() -
         for _ in range(2):
             result = await sb.run("def h(x):\n    return [[x + 1]] * 1000\n", victim)
             assert result.passed, result.category
+
+
+@pytest.mark.slow
+async def test_a_requests_judge_does_not_linger_beside_the_shared_judge() -> None:
+    """Test code that leaves a timer whose handler spins: once the slot judges a shared job,
+    that request's judge is gone (it would run in the slot's judge cgroup beside the shared
+    judge)."""
+    from firstpass.sandbox import Sandbox, parse_spec
+    from tests.sandbox_helpers import processes_of
+
+    spinner = parse_spec(
+        {
+            "setup": (
+                "import signal\n"
+                "def _h(*a):\n    while True:\n        pass\n"
+                "signal.signal(signal.SIGALRM, _h)\n"
+                "signal.setitimer(signal.ITIMER_REAL, 0.2)\n"
+                "def helper(x):\n    return x\n"
+            ),
+            "asserts": ["assert helper(f(1)) == 1"],
+        }
+    )
+    async with Sandbox(concurrency=1) as sb:
+        request_judge = frozenset({sb.uid_range[1]})  # slot 0, lane 0: sample, request, shared
+        assert (await sb.run("def f(x):\n    return x\n", spinner)).passed
+        assert (await sb.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))).passed
+        for _ in range(1000):  # killed as the shared job arrived: wait for it to be gone
+            if not processes_of(request_judge):
+                break
+            await asyncio.sleep(0.01)
+        assert processes_of(request_judge) == []

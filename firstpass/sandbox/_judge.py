@@ -858,6 +858,8 @@ def closed_spec(asserts: tuple[str, ...], setup: str | None) -> bool:
         for node in ast.walk(stmt.test):
             if not isinstance(node, _CLOSED_NODES):
                 return False
+            if isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
+                return False  # `for d[k] in ...`: a store into a value, not a name of its own
             if isinstance(node, ast.Attribute):
                 base = node.value
                 if not (

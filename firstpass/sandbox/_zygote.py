@@ -324,6 +324,11 @@ def template_main(sock: socket.socket, cfg: dict[str, Any], cgroups: Any) -> Non
                 # a judge lives on for its key's next job only where it has a uid of its own
                 jkey = hdr.get("judge_key") if hdr["uid"] is not None else None
                 rkey = (slot, jkey == DATA_KEY)
+                if rkey[1] and (slot, False) in resident:
+                    # the shared judge's turn: a request's judge waiting between its jobs goes,
+                    # so its test code (a timer's handler, say) cannot run beside the shared
+                    # judge in the slot's judge cgroup; its request's next job forks a new one
+                    retire(slot)
                 if jkey is not None and rkey in resident:
                     if resident[rkey].key != jkey:
                         retire(slot)  # a request's judge: the shared one's key never changes
