@@ -371,7 +371,7 @@ def aucs(
     c: npt.NDArray[np.int64], score: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]
 ) -> dict[str, Any]:
     """AUC of 1 − score for predicting gate failure: over all draws, and over draws with c > 0."""
-    from calibration.stats import auc_mann_whitney
+    from firstpass.calibration.stats import auc_mann_whitney
 
     every = auc_mann_whitney(1.0 - score.ravel(), ~ok.ravel())
     some = c.ravel() > 0

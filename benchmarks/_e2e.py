@@ -23,13 +23,14 @@ from firstpass.config import (
     Config,
     Given,
     Licence,
+    RequestMode,
     candidate_rule,
     config_digest,
     config_from_dict,
 )
-from firstpass.pipeline import Checks, Pipeline
+from firstpass.pipeline import Admitted, Checks, Pipeline
 from firstpass.providers import build_provider
-from firstpass.receipts import ReceiptWriter
+from firstpass.receipts import UNSET, Receipt, ReceiptWriter, RequestInfo, UnsetType
 
 __all__ = [
     "ROUTES",
@@ -65,7 +66,7 @@ class Policy:
 
     name: str
     route: str  # "cascade" | "cheap" | "top"
-    mode: str  # "passthrough" | "cascade" | "shadow" | "enforce"
+    mode: RequestMode
     elastic: dict[str, Any] | None = None
     visible: bool = True
     hidden: bool = True
@@ -215,41 +216,40 @@ def uncertified_counterfactual(config: Config, lam: float) -> Config:
 
 @dataclass
 class _CapturingWriter:
-    """A real ``ReceiptWriter`` that also hands each record back to the benchmark."""
+    """A real ``ReceiptWriter`` that also hands each receipt back to the benchmark."""
 
     writer: ReceiptWriter
-    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    records: dict[str, Receipt] = field(default_factory=dict)
 
-    async def write(self, record: dict[str, Any]) -> None:
-        self.records[record["id"]] = record
+    async def write(self, record: Receipt) -> None:
+        self.records[record.id] = record
         await self.writer.write(record)
 
-    async def enqueue(self, record: dict[str, Any]) -> None:
-        self.records[record["id"]] = record
+    async def enqueue(self, record: Receipt) -> None:
+        self.records[record.id] = record
         await self.writer.enqueue(record)
 
 
-def _score(task: Task, record: dict[str, Any], served_text: str | None, correct: bool) -> RequestResult:
-    decision = record.get("decision") or {}
-    probe = record.get("probe") or {}
-    checks = record.get("checks") or []
-    calls = record.get("upstream_calls") or []
+def _score(task: Task, record: Receipt, served_text: str | None, correct: bool) -> RequestResult:
+    decision, probe = record.decision, record.probe
+    regime = probe.regime if probe is not None else UNSET
+    pass_count = probe.pass_count if probe is not None else UNSET
     return RequestResult(
         task_id=task.task_id,
-        action=str(decision.get("action")),
-        regime=probe.get("regime"),
+        action=decision.action,
+        regime=None if isinstance(regime, UnsetType) else regime,
         served=served_text is not None,
         correct=correct,
-        gate_skipped=decision.get("action") == "served_without_gate",
-        gate_runs=sum(1 for c in checks if c["kind"] == "gate"),
-        model_calls=sum(int(c.get("calls") or 0) for c in calls),
-        samples=sum(int(c.get("n") or 0) for c in calls if c.get("calls")),
-        cost_usd=float(record["cost"]["total_usd"]),
-        top_call_usd=float(record["cost"]["top_rung_usd"]),
-        wall_ms=float(record["timings_ms"]["total"]),
-        sandbox_ms=float(record["timings_ms"]["sandbox"]),
-        label=decision.get("gate_label"),
-        pass_count=probe.get("pass_count"),
+        gate_skipped=decision.action == "served_without_gate",
+        gate_runs=sum(1 for c in record.checks if c.kind == "gate"),
+        model_calls=sum(c.calls for c in record.upstream_calls),
+        samples=sum(c.n for c in record.upstream_calls if c.calls),
+        cost_usd=float(record.cost.total_usd),
+        top_call_usd=float(record.cost.top_rung_usd),
+        wall_ms=float(record.timings_ms.total),
+        sandbox_ms=float(record.timings_ms.sandbox),
+        label=decision.gate_label,
+        pass_count=None if isinstance(pass_count, UnsetType) else pass_count,
     )
 
 
@@ -295,21 +295,23 @@ async def run_policy(
         async with limit:
             started = time.perf_counter()
             outcome = await pipeline.handle(
-                receipt_id=rid,
-                route=route,
-                mode=policy.mode,
-                body={"messages": [{"role": "user", "content": task.prompt}]},
-                n=1,
-                checks=checks,
-                task_id=task.task_id,
-                request_info={
-                    "model": ROUTES[policy.route],
-                    "task_id": task.task_id,
-                    "n_visible": checks.n_visible,
-                    "n_hidden": checks.n_hidden,
-                    "stream": False,
-                },
-                started=started,
+                Admitted(
+                    receipt_id=rid,
+                    route=route,
+                    mode=policy.mode,
+                    body={"messages": [{"role": "user", "content": task.prompt}]},
+                    n=1,
+                    checks=checks,
+                    task_id=task.task_id,
+                    request=RequestInfo(
+                        model=ROUTES[policy.route],
+                        stream=False,
+                        n_visible=checks.n_visible,
+                        n_hidden=checks.n_hidden,
+                        task_id=task.task_id,
+                    ),
+                    started=started,
+                )
             )
         text = outcome.served.text if outcome.served is not None else None
         correct = False

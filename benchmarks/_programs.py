@@ -186,7 +186,9 @@ class CachingSandbox:
 
     async def __aenter__(self) -> CachingSandbox:
         await self.sandbox.start()
-        fp = await asyncio.to_thread(sandbox_fingerprint, self.sandbox.isolation, self.sandbox.limits)
+        fp = await asyncio.to_thread(
+            sandbox_fingerprint, self.sandbox.isolation, self.sandbox.limits
+        )
         self.fingerprint = fp
         self.cache = ProgramCache(self.cache_dir, fp)
         await self.cache.load()

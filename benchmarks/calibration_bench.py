@@ -10,7 +10,7 @@ a label gate run, the probe call, the probe with its samples: ~2.6 KB each), enc
 by the writer's own code (``encode_record`` + ``link``), each with its own id, c and label. Timed:
 ``verify_chain`` alone (the sequential check ``firstpass receipts verify`` runs), the whole
 calibration in this process (``read_receipts``: chain verified and rows read in one pass by a
-process pool; then ``calibrate``), and ``python -m calibration`` end to end in a fresh process.
+process pool; then ``calibrate``), and ``python -m firstpass.calibration`` end to end in a fresh process.
 CPU seconds over all processes are printed too: on a loaded machine the wall time says little,
 the CPU time says what the work costs. ``--compare N`` times, on the first N lines in one
 process, the one-pass read against the sequential path it replaces (verify, then ``json`` for
@@ -35,9 +35,9 @@ from unittest.mock import patch
 
 import numpy as np
 
-from calibration import Settings, calibrate, read_receipts, read_study
-from calibration import _scan as calibration_scan
-from calibration import data as calibration_data
+from firstpass.calibration import Settings, calibrate, read_receipts, read_study
+from firstpass.calibration import _onepass as calibration_onepass
+from firstpass.calibration import _scan as calibration_scan
 from firstpass.receipts import GENESIS_HASH, sha256_text, verify_chain
 from firstpass.receipts._canonical import EncodedRecord, encode_record
 from firstpass.receipts._chain import link
@@ -233,14 +233,14 @@ def _median_seconds(fn: Callable[[], Any], runs: int) -> tuple[float, float, Any
 
 
 def _cli_seconds(log: Path, runs: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of ``python -m calibration --receipts LOG`` in a fresh
+    """Median wall and CPU seconds of ``python -m firstpass.calibration --receipts LOG`` in a fresh
     process: what a user waits for, interpreter start and imports included."""
     walls, cpus = [], []
     with tempfile.TemporaryDirectory() as out:
         cmd = [
             sys.executable,
             "-m",
-            "calibration",
+            "firstpass.calibration",
             "--receipts",
             str(log),
             "--out",
@@ -314,7 +314,7 @@ def main() -> None:
                 f"   λ̂ = {cal.overall.lam_label}   (target ≤ 5 s)"
             )
             print(
-                f"  python -m calibration (CLI)     : {cli_s:6.2f} s "
+                f"  python -m firstpass.calibration (CLI)     : {cli_s:6.2f} s "
                 f"(fresh process, imports included; CPU {cli_cpu:.1f} s)"
             )
             if args.compare:
@@ -330,10 +330,10 @@ def _compare(log: Path, lines: int, runs: int) -> None:
         for _, line in zip(range(lines), src, strict=False):
             dst.write(line)
     gives_up = calibration_scan.Span(lines=0, chain_ok=False)
-    with patch.object(calibration_data, "PARALLEL_BYTES", 1 << 62):  # one process for both
+    with patch.object(calibration_onepass, "PARALLEL_BYTES", 1 << 62):  # one process for both
         fast_s, _, _ = _median_seconds(lambda: read_receipts([part]), runs)
         # the one pass gives up (as on a line it cannot vouch for): verify_chain, then json
-        with patch.object(calibration_data, "scan_span", lambda *a: gives_up):
+        with patch.object(calibration_onepass, "scan_span", lambda *a: gives_up):
             slow_s, _, _ = _median_seconds(lambda: read_receipts([part]), runs)
     print(
         f"  first {lines:,} lines, one process: one pass {1e6 * fast_s / lines:.1f} µs/receipt, "

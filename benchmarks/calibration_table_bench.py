@@ -6,7 +6,7 @@
 Writes N shadow receipts (``calibration_bench.write_receipts``: ~2.6 KB each, the pipeline's
 shape) into a file chain, imports it into ``firstpass_receipts`` as a fresh replica
 (``bench-<random>``, deleted afterwards), then times, median over ``--runs``: the chain check
-(``verify_chain`` on the file, ``verify_replica`` on the table) and ``python -m calibration``
+(``verify_chain`` on the file, ``verify_replica`` on the table) and ``python -m firstpass.calibration``
 in a fresh process (``--receipts LOG`` against ``--dsn-env VAR --replica ID``). Both
 calibrations must give the same λ. Without the DSN variable it says so and exits 0.
 """
@@ -57,9 +57,9 @@ def _median(fn: Callable[[], Any], runs: int) -> tuple[Timed, Any]:
 
 
 def _calibrate_cli(source: list[str], out: Path, env: dict[str, str]) -> dict[str, Any]:
-    """``python -m calibration SOURCE --out OUT`` in a fresh process; the calibration JSON."""
+    """``python -m firstpass.calibration SOURCE --out OUT`` in a fresh process; the calibration JSON."""
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "calibration", *source, "--out", str(out)]
+    cmd = [sys.executable, "-m", "firstpass.calibration", *source, "--out", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     doc: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     return doc

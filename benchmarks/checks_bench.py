@@ -117,8 +117,12 @@ _ORDER: dict[str, Any] = {
         {"sku": "TYR-2800", "qty": 2, "unit_price": 39.0},
     ],
     "currency": "EUR",
-    "shipping": {"street": "12 Analytical Row", "city": "London", "postcode": "NW1 6XE",
-                 "country": "GB"},
+    "shipping": {
+        "street": "12 Analytical Row",
+        "city": "London",
+        "postcode": "NW1 6XE",
+        "country": "GB",
+    },
     "express": False,
 }
 #: the valid answer, as a model returning bare JSON would (~700 bytes)
@@ -260,8 +264,9 @@ async def micro(iters: int, command_iters: int) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="fp-checks-bench-") as tmp:
         grader = Path(tmp) / "grade.py"
         grader.write_text(GRADER)
-        with_ctx = CheckRequest(prompt="Summarise the sources on the Analytical Engine.",
-                                context=CONTEXT)
+        with_ctx = CheckRequest(
+            prompt="Summarise the sources on the Analytical Engine.", context=CONTEXT
+        )
         plain = CheckRequest(prompt="Give the order as JSON.")
         for label, raw, answer, ctx, expected in cases(grader):
             origin = "config" if raw["kind"] == "command" else "request"
@@ -363,7 +368,11 @@ output_per_mtok = 0.4
 def _toml_inline(value: Any) -> str:
     """A JSON value as a TOML inline value (the schema has no nulls)."""
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_inline(v)}" for k, v in value.items()) + " }"
+        return (
+            "{ "
+            + ", ".join(f"{json.dumps(k)} = {_toml_inline(v)}" for k, v in value.items())
+            + " }"
+        )
     if isinstance(value, list):
         return "[" + ", ".join(_toml_inline(v) for v in value) + "]"
     if isinstance(value, bool):
@@ -377,15 +386,19 @@ def bodies() -> dict[str, dict[str, Any]]:
         "direct": {"model": "m", "messages": msg},
         "passthrough": {"model": "plain", "messages": msg},
         "verified, basic": {
-            "model": "plain", "messages": msg,
+            "model": "plain",
+            "messages": msg,
             "firstpass": {"checks": {"visible": [{"kind": "basic"}]}},
         },
         "verified, route json_schema": {"model": "orders", "messages": msg},
         "verified, request json_schema": {
-            "model": "plain", "messages": msg,
-            "firstpass": {"checks": {"visible": [
-                {"kind": "json_schema", "name": "order", "schema": ORDER_SCHEMA}
-            ]}},
+            "model": "plain",
+            "messages": msg,
+            "firstpass": {
+                "checks": {
+                    "visible": [{"kind": "json_schema", "name": "order", "schema": ORDER_SCHEMA}]
+                }
+            },
         },
     }
 
@@ -417,7 +430,9 @@ async def measure(
                 n = requests // SLOW_SHARE if path == SLOW_PATH else requests
                 per_round = max(1, n // rounds)
                 url = urls["direct"] if path == "direct" else urls["proxy"]
-                await run_load(url, body[path], concurrency=min(conc, 4), requests=min(20, per_round))
+                await run_load(
+                    url, body[path], concurrency=min(conc, 4), requests=min(20, per_round)
+                )
                 parts[path].append(
                     await run_load(url, body[path], concurrency=conc, requests=per_round)
                 )
@@ -449,16 +464,31 @@ def end_to_end(
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="fp-checks-e2e-") as tmp:
         try:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tests.stub_upstream", "--port", str(stub_port),
-                 "--latency-ms", "0", "--answer", ORDER_ANSWER],
-                cwd=ROOT, env=env,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.stub_upstream",
+                        "--port",
+                        str(stub_port),
+                        "--latency-ms",
+                        "0",
+                        "--answer",
+                        ORDER_ANSWER,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                )
+            )
             cfg = write_config(Path(tmp), stub_port, proxy_port)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "firstpass", "serve", "--config", str(cfg)],
-                cwd=ROOT, env=env,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "firstpass", "serve", "--config", str(cfg)],
+                    cwd=ROOT,
+                    env=env,
+                )
+            )
             wait_ready(f"http://127.0.0.1:{stub_port}/v1/models")
             wait_ready(f"http://127.0.0.1:{proxy_port}/readyz")
             urls = {
@@ -494,14 +524,18 @@ def print_micro(rows: list[dict[str, Any]]) -> None:
     print("|---|---:|---:|---:|---|")
     for r in rows:
         flag = "" if r["verdict"] == r["expected"] else f" (EXPECTED {r['expected']})"
-        print(f"| {r['case']} | {r['n']} | {r['p50_us']:,.1f} | {r['p90_us']:,.1f} | "
-              f"{r['verdict']}{flag} |")
+        print(
+            f"| {r['case']} | {r['n']} | {r['p50_us']:,.1f} | {r['p90_us']:,.1f} | "
+            f"{r['verdict']}{flag} |"
+        )
 
 
 def print_e2e(results: dict[int, dict[str, LoadResult]], seen: dict[str, str]) -> None:
     print()
-    print("| path (what the proxy answered) | c | p50 ms | p90 ms | added p50 ms vs direct | "
-          "req/s | non-200 |")
+    print(
+        "| path (what the proxy answered) | c | p50 ms | p90 ms | added p50 ms vs direct | "
+        "req/s | non-200 |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|")
     for conc, by_path in results.items():
         d = by_path["direct"]
@@ -509,8 +543,10 @@ def print_e2e(results: dict[int, dict[str, LoadResult]], seen: dict[str, str]) -
             r = by_path[path]
             bad = {s: c for s, c in r.statuses.items() if s != 200}
             added = "-" if path == "direct" else f"{r.p50 - d.p50:+.3f}"
-            print(f"| {path} ({seen.get(path, '?')}) | {conc} | {r.p50:.3f} | {r.pct(90):.3f} | "
-                  f"{added} | {r.rps:,.0f} | {bad or ''} |")
+            print(
+                f"| {path} ({seen.get(path, '?')}) | {conc} | {r.p50:.3f} | {r.pct(90):.3f} | "
+                f"{added} | {r.rps:,.0f} | {bad or ''} |"
+            )
     for conc, by_path in results.items():
         basic, route, req = (by_path[p] for p in PATHS[2:])
         pt = by_path["passthrough"]
@@ -525,10 +561,15 @@ def print_e2e(results: dict[int, dict[str, LoadResult]], seen: dict[str, str]) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=2000, help="timed calls per in-process case")
-    parser.add_argument("--command-iters", type=int, default=60,
-                        help="timed calls of the command check and the bare interpreter start")
-    parser.add_argument("--requests", type=int, default=1200,
-                        help="requests per path and concurrency, end to end")
+    parser.add_argument(
+        "--command-iters",
+        type=int,
+        default=60,
+        help="timed calls of the command check and the bare interpreter start",
+    )
+    parser.add_argument(
+        "--requests", type=int, default=1200, help="requests per path and concurrency, end to end"
+    )
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds end to end")
     parser.add_argument("--concurrency", default="1,32", help="end-to-end concurrencies")
     parser.add_argument("--no-e2e", action="store_true", help="in-process numbers only")
@@ -541,10 +582,14 @@ def main(argv: list[str] | None = None) -> int:
         loop_name, run = "uvloop", uvloop.run
     except ImportError:
         loop_name, run = "asyncio", asyncio.run
-    print(f"# checks_bench: python -m benchmarks.checks_bench "
-          f"{' '.join(sys.argv[1:] if argv is None else argv)}")
-    print(f"machine: {machine()}; code: {revision()}; event loop: {loop_name}; "
-          f"load average {os.getloadavg()[0]:.2f} at start")
+    print(
+        f"# checks_bench: python -m benchmarks.checks_bench "
+        f"{' '.join(sys.argv[1:] if argv is None else argv)}"
+    )
+    print(
+        f"machine: {machine()}; code: {revision()}; event loop: {loop_name}; "
+        f"load average {os.getloadavg()[0]:.2f} at start"
+    )
     print()
     rows = run(micro(args.iters, args.command_iters))
     print_micro(rows)
@@ -555,15 +600,22 @@ def main(argv: list[str] | None = None) -> int:
         print_e2e(results, seen)
         doc["e2e"] = {
             str(c): {
-                p: {"p50_ms": r.p50, "p90_ms": r.pct(90), "rps": r.rps, "n": r.n,
-                    "statuses": {str(s): n for s, n in r.statuses.items()}}
+                p: {
+                    "p50_ms": r.p50,
+                    "p90_ms": r.pct(90),
+                    "rps": r.rps,
+                    "n": r.n,
+                    "statuses": {str(s): n for s, n in r.statuses.items()},
+                }
                 for p, r in by_path.items()
             }
             for c, by_path in results.items()
         }
         doc["e2e_seen"] = seen
-    print(f"\nwall time {time.perf_counter() - started:.1f} s; "
-          f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(
+        f"\nwall time {time.perf_counter() - started:.1f} s; "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0

@@ -46,8 +46,16 @@ from benchmarks._report import (
 from benchmarks.datasets import DataMissing, Task
 
 __all__ = [
-    "calibrate_lambda", "comparisons", "elastic_policy", "main", "markdown", "metrics", "paired",
-    "policies", "run_splits", "uncertified_policy",
+    "calibrate_lambda",
+    "comparisons",
+    "elastic_policy",
+    "main",
+    "markdown",
+    "metrics",
+    "paired",
+    "policies",
+    "run_splits",
+    "uncertified_policy",
 ]
 
 #: assumed list prices, USD per million tokens (input, output); override with flags
@@ -68,7 +76,11 @@ def _price(text: str) -> tuple[float, float]:
 def elastic_policy(name: str, k: int, cal: dict[str, Any], score: str = "pass_share") -> Policy:
     """Enforce mode with the λ a calibration certified (its JSON is cited, so receipts name it)."""
     elastic = {
-        "k": k, "escalate_at": 0, "mode": "enforce", "calibration": cal["path"], "score": score,
+        "k": k,
+        "escalate_at": 0,
+        "mode": "enforce",
+        "calibration": cal["path"],
+        "score": score,
     }
     return Policy(name=name, route="cascade", mode="enforce", elastic=elastic)
 
@@ -81,7 +93,10 @@ def uncertified_policy(k: int, lam: float, score: str = "pass_share") -> Policy:
     """
     elastic = {"k": k, "escalate_at": 0, "mode": "enforce", "score": score}
     return Policy(
-        name=f"elastic λ={lam:g} uncertified", route="cascade", mode="enforce", elastic=elastic,
+        name=f"elastic λ={lam:g} uncertified",
+        route="cascade",
+        mode="enforce",
+        elastic=elastic,
         uncertified_lambda=lam,
     )
 
@@ -105,15 +120,17 @@ def policies(args: argparse.Namespace, lambdas: dict[str, dict[str, Any]]) -> li
 
 def comparisons(names: Sequence[str]) -> list[tuple[str, str]]:
     """Paired comparisons: every elastic policy against the cascade and against always-top."""
-    return [(n, base) for n in names if n.startswith("elastic") for base in ("cascade", "always-top")]
+    return [
+        (n, base) for n in names if n.startswith("elastic") for base in ("cascade", "always-top")
+    ]
 
 
 def calibrate_lambda(
     receipts: Path, alpha: float, delta: float, out: Path, score: str = "pass_share"
 ) -> dict[str, Any]:
     """λ̂ from shadow receipts via the calibration package (blocking); writes its JSON to ``out``."""
-    from calibration import Settings, calibrate, read_receipts, to_json_dict
-    from calibration.report import to_json_text
+    from firstpass.calibration import Settings, calibrate, read_receipts, to_json_dict
+    from firstpass.calibration.report import to_json_text
 
     data = read_receipts([receipts], score=score)
     cal = calibrate(data, Settings(method="ltt", alpha=alpha, delta=delta))
@@ -195,7 +212,9 @@ def paired(
 async def run_splits(
     args: argparse.Namespace,
     *,
-    make_policies: Callable[[argparse.Namespace, dict[str, dict[str, Any]]], list[Policy]] = policies,
+    make_policies: Callable[
+        [argparse.Namespace, dict[str, dict[str, Any]]], list[Policy]
+    ] = policies,
     make_pairs: Callable[[Sequence[str]], list[tuple[str, str]]] = comparisons,
 ) -> dict[str, Any]:
     """Shadow + calibrate on one half, every policy on the other, ``args.splits`` times.
@@ -207,7 +226,8 @@ async def run_splits(
         load_inputs, Path(args.tasks), [Path(args.cheap_samples), Path(args.top_samples)]
     )
     usable: list[Task] = [
-        t for t in tasks
+        t
+        for t in tasks
         if len(cheap_rows.get(t.task_id, {}).get("samples", ())) >= args.k and t.task_id in top_rows
     ]
     if args.limit:
@@ -241,24 +261,39 @@ async def run_splits(
                     route="cascade",
                     mode="shadow",
                     elastic={
-                        "k": args.k, "lambda": 1.0, "escalate_at": 0, "mode": "shadow",
+                        "k": args.k,
+                        "lambda": 1.0,
+                        "escalate_at": 0,
+                        "mode": "shadow",
                         "score": args.score,
                     },
                 ),
-                cal_tasks, ladder=ladder, sandbox=sb, receipts=shadow_path, seed=seed,
+                cal_tasks,
+                ladder=ladder,
+                sandbox=sb,
+                receipts=shadow_path,
+                seed=seed,
                 concurrency=args.concurrency,
             )
             lambdas: dict[str, dict[str, Any]] = {}
             for alpha in alphas:
                 lambdas[f"elastic@{alpha:g}"] = await asyncio.to_thread(
-                    calibrate_lambda, shadow_path, alpha, args.delta,
-                    Path(tmp) / f"calibration-{s}-{alpha:g}.json", args.score,
+                    calibrate_lambda,
+                    shadow_path,
+                    alpha,
+                    args.delta,
+                    Path(tmp) / f"calibration-{s}-{alpha:g}.json",
+                    args.score,
                 )
             results: dict[str, list[RequestResult]] = {}
             for policy in make_policies(args, lambdas):
                 results[policy.name] = await run_policy(
-                    policy, test_tasks, ladder=ladder, sandbox=sb,
-                    receipts=Path(tmp) / f"{policy.name}-{s}.jsonl", seed=seed,
+                    policy,
+                    test_tasks,
+                    ladder=ladder,
+                    sandbox=sb,
+                    receipts=Path(tmp) / f"{policy.name}-{s}.jsonl",
+                    seed=seed,
                     concurrency=args.concurrency,
                 )
             if s == 0 and args.timing:
@@ -271,14 +306,19 @@ async def run_splits(
                 "n_test": len(test_tasks),
                 "shadow_labels": sum(r.label is not None for r in shadow),
                 "shadow_label_failures": sum(r.label is False for r in shadow),
-                "lambda": {name: {k: v for k, v in cal.items() if k != "path"} for name, cal in lambdas.items()},
+                "lambda": {
+                    name: {k: v for k, v in cal.items() if k != "path"}
+                    for name, cal in lambdas.items()
+                },
                 "policies": {
                     name: metrics(rs, gate_cost_calls=args.gate_cost_calls)
                     for name, rs in results.items()
                 },
                 "paired": {
                     f"{a} - {b}": paired(
-                        results[a], results[b], gate_cost_calls=args.gate_cost_calls,
+                        results[a],
+                        results[b],
+                        gate_cost_calls=args.gate_cost_calls,
                         seed=args.seed + s,
                     )
                     for a, b in make_pairs(list(results))
@@ -286,20 +326,27 @@ async def run_splits(
                 },
             }
             splits.append(split)
-            done = ", ".join(
-                f"{n}: λ={c['label'] or 'none'}" for n, c in lambdas.items()
+            done = ", ".join(f"{n}: λ={c['label'] or 'none'}" for n, c in lambdas.items())
+            print(
+                f"  split {s + 1}/{args.splits} done ({done}; {time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
             )
-            print(f"  split {s + 1}/{args.splits} done ({done}; {time.perf_counter() - t0:.0f} s)",
-                  file=sys.stderr, flush=True)
         stats = sb.stats
         isolation = sb.isolation
         fingerprint = sb.fingerprint
     return {
         "tasks_file": str(args.tasks),
-        "cheap": {"model": ladder.cheap_model, "samples": str(args.cheap_samples),
-                  "price_per_mtok": list(ladder.cheap_price)},
-        "top": {"model": ladder.top_model, "samples": str(args.top_samples),
-                "price_per_mtok": list(ladder.top_price)},
+        "cheap": {
+            "model": ladder.cheap_model,
+            "samples": str(args.cheap_samples),
+            "price_per_mtok": list(ladder.cheap_price),
+        },
+        "top": {
+            "model": ladder.top_model,
+            "samples": str(args.top_samples),
+            "price_per_mtok": list(ladder.top_price),
+        },
         "k": args.k,
         "score": args.score,
         "alphas": alphas,
@@ -332,8 +379,13 @@ async def _timing_pass(
     try:
         for policy in policy_list:
             rs = await run_policy(
-                policy, tasks[: args.timing_tasks], ladder=ladder, sandbox=sb,
-                receipts=Path(tmp) / f"timing-{policy.name}.jsonl", seed=seed, concurrency=1,
+                policy,
+                tasks[: args.timing_tasks],
+                ladder=ladder,
+                sandbox=sb,
+                receipts=Path(tmp) / f"timing-{policy.name}.jsonl",
+                seed=seed,
+                concurrency=1,
             )
             walls = [r.wall_ms for r in rs]
             out[policy.name] = {
@@ -348,7 +400,9 @@ async def _timing_pass(
 
 
 def _summary(splits: list[dict[str, Any]]) -> dict[str, Any]:
-    names = sorted({n for s in splits for n in s["policies"]}, key=lambda n: (n not in BASELINES, n))
+    names = sorted(
+        {n for s in splits for n in s["policies"]}, key=lambda n: (n not in BASELINES, n)
+    )
     out: dict[str, Any] = {}
     for name in names:
         rows = [s["policies"][name] for s in splits if name in s["policies"]]
@@ -394,7 +448,9 @@ def _f(x: float, digits: int = 3) -> str:
     return "-" if x != x else f"{x:.{digits}f}"
 
 
-def markdown(doc: dict[str, Any], command: str, *, title: str = "Elastic vs uniform verification") -> str:
+def markdown(
+    doc: dict[str, Any], command: str, *, title: str = "Elastic vs uniform verification"
+) -> str:
     """The results file: provenance, calibration outcome, policy table, paired table, timing."""
     s = doc["summary"]
     lines = header(
@@ -474,7 +530,9 @@ def markdown(doc: dict[str, Any], command: str, *, title: str = "Elastic vs unif
             "|---|---:|---:|---:|",
         ]
         for name, t in doc["timing"].items():
-            lines.append(f"| {name} | {_f(t['p50_ms'], 1)} | {_f(t['p95_ms'], 1)} | {_f(t['sandbox_p50_ms'], 1)} |")
+            lines.append(
+                f"| {name} | {_f(t['p50_ms'], 1)} | {_f(t['p95_ms'], 1)} | {_f(t['sandbox_p50_ms'], 1)} |"
+            )
     lines.append("")
     return "\n".join(lines)
 
@@ -485,19 +543,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cheap-samples", required=True, help="Sample set of the cheap rung")
     p.add_argument("--top-samples", required=True, help="Sample set of the expensive rung")
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--score", default="pass_share",
-                   choices=("pass_share", "agreement", "unanimous_agreement"),
-                   help="the probe score elastic routes on (default pass_share)")
+    p.add_argument(
+        "--score",
+        default="pass_share",
+        choices=("pass_share", "agreement", "unanimous_agreement"),
+        help="the probe score elastic routes on (default pass_share)",
+    )
     p.add_argument("--splits", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--alphas", default="0.05,0.10", help="comma-separated α values")
     p.add_argument("--delta", type=float, default=0.05)
     p.add_argument("--cheap-price", default=",".join(map(str, CHEAP_PRICE)), help="USD/Mtok in,out")
     p.add_argument("--top-price", default=",".join(map(str, TOP_PRICE)), help="USD/Mtok in,out")
-    p.add_argument("--gate-cost-calls", type=float, default=1.0,
-                   help="price of one gate run, in top-model calls (default 1)")
-    p.add_argument("--uncertified-lambda", type=_opt_float, default=1.0,
-                   help="also run elastic at this fixed, uncalibrated λ as a reference ('none' to skip)")
+    p.add_argument(
+        "--gate-cost-calls",
+        type=float,
+        default=1.0,
+        help="price of one gate run, in top-model calls (default 1)",
+    )
+    p.add_argument(
+        "--uncertified-lambda",
+        type=_opt_float,
+        default=1.0,
+        help="also run elastic at this fixed, uncalibrated λ as a reference ('none' to skip)",
+    )
     p.add_argument("--limit", type=int, default=None, help="use only the first N usable tasks")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--timing-tasks", type=int, default=60, help="tasks in the uncached timing pass")

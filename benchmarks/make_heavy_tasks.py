@@ -10,10 +10,10 @@ by ``Sandbox.resolve`` when a study first runs them, as for any spec with a refe
 
 - ``Heavy/14_all_prefixes``: HumanEval/14's ``all_prefixes`` on ``--heavy-inputs`` strings of
   1,400-2,000 characters: 1-2 MB of output per input, ~150 MB in all, far over the
-  sandbox's reference output allowance (``_runner.REFERENCE_ALLOWANCE``, 16 MiB as written);
+  sandbox's reference output allowance (``_reference.REFERENCE_ALLOWANCE``, 16 MiB as written);
 - ``Heavy/chatty_sum``: a reference that prints a line per element, ~2 MB over its inputs
   (over a sample's 1 MB stdout+stderr cap, ``Limits.output_bytes``; under the 16 MB a
-  reference gets, ``_runner.REFERENCE_OUTPUT_BYTES``, where that exists);
+  reference gets, ``_reference.REFERENCE_OUTPUT_BYTES``, where that exists);
 - ``Heavy/count_primes``: naive primality (every divisor below k), 0.7-1.7 s on six of its
   46 inputs (some over the per-test budget; together over the 5 s CPU limit);
 - ``Heavy/unique_words``: returns ``list(set(words))``, whose order depends on the string hash

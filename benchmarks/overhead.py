@@ -168,13 +168,21 @@ def peer_binary(venv: Path = PEER_VENV) -> tuple[Path | None, str]:
     if exe.exists():
         return exe, "found"
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
-                       capture_output=True, timeout=120)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"firstpass=={PEER_VERSION}"],
-                       check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120
+        )
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", f"firstpass=={PEER_VERSION}"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
-        return None, f"pip install firstpass=={PEER_VERSION} failed: {exc} {detail.decode(errors='replace')[-300:]}"
+        return (
+            None,
+            f"pip install firstpass=={PEER_VERSION} failed: {exc} {detail.decode(errors='replace')[-300:]}",
+        )
     return (exe, "installed") if exe.exists() else (None, f"no {exe} after installing")
 
 
@@ -210,7 +218,9 @@ output_per_mtok = 0.4
     return cfg
 
 
-def start_peer(exe: Path, tmp: Path, stub_port: int, mode: str, port: int) -> subprocess.Popen[bytes]:
+def start_peer(
+    exe: Path, tmp: Path, stub_port: int, mode: str, port: int
+) -> subprocess.Popen[bytes]:
     """``firstpass up`` of the peer in ``mode`` (observe = pass-through, enforce = gated)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
     env.update(
@@ -222,8 +232,9 @@ def start_peer(exe: Path, tmp: Path, stub_port: int, mode: str, port: int) -> su
         FIRSTPASS_PROMPT_SALT="overhead-benchmark",
         RUST_LOG="error",
     )
-    return subprocess.Popen([str(exe), "up"], cwd=tmp, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [str(exe), "up"], cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def fmt(r: LoadResult) -> str:
@@ -251,8 +262,13 @@ async def measure(
             bad = {s: c for s, c in p.statuses.items() if s != 200}
             q = None
             if peer is not None:
-                q = await run_load(peer[path], plain, concurrency=conc, requests=n,
-                                   headers={"Authorization": "Bearer benchmark"})
+                q = await run_load(
+                    peer[path],
+                    plain,
+                    concurrency=conc,
+                    requests=n,
+                    headers={"Authorization": "Bearer benchmark"},
+                )
                 bad.update({f"peer {s}": c for s, c in q.statuses.items() if s != 200})
             rows.append(
                 {
@@ -442,8 +458,15 @@ def run_observability(args: argparse.Namespace, argv: list[str]) -> int:
             procs.append(
                 subprocess.Popen(
                     [
-                        sys.executable, "-m", "tests.stub_upstream", "--port", str(stub_port),
-                        "--latency-ms", "0", "--answer", ANSWER,
+                        sys.executable,
+                        "-m",
+                        "tests.stub_upstream",
+                        "--port",
+                        str(stub_port),
+                        "--latency-ms",
+                        "0",
+                        "--answer",
+                        ANSWER,
                     ],
                     cwd=ROOT,
                     env=env,
@@ -595,7 +618,9 @@ def main(argv: list[str] | None = None) -> int:
         "--verified-requests", type=int, default=300, help="per verified measurement"
     )
     parser.add_argument("--no-write", action="store_true", help="do not write results/overhead.md")
-    parser.add_argument("--no-peer", action="store_true", help=f"skip the peer firstpass=={PEER_VERSION}")
+    parser.add_argument(
+        "--no-peer", action="store_true", help=f"skip the peer firstpass=={PEER_VERSION}"
+    )
     parser.add_argument("--workers", type=int, default=1, help="[server] workers of the proxy")
     parser.add_argument(
         "--observability",

@@ -56,7 +56,7 @@ def summarise(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Regime and per-level tables with task-bootstrap intervals, and the two AUCs."""
-    from calibration.stats import auc_mann_whitney, binary_entropy
+    from firstpass.calibration.stats import auc_mann_whitney, binary_entropy
 
     def table(masks: dict[str, npt.NDArray[np.bool_]]) -> dict[str, Any]:
         return rate_table(masks, ok, rate="correct", seed=seed, reps=reps)

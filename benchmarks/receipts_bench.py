@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.durable_writes:
             runs_d = bench_durable(root, args.durable_writes, args.producers, 3)
             print(
-                f"\nDurable (`fsync = \"durable\"`: write() returns once fsynced) against batch,"
+                f'\nDurable (`fsync = "durable"`: write() returns once fsynced) against batch,'
                 f" {args.durable_writes:,} writes by {args.producers} coroutines, 3 runs"
                 " (min–max of the runs; p50/p99 are each run's median/p99 write() wait):\n"
             )

@@ -250,7 +250,9 @@ def simulate(
             for j in range(r[i] + 1):
                 s = int(perms[i][j])
                 vis = CheckSummary(
-                    passed=bool(pool.vis[s]), n_passed=int(pool.vis_np[s]), n_total=int(pool.vis_nt[s])
+                    passed=bool(pool.vis[s]),
+                    n_passed=int(pool.vis_np[s]),
+                    n_total=int(pool.vis_nt[s]),
                 )
                 g = None
                 if gate and _needs_gate(vis, True):
@@ -268,8 +270,8 @@ def simulate(
                 cost_rev += (tokens(prompt_chars + history) * p_in + out_tok * p_out) / 1e6
                 if attempts[-1].verified:
                     break
-                revisable = bool(pool.vis_revisable[s]) if not vis.passed else bool(
-                    pool.hid_revisable[s]
+                revisable = (
+                    bool(pool.vis_revisable[s]) if not vis.passed else bool(pool.hid_revisable[s])
                 )
                 if not revisable:  # "not_revisable": the loop stops, the ladder goes on
                     break
@@ -560,12 +562,16 @@ def markdown(docs: list[dict[str, Any]], meta: dict[str, Any], command: str) -> 
         ],
     )
     for doc in docs:
-        lines += ladder_markdown(doc) if doc["n_tasks"] else [
-            f"## {' → '.join(doc['ladder'])}",
-            "",
-            "No task has enough samples on every rung.",
-            "",
-        ]
+        lines += (
+            ladder_markdown(doc)
+            if doc["n_tasks"]
+            else [
+                f"## {' → '.join(doc['ladder'])}",
+                "",
+                "No task has enough samples on every rung.",
+                "",
+            ]
+        )
     return "\n".join(lines)
 
 
@@ -599,20 +605,34 @@ def _ensure_converted(args: argparse.Namespace) -> Path | None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--converted", default=str(DEFAULT_OUT),
-                   help="directory with tasks.jsonl and samples-<model>.jsonl (default %(default)s)")
+    p.add_argument(
+        "--converted",
+        default=str(DEFAULT_OUT),
+        help="directory with tasks.jsonl and samples-<model>.jsonl (default %(default)s)",
+    )
     p.add_argument("--tasks", help="Task set JSONL (default: <converted>/tasks.jsonl)")
-    p.add_argument("--data", help="shared data directory (default $FIRSTPASS_DATA, else "
-                   "<repo>/../shared/data); read only to convert when --converted has no tasks")
-    p.add_argument("--ladder", action="append",
-                   help="comma-separated models, cheapest first (repeatable; default: "
-                   + "; ".join(DEFAULT_LADDERS) + ")")
+    p.add_argument(
+        "--data",
+        help="shared data directory (default $FIRSTPASS_DATA, else "
+        "<repo>/../shared/data); read only to convert when --converted has no tasks",
+    )
+    p.add_argument(
+        "--ladder",
+        action="append",
+        help="comma-separated models, cheapest first (repeatable; default: "
+        + "; ".join(DEFAULT_LADDERS)
+        + ")",
+    )
     p.add_argument("--max-r", type=int, default=2, help="largest max_revisions studied (default 2)")
     p.add_argument("--draws", type=int, default=200, help="seeded draws per task (default 200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=None, help="only the first N tasks")
-    p.add_argument("--price", action="append", default=[],
-                   help="MODEL=IN,OUT in USD per million tokens (repeatable)")
+    p.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        help="MODEL=IN,OUT in USD per million tokens (repeatable)",
+    )
     p.add_argument("--isolation", default="auto", help="sandbox isolation level (default auto)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="program result cache")
     p.add_argument("--json", help="write the results as JSON here")
@@ -681,8 +701,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         if ids:
             result = run_ladder(
-                ladder, ids, tasks, pools, max_r=args.max_r, draws=args.draws, seed=args.seed,
-                prices=prices, ladder_index=li,
+                ladder,
+                ids,
+                tasks,
+                pools,
+                max_r=args.max_r,
+                draws=args.draws,
+                seed=args.seed,
+                prices=prices,
+                ladder_index=li,
             )
             doc.update(summarise(result, seed=args.seed))
             doc["rungs"] = [rung_stats(m, ids, pools, args.max_r) for m in ladder]

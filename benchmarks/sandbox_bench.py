@@ -33,7 +33,7 @@ from typing import Any
 
 from benchmarks.datasets import DataMissing, load_mbppplus, load_specfix_samples, shown_asserts
 from firstpass.sandbox import Limits, Sandbox, parse_spec
-from firstpass.sandbox._judge import closed_spec
+from firstpass.sandbox._child.closed import closed_spec
 
 #: further copies of the visible assert in the per-call row
 EXTRA_CALLS = 20

@@ -144,8 +144,8 @@ def _labelled(
     k: int,
     name: str,
 ) -> Any:
-    """Study rows (score, levels i/k, k, pass count, label) as a ``calibration.Labelled``."""
-    from calibration.data import Labelled, Source
+    """Study rows (score, levels i/k, k, pass count, label) as a ``firstpass.calibration.Labelled``."""
+    from firstpass.calibration.data import Labelled, Source
 
     n = int(score.size)
     return Labelled(
@@ -172,7 +172,7 @@ def run_split(
     name: str = "score",
 ) -> SplitResult:
     """Calibrate λ on ``calib`` (score, gate passed, c) with LTT, then apply it to ``test``."""
-    from calibration import Settings, calibrate
+    from firstpass.calibration import Settings, calibrate
 
     score, ok, c = calib
     cal = calibrate(

@@ -19,7 +19,8 @@ from firstpass.errors import (
     UpstreamTimeout,
 )
 
-__version__ = "0.1.0"
+#: the only place the version is written: pyproject.toml reads it from here
+__version__ = "0.2.0"
 
 __all__ = [
     "CalibrationError",

@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from firstpass._console import quiet_broken_pipe
 from firstpass.errors import FirstpassError
 
 #: subcommand modules, in the order ``--help`` lists them
@@ -29,32 +30,6 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(f"firstpass.commands.{name}")
         module.register(sub)
     return parser
-
-
-def invoked_as() -> str:
-    """How the user ran us (``.venv/bin/firstpass``, ``python -m firstpass``...), so a command
-    we print for them to run next can be pasted as is."""
-    import shlex
-    from pathlib import Path
-
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "firstpass"
-    if Path(argv0).name in ("__main__.py", "-c") or argv0.endswith(".py"):
-        return f"{shlex.quote(sys.executable)} -m firstpass"
-    return shlex.quote(argv0)
-
-
-def quiet_broken_pipe() -> int:
-    """For a CLI whose reader went away (``firstpass receipts show | head``): point stdout at
-    /dev/null so the interpreter's final flush cannot raise again; return the exit code."""
-    import os
-    import sys
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,8 +21,9 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TextIO
 
 import structlog
 
@@ -158,7 +159,7 @@ class _StdlibHandler(logging.Handler):
             except Exception:  # bad %-args: the template, not a lost record
                 message = str(record.msg)
             level = max((n for n in _LEVEL_NUMBERS if n <= record.levelno), default=logging.DEBUG)
-            fields: dict[str, Any] = {"logger": record.name}
+            fields: dict[str, object] = {"logger": record.name}
             if record.exc_info and record.exc_info[0] is not None:
                 fields["exc_info"] = record.exc_info
             structlog.get_logger(record.name).log(level, message, **fields)
@@ -218,7 +219,7 @@ def _unroute_stdlib() -> None:
 
 
 def write_event(
-    event: str, fields: dict[str, Any], *, level: str = "info", timestamp: str | None = None
+    event: str, fields: Mapping[str, object], *, level: str = "info", timestamp: str | None = None
 ) -> bool:
     """Write one JSON event straight to the background writer; ``False`` when that path is not
     configured (no background writer, or the console format) and the caller should log through

@@ -11,7 +11,7 @@ import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from firstpass.config import Certificate, Given, calibration_id, candidate_rule
 
@@ -64,9 +64,11 @@ def certificate(
 def write_calibration(path: Path, *certs: Certificate, **extra: Any) -> Path:
     """A calibration JSON holding ``certs`` (one default certificate when none are given), with
     the content-derived id ``firstpass calibrate`` gives it (``file_id`` reads it back)."""
-    entries = [c.to_dict() for c in certs] if certs or "uncertified" in extra else [
-        certificate().to_dict()
-    ]
+    entries = (
+        [c.to_dict() for c in certs]
+        if certs or "uncertified" in extra
+        else [certificate().to_dict()]
+    )
     doc: dict[str, Any] = {"certificates": entries, "uncertified": [], **extra}
     doc = {"id": calibration_id(doc), **doc}
     path.write_text(json.dumps(doc), "utf-8")
@@ -76,6 +78,11 @@ def write_calibration(path: Path, *certs: Certificate, **extra: Any) -> Path:
 def file_id(path: Path) -> str:
     """The id of a calibration file (what receipts and ``given`` name)."""
     return str(json.loads(path.read_text("utf-8"))["id"])
+
+
+#: the block's hand-set λ as keyword arguments of ``elastic_block`` (its key is a Python
+#: keyword): ``elastic_block(mode, **Lambda({"lambda": 0.5}))``
+Lambda = TypedDict("Lambda", {"lambda": float})
 
 
 def elastic_block(mode: str, *, checks: str | None = None, **kw: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -93,3 +94,15 @@ def blockbuster() -> Iterator[BlockBuster]:
     """Fail the test if anything blocks the event loop."""
     with blockbuster_ctx() as bb:
         yield bb
+
+
+@pytest.fixture(autouse=True)
+def _no_cpu_timer_left() -> Iterator[None]:
+    """A test that runs the sandbox's child code in this process (the judge's link) may arm a
+    CPU-time timer; one left armed would end the whole run with SIGPROF minutes later, far
+    from its cause. Disarm it here and fail the test that left it."""
+    yield
+    left = signal.getitimer(signal.ITIMER_PROF)[0]
+    if left:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        pytest.fail(f"the test left a CPU-time timer armed ({left:.3f} s): disarm it")

@@ -41,12 +41,13 @@ def leftover_files(sb: Sandbox) -> list[str]:
     tmp = Path(f"/proc/{pid}/root/tmp")
     # an install under /tmp (a venv, a CI clone) is bound back read-only over the zygote's
     # tmpfs: the directories leading to it are the sandbox's own, not a sample's leftovers
+    mounts = sb._mounts.get(False)
     kept = {
         Path(k).relative_to("/tmp").parts[0]
-        for k in sb._mounts.get(False, {}).get("keep", [])
+        for k in (mounts["keep"] if mounts is not None else [])
         if k.startswith("/tmp/")
     }
-    left = []
+    left: list[str] = []
     for entry in tmp.iterdir():
         if entry.name in kept:
             continue

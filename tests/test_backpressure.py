@@ -13,6 +13,9 @@ import pytest
 from tests.server_harness import CHEAP, MODEL
 from tests.stub_upstream import Reply
 
+#: e2e: every test drives a live server with the real openai SDK
+pytestmark = pytest.mark.e2e
+
 #: a sample whose one visible test holds the sandbox's only slot for about 3 s
 SLEEPY = "```python\nimport time\n\ndef add(a, b):\n    time.sleep(3)\n    return a + b\n```"
 VISIBLE = {"tests": {"visible": ["assert add(1, 2) == 3"]}, "entry_point": "add"}

@@ -31,7 +31,9 @@ TOP = "deepseek-v3"
 def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = datasets.data_dir()
     if not (root / "mbppplus" / "MbppPlus.jsonl.gz").exists():
-        pytest.skip(f"shared data not found at {root}: set FIRSTPASS_DATA to run the benchmark smoke tests")
+        pytest.skip(
+            f"shared data not found at {root}: set FIRSTPASS_DATA to run the benchmark smoke tests"
+        )
     out = tmp_path_factory.mktemp("data")
     assert datasets.main(["--out", str(out), "--limit", "5"]) == 0
     return out
@@ -78,10 +80,23 @@ def test_probe_study_json_has_the_regime_table_and_both_aucs(
     out = tmp_path / "probe.json"
     study = tmp_path / "study.jsonl"
     argv = [
-        "--tasks", str(converted / "tasks.jsonl"),
-        "--samples", str(converted / f"samples-{TOP}.jsonl"),
-        "--k", "5", "--draws", "20", "--seed", "0", "--json", str(out),
-        "--study-out", str(study), "--no-md", "--cache-dir", str(cache_dir),
+        "--tasks",
+        str(converted / "tasks.jsonl"),
+        "--samples",
+        str(converted / f"samples-{TOP}.jsonl"),
+        "--k",
+        "5",
+        "--draws",
+        "20",
+        "--seed",
+        "0",
+        "--json",
+        str(out),
+        "--study-out",
+        str(study),
+        "--no-md",
+        "--cache-dir",
+        str(cache_dir),
     ]
     assert probe_study.main(argv) == 0
     doc = json.loads(out.read_text())
@@ -95,16 +110,28 @@ def test_probe_study_json_has_the_regime_table_and_both_aucs(
     assert all(set(r) >= {"k", "pass_count", "label"} and 0 <= r["pass_count"] <= 5 for r in rows)
     # a rerun is answered from the program cache: nothing new runs in the sandbox
     assert probe_study.main(argv) == 0
-    assert json.loads(out.read_text())["programs"]["ran"] == 0, sorted(p.name for p in cache_dir.iterdir())
+    assert json.loads(out.read_text())["programs"]["ran"] == 0, sorted(
+        p.name for p in cache_dir.iterdir()
+    )
 
 
 def _e2e_argv(converted: Path, cache_dir: Path, out: Path) -> list[str]:
     return [
-        "--tasks", str(converted / "tasks.jsonl"),
-        "--cheap-samples", str(converted / f"samples-{CHEAP}.jsonl"),
-        "--top-samples", str(converted / f"samples-{TOP}.jsonl"),
-        "--splits", "2", "--timing-tasks", "2", "--json", str(out), "--no-md",
-        "--cache-dir", str(cache_dir),
+        "--tasks",
+        str(converted / "tasks.jsonl"),
+        "--cheap-samples",
+        str(converted / f"samples-{CHEAP}.jsonl"),
+        "--top-samples",
+        str(converted / f"samples-{TOP}.jsonl"),
+        "--splits",
+        "2",
+        "--timing-tasks",
+        "2",
+        "--json",
+        str(out),
+        "--no-md",
+        "--cache-dir",
+        str(cache_dir),
     ]
 
 
@@ -136,7 +163,9 @@ def test_ablation_reports_each_step_against_the_one_before(
     for split in doc["splits"]:
         assert {"A model only", "B + visible tests", "C + gate"} <= set(split["policies"])
         assert split["policies"]["B + visible tests"]["gate_runs"] == 0
-        assert {"B + visible tests - A model only", "C + gate - B + visible tests"} <= set(split["paired"])
+        assert {"B + visible tests - A model only", "C + gate - B + visible tests"} <= set(
+            split["paired"]
+        )
     assert "E + revision loop" in doc["steps"]
 
 
@@ -147,8 +176,20 @@ def test_revision_study_walks_the_ladder_for_every_r_under_both_check_settings(
     cheap rung's pass chance, the gate-as-oracle setting serves nothing wrong as verified."""
     out = tmp_path / "revision.json"
     argv = [
-        "--converted", str(converted), "--ladder", f"{CHEAP},{TOP}", "--max-r", "2",
-        "--draws", "20", "--seed", "0", "--json", str(out), "--cache-dir", str(cache_dir),
+        "--converted",
+        str(converted),
+        "--ladder",
+        f"{CHEAP},{TOP}",
+        "--max-r",
+        "2",
+        "--draws",
+        "20",
+        "--seed",
+        "0",
+        "--json",
+        str(out),
+        "--cache-dir",
+        str(cache_dir),
     ]
     assert revision_study.main(argv) == 0
     doc = json.loads(out.read_text())
@@ -172,17 +213,30 @@ def test_revision_study_walks_the_ladder_for_every_r_under_both_check_settings(
         assert all(1 <= row["calls"] <= 2 * (1 + r) for r, row in enumerate(rows))
         for r in (1, 2):  # the cheap rung retries the same way whether the top rung does or not
             assert table[f"{setting}|{cheap}|{r}"]["rung0_verified"] == rows[r]["rung0_verified"]
-    assert all(row["wrong_verified"] == 0 for k, row in table.items() if k.startswith("visible+gate"))
+    assert all(
+        row["wrong_verified"] == 0 for k, row in table.items() if k.startswith("visible+gate")
+    )
     assert all(row["gate_runs"] == 0 for k, row in table.items() if k.startswith("visible|"))
 
 
+@pytest.mark.slow
 def test_checks_bench_times_every_kind_and_the_paired_proxy_paths(tmp_path: Path) -> None:
     """checks_bench gives every check its expected verdict, and each end-to-end path is answered
     200 the way it is meant to be (pass-through vs. served after checks)."""
     out = tmp_path / "checks.json"
     argv = [
-        "--iters", "20", "--command-iters", "2", "--requests", "40", "--rounds", "2",
-        "--concurrency", "1,4", "--json", str(out),
+        "--iters",
+        "20",
+        "--command-iters",
+        "2",
+        "--requests",
+        "40",
+        "--rounds",
+        "2",
+        "--concurrency",
+        "1,4",
+        "--json",
+        str(out),
     ]
     assert checks_bench.main(argv) == 0
     doc = json.loads(out.read_text())
@@ -205,7 +259,9 @@ def test_sql_verifier_study_labels_checks_and_reports_every_section(tmp_path: Pa
 
     root = datasets.data_dir()
     if not (root / "spider" / "questions.jsonl").exists():
-        pytest.skip(f"shared data not found at {root}: set FIRSTPASS_DATA to run the benchmark smoke tests")
+        pytest.skip(
+            f"shared data not found at {root}: set FIRSTPASS_DATA to run the benchmark smoke tests"
+        )
     out = tmp_path / "sql.json"
     assert sql_verifier_study.main(["--limit", "5", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())

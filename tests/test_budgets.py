@@ -157,6 +157,7 @@ def test_budgets_refuse_bad_values_naming_the_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("on_exhausted", ["error", "serve_best_verified"])
+@pytest.mark.e2e
 def test_a_per_request_cap_stops_escalation_before_the_call_that_would_cross_it(
     live_stack: Any, on_exhausted: str
 ) -> None:
@@ -180,6 +181,7 @@ def test_a_per_request_cap_stops_escalation_before_the_call_that_would_cross_it(
     assert receipt["cost"]["total_usd"] <= 0.005
 
 
+@pytest.mark.e2e
 def test_a_cap_reached_after_a_verified_answer_still_serves_it(live_stack: Any) -> None:
     """Shadow labels a rung only elastic would reach; when the cap stops that label probe the
     client still gets the verified answer, and the receipt says the budget ended the labels."""
@@ -198,6 +200,7 @@ def test_a_cap_reached_after_a_verified_answer_still_serves_it(live_stack: Any) 
     assert receipt["decision"]["budget"]["exhausted"] == "per_request"
 
 
+@pytest.mark.e2e
 def test_a_key_over_its_daily_cap_is_refused_with_retry_after_until_utc_midnight(
     live_stack: Any,
 ) -> None:
@@ -233,6 +236,7 @@ def test_a_key_over_its_daily_cap_is_refused_with_retry_after_until_utc_midnight
     assert len(stack.stub.completions) == 2
 
 
+@pytest.mark.e2e
 def test_two_concurrent_requests_cannot_both_spend_what_only_one_fits(live_stack: Any) -> None:
     """Each request holds its call's worst case while the call runs: with room for one, the
     second is refused instead of both overspending the server's daily cap."""
@@ -256,6 +260,7 @@ def test_two_concurrent_requests_cannot_both_spend_what_only_one_fits(live_stack
     assert sum(r["cost"]["total_usd"] for r in _requests(stack)) <= 0.0006
 
 
+@pytest.mark.e2e
 def test_todays_spend_survives_a_restart(tmp_path: Path) -> None:
     """A restarted server reads today's spend back from its receipts: a daily cap spent before
     the restart is still spent after it."""
@@ -277,6 +282,7 @@ def test_todays_spend_survives_a_restart(tmp_path: Path) -> None:
         second.close()
 
 
+@pytest.mark.e2e
 def test_a_restart_with_fewer_workers_still_counts_what_every_worker_spent(
     tmp_path: Path,
 ) -> None:
@@ -298,6 +304,7 @@ def test_a_restart_with_fewer_workers_still_counts_what_every_worker_spent(
         single.close()
 
 
+@pytest.mark.e2e
 def test_a_judge_call_counts_against_the_budget_and_is_not_made_past_it(
     live_stack: Any,
 ) -> None:

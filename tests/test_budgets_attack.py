@@ -64,6 +64,7 @@ def _requests(stack: LiveStack) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("mode", ["cascade", "shadow"])
+@pytest.mark.e2e
 def test_shadow_serves_the_cascades_answer_when_the_budget_refuses_only_the_label(
     live_stack: Any, mode: str
 ) -> None:
@@ -93,6 +94,7 @@ def test_shadow_serves_the_cascades_answer_when_the_budget_refuses_only_the_labe
 
 
 @pytest.mark.parametrize("mode", ["cascade", "shadow"])
+@pytest.mark.e2e
 def test_shadow_serves_the_cascades_answer_when_the_budget_cannot_hold_the_k_sample_probe(
     live_stack: Any, mode: str
 ) -> None:
@@ -205,14 +207,15 @@ def test_a_sample_that_waited_for_a_sandbox_slot_gets_it_before_a_later_arrival(
     sample that has waited longest, not to one arriving in the same instant, which would let
     a steady stream of arrivals starve a waiting request into its 503."""
     from firstpass.sandbox import Sandbox
+    from firstpass.sandbox._child.frames import Response
 
     async def scenario() -> tuple[int | None, bool]:
         sb = Sandbox(concurrency=1, max_queue=8, slot_timeout_s=0.5)
         limits = sb.limits
         waiting = asyncio.ensure_future(sb._take_slot(limits))  # the only slot is taken
         await asyncio.sleep(0.01)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
+        done: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        done.set_result({})  # the running sample's run, finished (what it answered is not read)
         # another sample arrives (its task is scheduled) in the loop turn the running sample
         # finishes in and its slot comes free
         later = asyncio.ensure_future(sb._take_slot(limits))
@@ -236,6 +239,7 @@ def test_a_sample_that_waited_for_a_sandbox_slot_gets_it_before_a_later_arrival(
 # -- overspend the worst case does not bound (reported, not fixed: design questions) -------
 
 
+@pytest.mark.e2e
 def test_a_request_without_max_tokens_cannot_spend_past_the_per_request_cap(
     live_stack: Any,
 ) -> None:
@@ -262,6 +266,7 @@ def test_a_request_without_max_tokens_cannot_spend_past_the_per_request_cap(
     reason="design question (reported): an image_url content part costs far more tokens than "
     "its bytes, so the byte bound on input tokens does not hold and the hold is too small",
 )
+@pytest.mark.e2e
 def test_an_image_part_cannot_carry_a_request_past_the_per_request_cap(live_stack: Any) -> None:
     """A vision request's image URL is a hundred bytes and a thousand tokens or more: the call
     is held at the bytes and the upstream bills the tokens, past the cap."""
@@ -288,6 +293,7 @@ def test_an_image_part_cannot_carry_a_request_past_the_per_request_cap(live_stac
 # -- what held (kept as regression tests) ------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_request_cut_off_by_its_deadline_releases_its_hold_so_the_key_is_not_locked_out(
     live_stack: Any,
 ) -> None:
@@ -340,6 +346,7 @@ def test_a_probe_refused_a_sandbox_slot_stops_its_other_samples_instead_of_runni
     assert asyncio.run(scenario())
 
 
+@pytest.mark.e2e
 def test_shadow_serves_the_cascades_answer_when_only_the_label_gate_finds_the_sandbox_busy(
     live_stack: Any,
 ) -> None:
@@ -372,6 +379,7 @@ def test_shadow_serves_the_cascades_answer_when_only_the_label_gate_finds_the_sa
     assert receipt["decision"]["label_error"]["type"] == "sandbox_busy"
 
 
+@pytest.mark.e2e
 def test_a_request_answered_503_sandbox_busy_stops_the_judge_beside_it_and_counts_no_more(
     live_stack: Any,
 ) -> None:
@@ -408,6 +416,7 @@ def test_a_request_answered_503_sandbox_busy_stops_the_judge_beside_it_and_count
     assert ledger.spent() == pytest.approx(receipt["cost"]["total_usd"])
 
 
+@pytest.mark.e2e
 def test_shadow_serves_the_cascades_answer_when_a_label_only_probe_finds_the_sandbox_busy(
     live_stack: Any,
 ) -> None:
@@ -441,6 +450,7 @@ def test_shadow_serves_the_cascades_answer_when_a_label_only_probe_finds_the_san
     assert later["rung"] == 1 and later["sandbox_busy"] is True
 
 
+@pytest.mark.e2e
 def test_a_call_refused_only_for_what_requests_in_flight_hold_is_told_to_retry_soon(
     live_stack: Any,
 ) -> None:
@@ -483,6 +493,7 @@ def test_a_request_naming_two_output_limits_is_held_at_the_larger() -> None:
     )
 
 
+@pytest.mark.e2e
 def test_forty_concurrent_requests_never_spend_past_the_daily_cap(live_stack: Any) -> None:
     """Forty requests at once against a daily cap that holds nine calls' worst cases: the
     receipts together stay under the cap, and every refusal is a 429 stating the daily cap."""
@@ -509,6 +520,7 @@ def test_forty_concurrent_requests_never_spend_past_the_daily_cap(live_stack: An
     assert 1 <= outcomes.count("served") <= 9
 
 
+@pytest.mark.e2e
 def test_an_upstream_that_reports_no_usage_still_spends_the_daily_cap(live_stack: Any) -> None:
     """An OpenAI-compatible server that leaves out ``usage`` (or reports zero tokens for an
     answer it wrote) must not make every call free to the budget: the call counts at the worst
@@ -525,6 +537,7 @@ def test_an_upstream_that_reports_no_usage_still_spends_the_daily_cap(live_stack
     assert outcomes[2:] == ["daily_budget_exhausted"] * 2
 
 
+@pytest.mark.e2e
 def test_a_cheap_rungs_token_count_does_not_shrink_the_strong_rungs_hold(live_stack: Any) -> None:
     """The prompt's token count reported by one rung (another tokenizer, a prompt cache, or no
     count at all) is no bound on what another rung bills for the same prompt: the strong rung's

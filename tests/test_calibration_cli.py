@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import calibration
-from calibration.cli import main
+from firstpass import calibration
+from firstpass.calibration.cli import main
 from firstpass.config import ElasticConfig, config_from_dict
 
 
@@ -120,7 +120,10 @@ def test_study_to_json_and_toml_end_to_end(
     assert "λ̂ = 3/5" in stdout and "regimes over 633 rows" in stdout
     elastic = _toml(stdout)["escalation"]["elastic"]  # type: ignore[index]
     assert elastic == {
-        "k": 5, "escalate_at": 0, "mode": "enforce", "calibration": str(tmp_path / "cal.json")
+        "k": 5,
+        "escalate_at": 0,
+        "mode": "enforce",
+        "calibration": str(tmp_path / "cal.json"),
     }  # fmt: skip  (absolute: it resolves the same from any config's directory)
     enforced = _elastic_with_block(stdout, tmp_path)
     assert enforced.mode == "enforce"
@@ -277,18 +280,19 @@ def test_plot_without_matplotlib_says_what_to_install(
     assert "pip install 'firstpass-verify[plot]'" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_python_dash_m_calibration_runs(tmp_path: Path) -> None:
-    """`python -m calibration` is a working entry point with the same exit codes."""
+    """`python -m firstpass.calibration` is a working entry point with the same exit codes."""
     study = _study(tmp_path / "s.jsonl", GOOD)
     ok = subprocess.run(
-        [sys.executable, "-m", "calibration", "--study", str(study), "--json"],
+        [sys.executable, "-m", "firstpass.calibration", "--study", str(study), "--json"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert ok.returncode == 0 and json.loads(ok.stdout)["lambda"] == 0.6
     bad = subprocess.run(
-        [sys.executable, "-m", "calibration", "--study", str(study), "--method", "x"],
+        [sys.executable, "-m", "firstpass.calibration", "--study", str(study), "--method", "x"],
         capture_output=True,
         text=True,
         timeout=60,

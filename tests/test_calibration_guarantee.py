@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from calibration import stats
-from calibration.data import Labelled, Source
-from calibration.fit import Settings, calibrate
+from firstpass.calibration import stats
+from firstpass.calibration.data import Labelled, Source
+from firstpass.calibration.fit import Settings, calibrate
 
 #: a violation count this unlikely under "violation probability ≤ δ" fails the test
 SIGNIFICANCE = 1e-3
@@ -37,7 +37,8 @@ class Scenario:
         """True R(λ) at each level, strictest first."""
         pi = np.array(self.share)[::-1]
         q = np.array(self.fail)[::-1]
-        return np.cumsum(pi * q) / np.cumsum(pi)
+        risk: np.ndarray = np.cumsum(pi * q) / np.cumsum(pi)
+        return risk
 
     def draw(self, rng: np.random.Generator, runs: int) -> tuple[np.ndarray, np.ndarray]:
         """Per run, per level (strictest first): n_j and m_j of a fresh calibration set."""

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from calibration import Settings, calibrate, read_study, stats
+from firstpass.calibration import Settings, calibrate, read_study, stats
 
 
 def _explanation(tmp_path: Path, counts: dict[int, tuple[int, int]], **kw: object) -> str:

@@ -1,7 +1,7 @@
 """Shadow receipts are verified before use, filtered to labelled ones, and the skips explained.
 
 The receipts here are written by a small writer that follows the documented canonical form
-(independently of ``calibration.data``), so a mismatch in either side would show.
+(independently of ``firstpass.calibration.data``), so a mismatch in either side would show.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from calibration import Settings, calibrate, read_receipts
-from calibration.cli import main
+from firstpass.calibration import Settings, calibrate, read_receipts
+from firstpass.calibration.cli import main
 from firstpass.errors import CalibrationError
 
 GENESIS = "sha256:" + "0" * 64
@@ -62,6 +62,7 @@ def test_labelled_shadow_receipts_are_used_and_the_rest_counted_by_reason(tmp_pa
     data = read_receipts([_labelled_log(tmp_path / "r.jsonl")])
     assert data.n == 90 and int(data.failed.sum()) == 10
     assert data.source.skipped == {"no gate label": 3, "not shadow mode": 4, "no probe": 2}
+    assert data.source.chain_heads[0] is not None
     assert data.source.verified and data.source.chain_heads[0].startswith("sha256:")
     assert set(data.route_names) == {"ünïcode", "code"}
 
@@ -138,7 +139,7 @@ def test_a_malformed_probe_is_named_by_line(tmp_path: Path) -> None:
 
 def agreement(value: float | None, label: bool | None = True) -> dict[str, Any]:
     """A shadow receipt recorded under the agreement score (its label is that candidate's)."""
-    scores = {} if value is None else {"scores": {"agreement": value}}
+    scores: dict[str, Any] = {} if value is None else {"scores": {"agreement": value}}
     return shadow(5, 5, label, score={"name": "agreement", "value": value}, **scores)
 
 
@@ -220,9 +221,8 @@ def test_the_proxys_chain_report_is_what_decides(
     """The head recorded is the one firstpass.receipts.verify_chain computes (here for lines
     re-serialised with spaces, which only a parse can vouch for); and where the one-pass read
     gives up, verify_chain's failure (line, reason) is what is reported."""
-    from calibration import _scan
-    from calibration import data as data_mod
     from firstpass import receipts
+    from firstpass.calibration import _onepass, _scan
 
     good = write_chain(tmp_path / "good.jsonl", [shadow(5, 5, True)] * 60)
     assert read_receipts([good]).source.chain_heads == (receipts.verify_chain(good).head,)
@@ -236,7 +236,7 @@ def test_the_proxys_chain_report_is_what_decides(
         ),
     }
     monkeypatch.setattr(receipts, "verify_chain", lambda path: verdicts[Path(path).name])
-    monkeypatch.setattr(data_mod, "scan_span", lambda *a, **k: _scan.Span(lines=0, chain_ok=False))
+    monkeypatch.setattr(_onepass, "scan_span", lambda *a, **k: _scan.Span(lines=0, chain_ok=False))
     bad = write_chain(tmp_path / "bad.jsonl", [shadow(5, 5, True)] * 60)
     with pytest.raises(
         CalibrationError,
@@ -305,7 +305,7 @@ def test_a_certificate_records_the_visible_checks_its_probes_were_scored_by(
     """Receipts of a route with listed visible checks carry their digest; so does the
     certificate, and the proxy refuses it for a route whose visible checks changed."""
     digest = "sha256:" + "cd" * 32
-    extra = {"provider": "stub", "model": "cheap", "temperature": 0.7}
+    extra: dict[str, Any] = {"provider": "stub", "model": "cheap", "temperature": 0.7}
     records = [shadow(5, 5, True, visible_checks_digest=digest, **extra)] * 400
     records += [shadow(5, 2, False, visible_checks_digest=digest, **extra)] * 50
     path = write_chain(tmp_path / "r.jsonl", records)
@@ -325,8 +325,12 @@ def test_receipts_scored_by_two_sets_of_visible_checks_are_refused(tmp_path: Pat
 
 def test_probes_scored_with_a_requests_own_checks_are_left_out(tmp_path: Path) -> None:
     """A client could add checks that every sample passes and so push λ down for everyone."""
-    records = [shadow(5, 5, True)] * 300 + [shadow(5, 5, False, request_checks=["request:basic"])] * 50
+    records = [shadow(5, 5, True)] * 300 + [
+        shadow(5, 5, False, request_checks=["request:basic"])
+    ] * 50
     path = write_chain(tmp_path / "r.jsonl", records)
     data = read_receipts([path])
     assert data.n == 300
-    assert data.source.skipped == {"scored with the request's own checks (no certificate covers it)": 50}
+    assert data.source.skipped == {
+        "scored with the request's own checks (no certificate covers it)": 50
+    }

@@ -1,6 +1,6 @@
 """Reading a receipt log in one pass gives exactly what verifying it and parsing every line gives.
 
-The one-pass read (``calibration._scan``) hashes and links each line itself and decodes only the
+The one-pass read (``firstpass.calibration._scan``) hashes and links each line itself and decodes only the
 values calibration needs (``fast_row``); whenever it answers, its answer must equal the full
 parse's, on the lines the proxy writes it must answer (or it would be no faster), and whatever
 breaks the chain must be reported as the sequential ``verify_chain`` reports it.
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calibration import _scan, data
-from calibration._rows import receipt_values
-from calibration.data import PASS_SHARE, read_receipts
+from firstpass.calibration import _onepass, _receipts, _scan, data
+from firstpass.calibration._rows import receipt_values
+from firstpass.calibration.data import PASS_SHARE, read_receipts
 from firstpass.errors import CalibrationError
 from firstpass.receipts import GENESIS_HASH
 from firstpass.receipts._canonical import encode_record
@@ -252,8 +252,19 @@ json_value = st.recursive(
     ),
     probe_extra=st.dictionaries(
         st.sampled_from(
-            ["samples", "later", "score", "clusters", "lambda", "a", "provider", "model",
-             "temperature", "top_p", "logit_bias"]
+            [
+                "samples",
+                "later",
+                "score",
+                "clusters",
+                "lambda",
+                "a",
+                "provider",
+                "model",
+                "temperature",
+                "top_p",
+                "logit_bias",
+            ]
         ),
         st.one_of(json_value, st.integers(), st.floats(allow_nan=False, allow_infinity=False)),
         max_size=4,
@@ -297,22 +308,22 @@ def _reference(path: Path, score: str, monkeypatch: pytest.MonkeyPatch) -> data.
     """The log read the sequential way: ``verify_chain``, then ``json.loads`` for every line
     (the one-pass read is made to give up, as it does on a line it cannot vouch for)."""
     with monkeypatch.context() as patch:
-        patch.setattr(data, "PARALLEL_BYTES", 1 << 62)
-        patch.setattr(data, "scan_span", lambda *a, **k: _scan.Span(lines=0, chain_ok=False))
+        patch.setattr(_onepass, "PARALLEL_BYTES", 1 << 62)
+        patch.setattr(_onepass, "scan_span", lambda *a, **k: _scan.Span(lines=0, chain_ok=False))
         return read_receipts([path], score=score)
 
 
 def _record_pools(patch: pytest.MonkeyPatch) -> list[Any]:
     """Every pool ``read_receipts`` asks for (None where it could not start one)."""
     got: list[Any] = []
-    real = data._Pool.get
+    real = _onepass.Pool.get
 
     def get(self: Any) -> Any:
         pool = real(self)
         got.append(pool)
         return pool
 
-    patch.setattr(data._Pool, "get", get)
+    patch.setattr(_onepass.Pool, "get", get)
     return got
 
 
@@ -342,10 +353,10 @@ def test_a_log_read_in_parallel_spans_equals_the_full_parse(
             over["decision"] = ["not", "an", "object"]  # msgspec refuses: full parse for this one
         records.append(shadow_receipt(i, c, bool(rng.random() < 0.8), score=score, **over))
     path = write_log(tmp_path / "r.jsonl", records)
-    monkeypatch.setattr(data, "_SPAN_BYTES", 50_000)
-    monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 50_000)
+    monkeypatch.setattr(_onepass, "PARALLEL_BYTES", 0)
     with monkeypatch.context() as patch:
-        patch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+        patch.setattr(_receipts, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
         pools = _record_pools(patch)
         fast = read_receipts([path], score=score)
     assert pools and pools[0] is not None  # the spans were read by worker processes
@@ -367,10 +378,10 @@ def test_a_log_mixing_scores_is_refused_the_same_either_way(
         for i in range(400)
     ]
     path = write_log(tmp_path / "r.jsonl", records)
-    monkeypatch.setattr(data, "_SPAN_BYTES", 40_000)
-    monkeypatch.setattr(data, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 40_000)
+    monkeypatch.setattr(_onepass, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
     with monkeypatch.context() as patch:
-        patch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+        patch.setattr(_receipts, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
         pools = _record_pools(patch)
         with pytest.raises(CalibrationError) as fast:
             read_receipts([path], score=score)
@@ -396,13 +407,18 @@ def test_a_log_of_labelled_rows_only_read_by_column_equals_the_full_parse(
         for i in range(400)
     ]
     path = write_log(tmp_path / "r.jsonl", records)
-    monkeypatch.setattr(data, "_SPAN_BYTES", 40_000)
-    monkeypatch.setattr(data, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 40_000)
+    monkeypatch.setattr(_onepass, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
     calls: list[int] = []
     real = _scan._columns
-    monkeypatch.setattr(_scan, "_columns", lambda rows: calls.append(len(rows)) or real(rows))
+
+    def counted(rows):
+        calls.append(len(rows))
+        return real(rows)
+
+    monkeypatch.setattr(_scan, "_columns", counted)
     with monkeypatch.context() as patch:
-        patch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+        patch.setattr(_receipts, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
         pools = _record_pools(patch)
         fast = read_receipts([path], score=PASS_SHARE)
     if parallel:
@@ -425,10 +441,10 @@ def test_a_line_deleted_at_a_span_boundary_breaks_the_chain_at_that_line(
 ) -> None:
     """Spans are checked on their own; the join between them is checked too, and the error
     names the line exactly as the sequential verification does."""
-    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
-    monkeypatch.setattr(data, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 20_000)
+    monkeypatch.setattr(_onepass, "PARALLEL_BYTES", 0 if parallel else 1 << 62)
     path = write_log(tmp_path / "r.jsonl", [shadow_receipt(i, 3, True) for i in range(120)])
-    starts = [a for a, _ in data._spans(path)]
+    starts = [a for a, _ in _onepass._spans(path)]
     offsets = [0]
     for line in path.read_bytes().splitlines(keepends=True):
         offsets.append(offsets[-1] + len(line))
@@ -440,6 +456,7 @@ def test_a_line_deleted_at_a_span_boundary_breaks_the_chain_at_that_line(
         read_receipts([path])
     unverified = read_receipts([path], allow_unverified=True)
     assert unverified.n == 119 and not unverified.source.verified
+    assert unverified.source.file_sha256[0] is not None
     assert unverified.source.file_sha256[0].startswith("sha256:")
 
 
@@ -447,8 +464,8 @@ def test_an_edited_line_in_a_later_span_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A line edited after it was written no longer hashes to itself: found in its span."""
-    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
-    monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 20_000)
+    monkeypatch.setattr(_onepass, "PARALLEL_BYTES", 0)
     path = write_log(tmp_path / "r.jsonl", [shadow_receipt(i, 3, True) for i in range(120)])
     lines = path.read_bytes().splitlines(keepends=True)
     lines[100] = lines[100].replace(b'"gate_label":true', b'"gate_label":false')
@@ -464,7 +481,7 @@ def test_a_bad_line_deep_in_a_verified_log_is_named_by_its_line(
     records = [shadow_receipt(i, 3, True) for i in range(300)]
     records[256] = shadow_receipt(256, 3, True, probe={"k": 5, "pass_count": 9})
     path = write_log(tmp_path / "r.jsonl", records)
-    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 20_000)
     with pytest.raises(CalibrationError, match=r"line 257: \"probe.pass_count\""):
         read_receipts([path])
 
@@ -475,18 +492,18 @@ def test_workers_are_forked_only_while_this_process_has_one_thread() -> None:
 
     stop = threading.Event()
     if threading.active_count() == 1:
-        assert data._start_method() == "fork"
+        assert _onepass._start_method() == "fork"
     else:  # a thread of the test runner's: the fork half is checked in a fresh interpreter
         import subprocess
         import sys
 
-        code = "from calibration import data; print(data._start_method())"
+        code = "from firstpass.calibration import _onepass; print(_onepass._start_method())"
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.stdout.strip() == "fork", out.stderr
     worker = threading.Thread(target=stop.wait)
     worker.start()
     try:
-        assert data._start_method() == "spawn"
+        assert _onepass._start_method() == "spawn"
     finally:
         stop.set()
         worker.join()
@@ -497,8 +514,8 @@ def test_a_broken_chain_is_reported_before_a_bad_row_in_an_earlier_span(
 ) -> None:
     """Rows are gathered while later spans are still being checked; a bad row found on the way
     must not hide that the log itself does not verify."""
-    monkeypatch.setattr(data, "_SPAN_BYTES", 20_000)
-    monkeypatch.setattr(data, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 20_000)
+    monkeypatch.setattr(_onepass, "PARALLEL_BYTES", 0)
     records = [shadow_receipt(i, 3, True) for i in range(120)]
     records[3] = shadow_receipt(3, 3, True, probe={"k": 5, "pass_count": 9})
     path = write_log(tmp_path / "r.jsonl", records)
@@ -586,6 +603,6 @@ def test_a_log_with_crlf_lines_is_still_read_in_one_pass(
     checks them, inside the span, instead of sending the whole log to the sequential reader
     (which holds the whole file in memory)."""
     path = _forge(tmp_path / "crlf.jsonl", [_rec(c=c) for c in range(6)], newline=b"\r\n")
-    monkeypatch.setattr(data, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+    monkeypatch.setattr(_receipts, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
     got = read_receipts([path])
     assert got.pass_count.tolist() == list(range(6)) and got.source.verified

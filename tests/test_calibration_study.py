@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration import Labelled, Settings, Source, calibrate, read_study
-from calibration.fit import level_label
+from firstpass.calibration import Labelled, Settings, Source, calibrate, read_study
+from firstpass.calibration.fit import level_label
 from firstpass.errors import CalibrationError
 
 
@@ -211,6 +211,7 @@ def test_tied_scores_are_served_or_gated_as_a_block(tmp_path: Path) -> None:
     data = read_study(_write(tmp_path / "s.jsonl", rows))
     fit = calibrate(data, Settings()).overall
     assert fit.lam in data.levels().tolist()
+    assert fit.lam is not None
     skip = data.score >= fit.lam
     for level in np.unique(data.score):
         assert len(set(skip[data.score == level].tolist())) == 1

@@ -129,7 +129,8 @@ def _send(stack: Any, n: int) -> None:
 def _rep(live_stack: Any, tmp_path: Path, rep: int) -> tuple[float | None, int, int]:
     """One repetition: (certified λ or None, skipped requests, failures among them)."""
     shadow = live_stack(
-        elastic={"k": K, "escalate_at": 0, "mode": "shadow"}, sandbox_factory=lambda _c: TableSandbox()
+        elastic={"k": K, "escalate_at": 0, "mode": "shadow"},
+        sandbox_factory=lambda _c: TableSandbox(),
     )
     shadow.stub.responder = Traffic(seed=2 * rep).responder
     _send(shadow, N_CAL)
@@ -164,6 +165,7 @@ def _rep(live_stack: Any, tmp_path: Path, rep: int) -> tuple[float | None, int, 
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.e2e
 def test_enforcing_what_calibrate_certified_keeps_served_failure_among_skips_within_alpha(
     live_stack: Any, tmp_path: Path
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from calibration.cli import main as calibrate_main
+from firstpass.calibration.cli import main as calibrate_main
 from firstpass.config import calibration_id, config_from_dict
 from firstpass.errors import ConfigError
 from tests.certificates import certificate, file_id, write_calibration
@@ -145,7 +145,7 @@ def test_receipts_recorded_under_another_score_are_refused(tmp_path: Path) -> No
     """Labels taken on the agreement candidate do not calibrate pass_share (another sample)."""
     records = [shadow(5, 5, True, score={"name": "agreement", "value": 1.0})] * 100
     log = write_chain(tmp_path / "r.jsonl", records)
-    from calibration import read_receipts
+    from firstpass.calibration import read_receipts
     from firstpass.errors import CalibrationError
 
     with pytest.raises(CalibrationError, match="recorded under score 'agreement'"):
@@ -228,9 +228,7 @@ def test_a_huge_integer_is_a_one_line_error_not_a_traceback(
     assert calibrate_main(["--receipts", str(log)]) == 2
     assert "line 1" in capsys.readouterr().err
     cal = tmp_path / "cal.json"
-    doc = json.loads(
-        write_calibration(cal, certificate(route="a", model="p/cheap")).read_text()
-    )
+    doc = json.loads(write_calibration(cal, certificate(route="a", model="p/cheap")).read_text())
     doc["certificates"][0]["temperature"] = 2**1024
     del doc["id"]
     cal.write_text(json.dumps({"id": calibration_id(doc), **doc}))
@@ -242,7 +240,7 @@ def test_rows_drawn_with_logit_bias_are_left_out_of_calibration(tmp_path: Path) 
     """Receipts whose probe was drawn under a client's logit_bias are counted, not used."""
     records = [shadow(5, 5, True, route="a")] * 20 + [shadow(5, 5, False, logit_bias=True)] * 5
     log = write_chain(tmp_path / "r.jsonl", records)
-    from calibration import read_receipts
+    from firstpass.calibration import read_receipts
 
     data = read_receipts([log])
     assert data.n == 20 and data.source.skipped == {

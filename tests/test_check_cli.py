@@ -21,6 +21,9 @@ import pytest
 from firstpass.cli import main
 from tests.stub_upstream import Reply, StubUpstream
 
+#: e2e: the tests run `firstpass check` as its own process (the JSON Schema suite's in-process run rides along)
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "tests" / "data" / "json_schema_suite_sample.json"
 
@@ -50,7 +53,7 @@ def check(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[s
 
 
 def as_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    data = json.loads(proc.stdout)
+    data: dict[str, Any] = json.loads(proc.stdout)
     assert set(data) >= RESULT_FIELDS, data
     assert "needs_revision" in data and isinstance(data["checks"], list), data
     for entry in data["checks"]:
@@ -771,7 +774,7 @@ def test_sql_evidence_reads_a_conversations_tool_calls(
     sql = "SELECT count(*) FROM singer WHERE country = 'France'"
     call = {"id": "c1", "type": "function",
             "function": {"name": "sql", "arguments": json.dumps({"sql": sql})}}  # fmt: skip
-    conversation = {
+    conversation: dict[str, list[dict[str, Any]]] = {
         "messages": [
             {"role": "user", "content": "How many singers are from France?"},
             {"role": "assistant", "content": None, "tool_calls": [call]},

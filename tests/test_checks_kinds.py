@@ -40,9 +40,10 @@ REQ = CheckRequest(prompt="task")
 @pytest.fixture(autouse=True)
 def _loop_never_blocks(request: pytest.FixtureRequest) -> object:
     """Every async test here fails if a check blocks the event loop (``blockbuster``)."""
-    if not request.node.get_closest_marker("asyncio") and not getattr(
-        request.node.obj, "__code__", None
-    ).co_flags & 0x80:  # not a coroutine function: nothing runs on a loop
+    code = getattr(request.node.obj, "__code__", None)
+    if not request.node.get_closest_marker("asyncio") and not (
+        code is not None and code.co_flags & 0x80
+    ):  # not a coroutine function: nothing runs on a loop
         return None
     return request.getfixturevalue("blockbuster")
 
@@ -74,7 +75,9 @@ def test_an_unknown_category_is_refused() -> None:
 
 
 def test_thousands_of_reasons_are_capped_for_receipts_and_prompts() -> None:
-    r = CheckResult(name="x", kind="json_schema", verdict="fail", score=0.0, reasons=("y" * 900,) * 50)
+    r = CheckResult(
+        name="x", kind="json_schema", verdict="fail", score=0.0, reasons=("y" * 900,) * 50
+    )
     assert len(r.reasons) == 21 and r.reasons[-1] == "... and 30 more"
     assert all(len(x) <= 500 for x in r.reasons)
 
@@ -91,7 +94,11 @@ def _result(passed: bool, severity: str = "error", score: float = 0.5) -> CheckR
     )
 
 
-@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["error", "warning"])), min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.tuples(st.booleans(), st.sampled_from(["error", "warning"])), min_size=1, max_size=6
+    )
+)
 def test_all_mode_passes_exactly_when_no_error_severity_part_fails(
     parts: list[tuple[bool, str]],
 ) -> None:
@@ -121,7 +128,9 @@ async def test_basic_fails_an_empty_and_a_short_answer_with_their_categories() -
 
 
 async def test_regex_must_and_must_not_match() -> None:
-    check = RegexCheck(options=opts(), must_match=[r"^\d{4}-\d{2}-\d{2}$"], must_not_match="1999", multiline=True)
+    check = RegexCheck(
+        options=opts(), must_match=[r"^\d{4}-\d{2}-\d{2}$"], must_not_match="1999", multiline=True
+    )
     assert (await check.run("date:\n2024-01-31", REQ)).passed
     bad = await check.run("1999-01-01", REQ)
     assert not bad.passed and bad.category == "pattern" and "forbidden" in bad.reason
@@ -159,9 +168,13 @@ async def test_context_without_context_passes_and_says_it_verified_nothing() -> 
 def test_extract_json_takes_the_whole_answer_or_its_one_fenced_block() -> None:
     assert extract_json('{"a": 1}') == (True, {"a": 1})
     assert extract_json('Here:\n```json\n{"b": 2}\n```\nDone.') == (True, {"b": 2})
-    assert extract_json("no json") == (False, "the answer is not JSON (nor does a fenced block hold JSON)")
+    assert extract_json("no json") == (
+        False,
+        "the answer is not JSON (nor does a fenced block hold JSON)",
+    )
     # two blocks: which one is the answer is ambiguous, so neither is
-    found, why = extract_json("```\n[1]\n```\nor\n```json\n{\"b\": 2}\n```")
+    found, why = extract_json('```\n[1]\n```\nor\n```json\n{"b": 2}\n```')
+    assert isinstance(why, str)  # a reason, not a value
     assert not found and "2 fenced blocks" in why
 
 
@@ -173,7 +186,9 @@ def test_extract_json_takes_the_whole_answer_or_its_one_fenced_block() -> None:
         ('{"id": 1, "id": "x"}', "appears twice"),
     ],
 )
-async def test_text_python_parses_but_json_forbids_is_invalid_format(answer: str, words: str) -> None:
+async def test_text_python_parses_but_json_forbids_is_invalid_format(
+    answer: str, words: str
+) -> None:
     """NaN passes every numeric bound and a duplicate key hides its first value."""
     check = JsonSchemaCheck(options=opts(), schema={"properties": {"price": {"maximum": 10}}})
     result = await check.run(answer, REQ)
@@ -200,7 +215,11 @@ async def test_schema_violations_each_get_a_reason_with_its_json_path() -> None:
 
 async def test_the_schemas_own_dialect_decides_the_rules() -> None:
     # draft 4: exclusiveMaximum is a boolean modifier; in 2020-12 it would be invalid as one
-    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "maximum": 5, "exclusiveMaximum": True}
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "maximum": 5,
+        "exclusiveMaximum": True,
+    }
     check = JsonSchemaCheck(options=opts(), schema=draft4)
     assert not (await check.run("5", REQ)).passed and (await check.run("4", REQ)).passed
     with pytest.raises(CheckSpecError, match="not a valid JSON Schema"):
@@ -287,9 +306,14 @@ async def test_a_catastrophic_schema_pattern_does_not_hang_validation() -> None:
 
 
 def test_formats_are_asserted_only_when_asked() -> None:
-    parse_check({"kind": "json_schema", "schema": {"format": "email"}, "assert_formats": True}, origin="request")
+    parse_check(
+        {"kind": "json_schema", "schema": {"format": "email"}, "assert_formats": True},
+        origin="request",
+    )
     with pytest.raises(CheckSpecError, match="assert_formats"):
-        parse_check({"kind": "json_schema", "schema": {}, "assert_formats": "yes"}, origin="request")
+        parse_check(
+            {"kind": "json_schema", "schema": {}, "assert_formats": "yes"}, origin="request"
+        )
 
 
 async def test_format_assertion_rejects_a_bad_date() -> None:
@@ -377,24 +401,30 @@ def _reaped(marker: Path) -> bool:
     [
         ("import sys; sys.exit(3)", "exited with 3"),
         ("print('pass')", "JSON object"),
-        ("print('{\"verdict\": \"maybe\"}')", '"verdict"'),
-        ("print('{\"verdict\": \"pass\", \"score\": 7}')", "score"),
+        ('print(\'{"verdict": "maybe"}\')', '"verdict"'),
+        ('print(\'{"verdict": "pass", "score": 7}\')', "score"),
         ("import sys; sys.stdout.write('x' * 200000)", "more than"),
     ],
 )
-async def test_a_command_that_gives_no_verdict_abstains(tmp_path: Path, body: str, words: str) -> None:
-    check = await command_check(options=opts(on_abstain="fail_closed"), argv=[await script(tmp_path, body)])
+async def test_a_command_that_gives_no_verdict_abstains(
+    tmp_path: Path, body: str, words: str
+) -> None:
+    check = await command_check(
+        options=opts(on_abstain="fail_closed"), argv=[await script(tmp_path, body)]
+    )
     result = await check.run("x", REQ)
     assert result.verdict == "abstain" and not result.passed and words in result.reason
 
 
 async def test_a_fail_open_command_passes_when_it_abstains(tmp_path: Path) -> None:
-    check = await command_check(options=opts(on_abstain="fail_open"), argv=[await script(tmp_path, "raise SystemExit(1)")])
+    check = await command_check(
+        options=opts(on_abstain="fail_open"), argv=[await script(tmp_path, "raise SystemExit(1)")]
+    )
     assert (await check.run("x", REQ)).passed
 
 
 async def test_a_command_cannot_use_more_memory_than_its_limit(tmp_path: Path) -> None:
-    body = "x = bytearray(900 * 1024 * 1024)\nprint('{\"verdict\": \"pass\"}')"
+    body = 'x = bytearray(900 * 1024 * 1024)\nprint(\'{"verdict": "pass"}\')'
     check = await command_check(options=opts(), argv=[await script(tmp_path, body)], memory_mb=256)
     assert (await check.run("x", REQ)).verdict == "abstain"
 
@@ -409,7 +439,12 @@ async def test_a_composite_from_a_definition_names_each_part() -> None:
             "name": "shape",
             "checks": [
                 {"kind": "basic", "min_length": 5},
-                {"kind": "regex", "name": "polite", "must_not_match": "(?i)stupid", "severity": "warning"},
+                {
+                    "kind": "regex",
+                    "name": "polite",
+                    "must_not_match": "(?i)stupid",
+                    "severity": "warning",
+                },
             ],
         },
         origin="request",
@@ -439,7 +474,9 @@ def test_an_unknown_option_is_named_with_a_suggestion() -> None:
     assert info.value.field == "must_mach" and 'did you mean "must_match"' in str(info.value)
 
 
-@pytest.mark.parametrize("pattern", [r"^\d{3}-\d{4}$", r"(?:\w{1,64}\.){1,10}", r"[[:alpha:]]{5}", r"^\p{Letter}+$"])
+@pytest.mark.parametrize(
+    "pattern", [r"^\d{3}-\d{4}$", r"(?:\w{1,64}\.){1,10}", r"[[:alpha:]]{5}", r"^\p{Letter}+$"]
+)
 def test_ordinary_patterns_are_well_under_the_cost_cap(pattern: str) -> None:
     assert pattern_cost_problem(pattern) is None
 

@@ -61,6 +61,7 @@ def served(raw: Any) -> tuple[str, dict[str, Any]]:
 # -- the cascade with listed checks ----------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_route_schema_gate_escalates_an_invalid_answer_and_serves_a_valid_one(
     live_stack: Any,
 ) -> None:
@@ -82,6 +83,7 @@ def test_a_route_schema_gate_escalates_an_invalid_answer_and_serves_a_valid_one(
     assert result["verdict"] == "fail" and "reasons" not in result  # content stays off receipts
 
 
+@pytest.mark.e2e
 def test_a_fenced_json_answer_passes_the_schema_on_the_cheap_rung(live_stack: Any) -> None:
     stack = live_stack(route_extra=SCHEMA_GATE)
     stack.stub.script(Reply.ok(FENCED_VALID), model=CHEAP)
@@ -90,6 +92,7 @@ def test_a_fenced_json_answer_passes_the_schema_on_the_cheap_rung(live_stack: An
     assert len(stack.stub.completions) == 1
 
 
+@pytest.mark.e2e
 def test_reasons_name_the_json_path_on_receipts_that_keep_content(live_stack: Any) -> None:
     stack = live_stack(route_extra=SCHEMA_GATE, store_content=True)
     stack.stub.script(Reply.ok(INVALID), model=CHEAP)
@@ -101,6 +104,7 @@ def test_reasons_name_the_json_path_on_receipts_that_keep_content(live_stack: An
     assert any(r.startswith("$.items: [] should be non-empty") for r in reasons)
 
 
+@pytest.mark.e2e
 def test_a_request_adds_its_own_regex_check(live_stack: Any) -> None:
     """A bare list in firstpass.checks is visible checks; the failing cheap answer escalates."""
     stack = live_stack()
@@ -116,16 +120,37 @@ def test_a_request_adds_its_own_regex_check(live_stack: Any) -> None:
 @pytest.mark.parametrize(
     ("checks", "param", "words"),
     [
-        ([{"kind": "command", "argv": ["/bin/true"]}], "firstpass.checks.visible[0].kind", "config only"),
-        ({"gate": [{"kind": "judge", "model": "stub/x", "rubric": "r"}]}, "firstpass.checks.gate[0].kind", "config only"),
-        ([{"kind": "json_schema", "schema": {"type": "nope"}}], "firstpass.checks.visible[0].schema.type", "not a valid JSON Schema"),
+        (
+            [{"kind": "command", "argv": ["/bin/true"]}],
+            "firstpass.checks.visible[0].kind",
+            "config only",
+        ),
+        (
+            {"gate": [{"kind": "judge", "model": "stub/x", "rubric": "r"}]},
+            "firstpass.checks.gate[0].kind",
+            "config only",
+        ),
+        (
+            [{"kind": "json_schema", "schema": {"type": "nope"}}],
+            "firstpass.checks.visible[0].schema.type",
+            "not a valid JSON Schema",
+        ),
         ([{"kind": "telepathy"}], "firstpass.checks.visible[0].kind", "unknown kind"),
-        ([{"kind": "regex", "must_match": "("}], "firstpass.checks.visible[0].must_match[0]", "not a valid regular expression"),
+        (
+            [{"kind": "regex", "must_match": "("}],
+            "firstpass.checks.visible[0].must_match[0]",
+            "not a valid regular expression",
+        ),
         ({"hidden": []}, "firstpass.checks.hidden", "unknown key"),
-        ([{"kind": "regex", "must_match": "a(?V1)b"}], "firstpass.checks.visible[0].must_match[0]", "not accepted"),
+        (
+            [{"kind": "regex", "must_match": "a(?V1)b"}],
+            "firstpass.checks.visible[0].must_match[0]",
+            "not accepted",
+        ),
         ([{"kind": "regex", "must_match": "a{9000}"}] * 8, "firstpass.checks", "too costly"),
     ],
 )
+@pytest.mark.e2e
 def test_a_request_check_that_cannot_run_is_a_400_naming_it(
     live_stack: Any, checks: Any, param: str, words: str
 ) -> None:
@@ -150,14 +175,42 @@ def _config(tmp_path: Path, **route: Any) -> Any:
 @pytest.mark.parametrize(
     ("route", "where", "words"),
     [
-        ({"gate_checks": [{"kind": "judge", "model": f"stub/{STRONG}", "rubric": "r"}]}, "route[0].gate_checks[0].model", "rung of this route's ladder"),
-        ({"gate_checks": [{"kind": "judge", "model": "stub/judge", "rubric": "r"}]}, "route[0].gate_checks[0].model", "no [[price]]"),
-        ({"gate_checks": [{"kind": "judge", "model": "nowhere/judge", "rubric": "r"}]}, "route[0].gate_checks[0].model", "no [[provider]]"),
-        ({"visible_checks": [{"kind": "judge", "model": "stub/judge", "rubric": "r"}]}, "route[0].visible_checks[0].model", "a judge is a gate check"),
+        (
+            {"gate_checks": [{"kind": "judge", "model": f"stub/{STRONG}", "rubric": "r"}]},
+            "route[0].gate_checks[0].model",
+            "rung of this route's ladder",
+        ),
+        (
+            {"gate_checks": [{"kind": "judge", "model": "stub/judge", "rubric": "r"}]},
+            "route[0].gate_checks[0].model",
+            "no [[price]]",
+        ),
+        (
+            {"gate_checks": [{"kind": "judge", "model": "nowhere/judge", "rubric": "r"}]},
+            "route[0].gate_checks[0].model",
+            "no [[provider]]",
+        ),
+        (
+            {"visible_checks": [{"kind": "judge", "model": "stub/judge", "rubric": "r"}]},
+            "route[0].visible_checks[0].model",
+            "a judge is a gate check",
+        ),
         ({"gate_checks": [{"kind": "spell"}]}, "route[0].gate_checks[0].kind", "unknown kind"),
-        ({"gate_checks": [{"kind": "json_schema", "schema": {"minimum": "0"}}]}, "route[0].gate_checks[0].schema.minimum", "not a valid JSON Schema"),
-        ({"gate_checks": [{"kind": "command", "argv": ["/no/such/grader"]}]}, "route[0].gate_checks[0].argv[0]", "not an executable"),
-        ({"gate_checks": [{"kind": "basic"}, {"kind": "basic"}]}, "route[0].gate_checks[1].name", "used twice"),
+        (
+            {"gate_checks": [{"kind": "json_schema", "schema": {"minimum": "0"}}]},
+            "route[0].gate_checks[0].schema.minimum",
+            "not a valid JSON Schema",
+        ),
+        (
+            {"gate_checks": [{"kind": "command", "argv": ["/no/such/grader"]}]},
+            "route[0].gate_checks[0].argv[0]",
+            "not an executable",
+        ),
+        (
+            {"gate_checks": [{"kind": "basic"}, {"kind": "basic"}]},
+            "route[0].gate_checks[1].name",
+            "used twice",
+        ),
         ({"revision": {"max_revisions": 11}}, "route[0].revision.max_revisions", ""),
     ],
 )
@@ -187,6 +240,7 @@ JUDGE_ROUTE = {
 JUDGE_PRICE = [{"model": f"stub/{JUDGE}", "input_per_mtok": 1.0, "output_per_mtok": 2.0}]
 
 
+@pytest.mark.e2e
 def test_a_judge_outside_the_ladder_grades_and_its_cost_is_on_the_receipt(
     live_stack: Any,
 ) -> None:
@@ -217,6 +271,7 @@ def test_a_judge_outside_the_ladder_grades_and_its_cost_is_on_the_receipt(
     assert gate[0]["results"][0]["cost_usd"] == pytest.approx(per_judgement)
 
 
+@pytest.mark.e2e
 def test_a_judge_that_answers_nonsense_abstains_and_fails_closed(live_stack: Any) -> None:
     stack = live_stack(route_extra=JUDGE_ROUTE, prices_extra=JUDGE_PRICE, on_exhausted="error")
     stack.stub.script(Reply.ok("a"), model=CHEAP)
@@ -234,6 +289,7 @@ def test_a_judge_that_answers_nonsense_abstains_and_fails_closed(live_stack: Any
 REVISE = {**SCHEMA_GATE, "revision": {"max_revisions": 2}}
 
 
+@pytest.mark.e2e
 def test_revision_is_bounded_when_the_model_never_improves(live_stack: Any) -> None:
     """max_revisions = 2: three answers from the cheap rung, then the ladder goes up."""
     stack = live_stack(route_extra=REVISE)
@@ -260,6 +316,7 @@ def test_revision_is_bounded_when_the_model_never_improves(live_stack: Any) -> N
     assert calls == [(0, "attempt"), (0, "revision"), (0, "revision"), (1, "attempt")]
 
 
+@pytest.mark.e2e
 def test_a_route_may_let_revision_quote_its_gate_reasons(live_stack: Any) -> None:
     route = {**SCHEMA_GATE, "revision": {"max_revisions": 1, "gate_reasons": True}}
     stack = live_stack(route_extra=route)
@@ -270,10 +327,13 @@ def test_a_route_may_let_revision_quote_its_gate_reasons(live_stack: Any) -> Non
     assert "$.id: 'seven' is not of type 'integer'" in feedback
 
 
+@pytest.mark.e2e
 def test_a_const_in_a_gate_schema_never_reaches_the_model(live_stack: Any) -> None:
     """The gate's expected value must not be handed to the model it is checking."""
     route = {
-        "gate_checks": [{"kind": "json_schema", "schema": {"properties": {"total": {"const": 4217}}}}],
+        "gate_checks": [
+            {"kind": "json_schema", "schema": {"properties": {"total": {"const": 4217}}}}
+        ],
         "revision": {"max_revisions": 1},
     }
     stack = live_stack(route_extra=route)
@@ -284,6 +344,7 @@ def test_a_const_in_a_gate_schema_never_reaches_the_model(live_stack: Any) -> No
         assert "4217" not in json.dumps(call.body)
 
 
+@pytest.mark.e2e
 def test_revision_serves_the_answer_fixed_on_the_second_try(live_stack: Any) -> None:
     stack = live_stack(route_extra=REVISE)
     stack.stub.script(Reply.ok(NOT_JSON), Reply.ok(VALID), model=CHEAP)
@@ -297,6 +358,7 @@ def test_revision_serves_the_answer_fixed_on_the_second_try(live_stack: Any) -> 
     assert loop["attempts"][0]["passed"] is True and loop["stopped"] is None
 
 
+@pytest.mark.e2e
 def test_without_a_revision_table_a_failed_answer_escalates_at_once(live_stack: Any) -> None:
     stack = live_stack(route_extra=SCHEMA_GATE)
     stack.stub.script(Reply.ok(NOT_JSON), model=CHEAP)
@@ -306,6 +368,7 @@ def test_without_a_revision_table_a_failed_answer_escalates_at_once(live_stack: 
     assert "revisions" not in stack.receipts_list()[0]
 
 
+@pytest.mark.e2e
 def test_revision_stops_at_the_request_deadline(live_stack: Any) -> None:
     """A call takes 0.6 s of a 1 s deadline: another would not fit, so no revision starts."""
     stack = live_stack(route_extra=REVISE, request_timeout_s=1.0)
@@ -317,6 +380,7 @@ def test_revision_stops_at_the_request_deadline(live_stack: Any) -> None:
     assert receipt["revisions"][0]["attempts"] == []
 
 
+@pytest.mark.e2e
 def test_revision_stops_at_the_routes_cost_budget(live_stack: Any) -> None:
     route = {**SCHEMA_GATE, "revision": {"max_revisions": 2, "max_cost_usd": 0.0005}}
     stack = live_stack(route_extra=route)
@@ -329,6 +393,7 @@ def test_revision_stops_at_the_routes_cost_budget(live_stack: Any) -> None:
     assert [c.model for c in stack.stub.completions] == [CHEAP, STRONG]
 
 
+@pytest.mark.e2e
 def test_hidden_tests_are_never_quoted_in_revision_feedback(live_stack: Any) -> None:
     """The gate's hidden cases fail: the model hears how many failed, never which or why."""
     from tests.add_task import TESTS, VISIBLE_ONLY
@@ -345,6 +410,7 @@ def test_hidden_tests_are_never_quoted_in_revision_feedback(live_stack: Any) -> 
         assert leak not in feedback
 
 
+@pytest.mark.e2e
 def test_visible_test_failures_are_quoted_in_revision_feedback(live_stack: Any) -> None:
     from tests.add_task import GOOD, TESTS, WRONG
 
@@ -359,6 +425,7 @@ def test_visible_test_failures_are_quoted_in_revision_feedback(live_stack: Any) 
 # -- elastic on a non-test visible check -----------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_enforce_serves_without_the_gate_when_every_sample_passes_the_schema(
     live_stack: Any,
 ) -> None:
@@ -373,6 +440,7 @@ def test_enforce_serves_without_the_gate_when_every_sample_passes_the_schema(
     assert receipt["probe"]["certificate"] is not None
 
 
+@pytest.mark.e2e
 def test_enforce_escalates_at_once_when_no_sample_passes_the_schema(live_stack: Any) -> None:
     stack = live_stack(route_extra=SCHEMA_VISIBLE, elastic=enforce_block())
     stack.stub.script(Reply.ok(*[NOT_JSON] * 5), model=CHEAP)
@@ -384,6 +452,7 @@ def test_enforce_escalates_at_once_when_no_sample_passes_the_schema(live_stack: 
     assert cats == ["invalid_format"] * 5
 
 
+@pytest.mark.e2e
 def test_enforce_gates_the_middle_with_the_routes_gate_checks(live_stack: Any) -> None:
     """2/5 pass the schema: the route's gate (no apologies) runs on the candidates in order."""
     block = enforce_block(max_gate_candidates=2)
@@ -397,6 +466,7 @@ def test_enforce_gates_the_middle_with_the_routes_gate_checks(live_stack: Any) -
     assert gate == [(1, False), (3, True)]
 
 
+@pytest.mark.e2e
 def test_shadow_serves_the_cascade_and_labels_the_schema_probe(live_stack: Any) -> None:
     stack = live_stack(route_extra=SCHEMA_VISIBLE, elastic=elastic_block("shadow"))
     stack.stub.script(Reply.ok(NOT_JSON, VALID, VALID, VALID, VALID), model=CHEAP)
@@ -410,6 +480,7 @@ def test_shadow_serves_the_cascade_and_labels_the_schema_probe(live_stack: Any) 
     assert receipt["probe"]["pass_count"] == 4 and receipt["decision"]["label_sample"] == 1
 
 
+@pytest.mark.e2e
 def test_a_requests_own_visible_checks_void_the_certificate(live_stack: Any) -> None:
     """A client could otherwise add a check every sample passes and so skip the route's gate."""
     stack = live_stack(route_extra=SCHEMA_VISIBLE, elastic=enforce_block())
@@ -426,10 +497,12 @@ def test_a_route_without_listed_checks_keeps_its_config_digest(tmp_path: Path) -
     from firstpass.config._digest import public_dict
 
     plain = stack_config("http://127.0.0.1:9", tmp_path / "r.jsonl")
-    route = public_dict(plain)["routes"][0]
+    public: dict[str, Any] = public_dict(plain)  # JSON-ready data
+    route = public["routes"][0]
     assert not {"visible_checks", "gate_checks", "revision"} & set(route)
     with_checks = _config(tmp_path, **SCHEMA_GATE)
-    assert "gate_checks" in public_dict(with_checks)["routes"][0]
+    public_with: dict[str, Any] = public_dict(with_checks)
+    assert "gate_checks" in public_with["routes"][0]
     assert with_checks.digest != plain.digest
 
 
@@ -460,6 +533,7 @@ def test_a_certificate_scored_by_other_visible_checks_is_refused_at_start(
         )
 
 
+@pytest.mark.e2e
 def test_shadow_receipts_record_the_visible_checks_digest_for_calibration(
     live_stack: Any,
 ) -> None:
@@ -470,6 +544,7 @@ def test_shadow_receipts_record_the_visible_checks_digest_for_calibration(
     assert receipt["probe"]["visible_checks_digest"] == SCHEMA_DIGEST
 
 
+@pytest.mark.e2e
 def test_shadow_revises_within_a_budget_exactly_as_the_cascade_does(live_stack: Any) -> None:
     """The budget counts what the cascade would have spent: one sample of the k-sample probe,
     so shadow serves what the cascade serves even with max_cost_usd set."""
@@ -492,6 +567,7 @@ def test_shadow_revises_within_a_budget_exactly_as_the_cascade_does(live_stack: 
     assert loops[0] == loops[1] == [(0, 1, "budget")]
 
 
+@pytest.mark.e2e
 def test_a_request_adding_checks_on_a_route_checks_route_still_gets_the_route_tests(
     live_stack: Any,
 ) -> None:
@@ -513,11 +589,14 @@ def test_a_request_adding_checks_on_a_route_checks_route_still_gets_the_route_te
     assert [r["name"] for r in first["results"]] == ["request:basic"]
 
 
+@pytest.mark.e2e
 def test_a_revision_cut_off_by_the_deadline_is_on_the_one_receipt(live_stack: Any) -> None:
     """The deadline passes while the revision call is in flight: a 504, one receipt saying the
     loop was interrupted, and the cut-off call among the upstream calls."""
     stack = live_stack(route_extra=REVISE, request_timeout_s=1.5)
-    stack.stub.script(Reply.ok(INVALID, latency_ms=50), Reply.ok(VALID, latency_ms=3000), model=CHEAP)
+    stack.stub.script(
+        Reply.ok(INVALID, latency_ms=50), Reply.ok(VALID, latency_ms=3000), model=CHEAP
+    )
     with pytest.raises(openai.APIStatusError) as info:
         ask(stack)
     assert info.value.status_code == 504

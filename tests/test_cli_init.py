@@ -13,13 +13,21 @@ import openai
 import pytest
 
 from firstpass.config import load_config
-from firstpass.demo.dataset import SAMPLES_PATH
+from firstpass.demo import SAMPLES_PATH
 from tests.cli_process import serving
+
+#: e2e: every test runs `firstpass init` or `firstpass serve` as its own process
+pytestmark = pytest.mark.e2e
 
 FIRSTPASS = f"{shlex.quote(sys.executable)} -m firstpass"
 FAKE_KEYS = {"OPENAI_API_KEY": "sk-test", "GROQ_API_KEY": "gsk-test"}
 
 _EXAMPLE = re.compile(r"^# ---- example: (.*?) -+\n(.*?)^# ---- end -+$", re.M | re.S)
+
+
+def examples(text: str) -> dict[str, str]:
+    """The example blocks of a config file: name -> body."""
+    return {m[1]: m[2] for m in _EXAMPLE.finditer(text)}
 
 
 def firstpass(args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -60,7 +68,7 @@ def ask_demo(port: int) -> openai.types.chat.ChatCompletion:
 
 def uncommented(text: str, names: list[str]) -> str:
     """The file with these example blocks uncommented (one leading "#" off each line)."""
-    blocks = dict(m.groups() for m in _EXAMPLE.finditer(text))
+    blocks = examples(text)
     for name in names:
         body = "\n".join(
             line[1:] if line.startswith("#") else line for line in blocks[name].split("\n")
@@ -153,7 +161,7 @@ def test_each_provider_example_in_the_starter_is_valid_once_uncommented(
     """Every commented provider block of the starter loads once uncommented (keys faked)."""
     assert firstpass("init", tmp_path).returncode == 0
     text = (tmp_path / "firstpass.toml").read_text()
-    (full,) = [n for n in dict(m.groups() for m in _EXAMPLE.finditer(text)) if name in n]
+    (full,) = [n for n in examples(text) if name in n]
     (tmp_path / "firstpass.toml").write_text(uncommented(text, [full]))
 
     config = load_config(tmp_path / "firstpass.toml", env=FAKE_KEYS)
@@ -185,9 +193,9 @@ def test_the_starter_examples_load_together_and_say_which_model_a_client_sends(
 def test_the_starter_vllm_and_ollama_examples_are_the_repository_ones(tmp_path: Path) -> None:
     """The starter and the repository's firstpass.toml show the same vLLM and Ollama blocks."""
     assert firstpass("init", tmp_path).returncode == 0
-    starter = dict(m.groups() for m in _EXAMPLE.finditer((tmp_path / "firstpass.toml").read_text()))
+    starter = examples((tmp_path / "firstpass.toml").read_text())
     shipped_text = (Path(__file__).resolve().parents[1] / "firstpass.toml").read_text()
-    shipped = dict(m.groups() for m in _EXAMPLE.finditer(shipped_text))
+    shipped = examples(shipped_text)
     for name in ("vLLM", "Ollama"):
         (key,) = [k for k in starter if name in k]
         assert starter[key] == shipped[key]

@@ -49,6 +49,7 @@ def test_the_ring_accepts_exactly_the_configured_keys() -> None:
     assert not KeyRing([])
 
 
+@pytest.mark.e2e
 def test_a_named_key_is_accepted_and_the_receipt_names_it_without_the_key(
     live_stack: Any,
 ) -> None:
@@ -62,6 +63,7 @@ def test_a_named_key_is_accepted_and_the_receipt_names_it_without_the_key(
     assert KEYS["TEAM_A_KEY"] not in stack.receipts.read_text()
 
 
+@pytest.mark.e2e
 def test_a_wrong_or_missing_key_is_refused_with_401(live_stack: Any) -> None:
     """A key that is not configured (even one character off) gets 401 invalid_api_key."""
     stack = live_stack(env=KEYS, tables={"server": NAMED})
@@ -72,6 +74,7 @@ def test_a_wrong_or_missing_key_is_refused_with_401(live_stack: Any) -> None:
     assert stack.stub.completions == []
 
 
+@pytest.mark.e2e
 def test_a_key_not_allowed_on_the_route_gets_403_naming_the_route(live_stack: Any) -> None:
     """A key whose routes do not list the request's route: 403 permission_error naming the
     route, never the key; the refusal's receipt names the key's name."""
@@ -88,6 +91,7 @@ def test_a_key_not_allowed_on_the_route_gets_403_naming_the_route(live_stack: An
     assert stack.stub.completions == []
 
 
+@pytest.mark.e2e
 def test_client_keys_env_keeps_working_beside_named_keys(live_stack: Any) -> None:
     """A key from client_keys_env is accepted, named after its variable, on every route."""
     stack = live_stack(
@@ -136,6 +140,7 @@ def test_named_keys_stay_out_of_repr_and_digest(tmp_path: Path) -> None:
     assert "v1" not in repr(one.server)
 
 
+@pytest.mark.e2e
 def test_models_takes_a_key_and_lists_only_the_routes_it_may_use(live_stack: Any) -> None:
     """GET /v1/models with keys configured: 401 without one; team-a (route code) sees the
     route's model, team-b (no routes) sees none."""

@@ -10,7 +10,7 @@ import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -31,8 +31,16 @@ from firstpass.config import (
 from firstpass.errors import ConfigError
 from tests.certificates import certificate, file_id, write_calibration
 
+
+class _Context(TypedDict):
+    """A certificate's sampling context (keyword arguments of ``certificate``)."""
+
+    model: str
+    temperature: float
+
+
 #: the base config's rung 0, as a certificate records it
-REPLAY = {"model": "replay/cheap", "temperature": 0.8}
+REPLAY: _Context = {"model": "replay/cheap", "temperature": 0.8}
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TOML = REPO / "firstpass.toml"
@@ -288,7 +296,7 @@ def _set(path: str, value: object) -> Patch:
 
 def _delete(path: str, key: str) -> Patch:
     def patch(data: dict[str, Any]) -> None:
-        _get = data
+        _get: Any = data  # a table or an array, as the path goes
         for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
             _get = _get[int(part[1:-1])] if part.startswith("[") else _get[part]
         del _get[key]
@@ -596,7 +604,7 @@ def test_the_config_is_frozen(base: dict[str, Any], tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         config.prices["x"] = config.prices["replay/cheap"]  # type: ignore[index]
     with pytest.raises(TypeError):
-        ServerConfig("0.0.0.0")  # type: ignore[misc]
+        ServerConfig("0.0.0.0")  # type: ignore[call-arg]
 
 
 def test_secrets_stay_out_of_repr_and_digest(base: dict[str, Any], tmp_path: Path) -> None:
@@ -628,7 +636,8 @@ def test_receipt_keys_at_their_defaults_leave_the_digest_as_it_was(
     """Rotation and signing keys written at their defaults keep a config's digest (receipts made
     before they existed stay comparable); set to something else, they change it."""
     config = build(base, tmp_path)
-    assert "rotate_bytes" not in public_dict(config)["receipts"]
+    public: dict[str, Any] = public_dict(config)  # JSON-ready data
+    assert "rotate_bytes" not in public["receipts"]
     base["receipts"] = {"checkpoint_interval_s": 60.0}
     assert build(base, tmp_path).digest == config.digest
     base["receipts"] = {"rotate_bytes": 1 << 20}
@@ -756,10 +765,14 @@ def test_an_old_calibration_file_without_certificates_fails_at_start(
         ("{not json", "is not JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"id": 7}', '"id" must be a non-empty string'),
-        ('{"id": "c", "certificates": [{"method": "ltt", "delta": 0.05, "rung": 0, "lambda": 1, "alpha": 2}]}',
-         "certificates[0].alpha must be a number in [0, 1]"),
-        ('{"id": "c", "certificates": [{"method": "crc", "delta": 0.05}]}',
-         "certificates[0].delta must be null under conformal risk control"),
+        (
+            '{"id": "c", "certificates": [{"method": "ltt", "delta": 0.05, "rung": 0, "lambda": 1, "alpha": 2}]}',
+            "certificates[0].alpha must be a number in [0, 1]",
+        ),
+        (
+            '{"id": "c", "certificates": [{"method": "crc", "delta": 0.05}]}',
+            "certificates[0].delta must be null under conformal risk control",
+        ),
     ],
 )
 def test_an_unusable_calibration_file_fails_at_start(
@@ -894,8 +907,10 @@ def test_enforcing_a_calibration_that_certified_nothing_is_refused(tmp_path: Pat
     from firstpass.config import config_from_dict as build
     from firstpass.errors import ConfigError as Err
 
-    write_calibration(tmp_path / "cal.json", uncertified=[{"route": "r", "rung": 0, "reason": "no λ certified"}])
-    data = {
+    write_calibration(
+        tmp_path / "cal.json", uncertified=[{"route": "r", "rung": 0, "reason": "no λ certified"}]
+    )
+    data: dict[str, Any] = {
         "provider": [{"id": "p", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"}],
         "route": [{"name": "r", "models": ["*"], "ladder": ["p/a"]}],
         "price": [{"model": "p/a", "input_per_mtok": 1, "output_per_mtok": 1}],

@@ -79,6 +79,8 @@ def _ledger(dsn: str, replica: str, **settings: object) -> SharedLedger:
 # -- the bound, across processes --------------------------------------------------------------
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_replicas_in_separate_processes_never_overspend_the_shared_caps(pg_database: str) -> None:
     """Four replica processes, twelve concurrent request loops each, race one small daily cap
     (and one key's smaller cap) until each loop finds it really spent. With worst-case holds
@@ -112,6 +114,7 @@ def test_replicas_in_separate_processes_never_overspend_the_shared_caps(pg_datab
     assert sum(t["refused_in_flight"] for t in tallies) > 0  # and they really contended
 
 
+@pytest.mark.e2e
 def test_a_call_that_costs_more_than_its_hold_overspends_by_at_most_the_excess(
     pg_database: str,
 ) -> None:
@@ -137,6 +140,7 @@ def test_a_call_that_costs_more_than_its_hold_overspends_by_at_most_the_excess(
 # -- the refusals, word for word ----------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_key_cap_is_shared_by_replicas_and_refuses_with_the_in_memory_ledgers_error(
     pg_database: str,
 ) -> None:
@@ -173,6 +177,7 @@ def test_a_key_cap_is_shared_by_replicas_and_refuses_with_the_in_memory_ledgers_
     asyncio.run(run())
 
 
+@pytest.mark.e2e
 def test_the_per_request_cap_is_checked_in_the_process_without_the_store(pg_database: str) -> None:
     """The per-request cap is one request's: it refuses with the in-memory wording, and a
     request that fits it is still held against the shared daily cap."""
@@ -194,6 +199,7 @@ def test_the_per_request_cap_is_checked_in_the_process_without_the_store(pg_data
 # -- a killed replica ----------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: str) -> None:
     """A replica killed with -9 in the middle of its calls leaves their holds counted (the
     others under-spend, never over-spend) until it starts again under the same id, which
@@ -212,8 +218,10 @@ def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: 
         proc.wait(timeout=10)
     assert lines and lines[-1] == "held", lines
     assert proc.returncode == -signal.SIGKILL
-    assert _totals(dsn)[("daily", "")] == (0.0, pytest.approx(0.7))
-    assert _totals(dsn)[("key", "capped")] == (0.0, pytest.approx(0.2))
+    spent, held = _totals(dsn)[("daily", "")]
+    assert spent == 0.0 and held == pytest.approx(0.7)
+    spent, held = _totals(dsn)[("key", "capped")]
+    assert spent == 0.0 and held == pytest.approx(0.2)
     assert _holds(dsn) == 3
 
     async def run() -> None:
@@ -230,6 +238,7 @@ def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: 
     assert _holds(dsn) == 1  # r2's own
 
 
+@pytest.mark.e2e
 def test_a_replica_id_in_use_by_a_live_process_is_refused(pg_database: str) -> None:
     """Starting would release the live replica's holds under it: the second start refuses."""
     dsn = _migrated(pg_database)
@@ -244,6 +253,7 @@ def test_a_replica_id_in_use_by_a_live_process_is_refused(pg_database: str) -> N
     asyncio.run(run())
 
 
+@pytest.mark.e2e
 def test_start_needs_the_migrated_schema(pg_database: str) -> None:
     """A database not migrated to the holds table is named, with what to run."""
 
@@ -280,6 +290,7 @@ async def _through_proxy(dsn: str) -> AsyncIterator[tuple[PgRelay, SharedLedger]
         await proxy.cut()
 
 
+@pytest.mark.e2e
 def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
     pg_database: str,
 ) -> None:
@@ -302,7 +313,7 @@ def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
             )
             assert exc.retry_after_s == IN_FLIGHT_RETRY_S and "cannot be reached" in str(exc)
             assert request_error_for(exc).status == 503
-            assert budget_record(exc)["store"] == "unavailable"
+            assert budget_record(exc).store == "unavailable"
             assert "postgres@" not in str(exc)  # the DSN stays out of what a client sees
             refused = await ledger.refusal(None)
             assert isinstance(refused, BudgetStoreUnavailable)
@@ -312,6 +323,7 @@ def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
     asyncio.run(run())
 
 
+@pytest.mark.e2e
 def test_a_settle_that_fails_is_retried_until_the_store_is_back_and_counted_once(
     pg_database: str,
 ) -> None:
@@ -329,14 +341,16 @@ def test_a_settle_that_fails_is_retried_until_the_store_is_back_and_counted_once
             assert ledger.pending_settles == 1
             await asyncio.sleep(0.3)  # a few retries fail
             assert ledger.pending_settles == 1
-            assert _totals(dsn)[("daily", "")] == (0.0, pytest.approx(0.4))
+            spent, held = _totals(dsn)[("daily", "")]
+            assert spent == 0.0 and held == pytest.approx(0.4)
             await proxy.start()
             for _ in range(100):
                 if ledger.pending_settles == 0:
                     break
                 await asyncio.sleep(0.05)
             assert ledger.pending_settles == 0
-            assert _totals(dsn)[("daily", "")] == (pytest.approx(0.25), 0.0)
+            spent, held = _totals(dsn)[("daily", "")]
+            assert spent == pytest.approx(0.25) and held == 0.0
             assert _holds(dsn) == 0
 
     asyncio.run(run())
@@ -380,6 +394,7 @@ def test_the_shared_ledger_takes_the_configs_whole_caps(tmp_path: Path) -> None:
 # -- a reserve whose answer was lost -------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_reserve_that_timed_out_after_its_commit_is_released_once_it_lands(
     pg_private: LocalPg,
 ) -> None:
@@ -406,22 +421,24 @@ def test_a_reserve_that_timed_out_after_its_commit_is_released_once_it_lands(
                 await ledger.open(None).reserve(0.6)
             standby(None)
             for _ in range(100):
-                if _holds(dsn) == 0 and ledger.pending_settles == 0 and not ledger._tasks:
+                if _holds(dsn) == 0 and ledger.pending_settles == 0 and not ledger._settles.busy:
                     break
                 await asyncio.sleep(0.05)
             assert _holds(dsn) == 0 and ledger.pending_settles == 0
             assert _totals(dsn)[("daily", "")] == (0.0, 0.0)
             budget = ledger.open(None)
             await budget.settle(await budget.reserve(0.6), 0.6)  # the room is back
-        assert _totals(dsn)[("daily", "")] == (pytest.approx(0.6), 0.0)
+        spent, held = _totals(dsn)[("daily", "")]
+        assert spent == pytest.approx(0.6) and held == 0.0
 
     asyncio.run(run())
 
 
+@pytest.mark.e2e
 def test_releasing_a_reserve_that_never_landed_changes_nothing(pg_database: str) -> None:
     """The release of a lost reserve whose transaction never committed finds no hold, leaves
     no row behind (its placeholder is deleted in the same transaction) and counts nothing."""
-    from firstpass.db._spend import _Settle
+    from firstpass.db._spend_rows import Settle
 
     dsn = _migrated(pg_database)
 
@@ -430,9 +447,9 @@ def test_releasing_a_reserve_that_never_landed_changes_nothing(pg_database: str)
             await ledger.open("k").reserve(0.2)  # someone else's hold stays untouched
             token = uuid.uuid4()
             day = date.fromisoformat(ledger.day)
-            item = _Settle(hold_id=None, key="k", actual=Decimal(0), day=day, token=token)
-            await ledger._write(item)
-            await ledger._write(item)  # twice: still nothing
+            item = Settle(hold_id=None, key="k", actual=Decimal(0), day=day, token=token)
+            await ledger._settles.write(item)
+            await ledger._settles.write(item)  # twice: still nothing
             assert _holds(dsn) == 1
             assert await ledger.held() == pytest.approx(0.2)
             assert await ledger.spent() == 0.0
@@ -494,6 +511,7 @@ def test_no_error_of_the_ledger_the_pool_or_migrate_quotes_the_password(dsn: str
 
 
 @pytest.mark.parametrize("silent", [False, True], ids=["said-goodbye", "silent"])
+@pytest.mark.e2e
 def test_calls_go_through_right_after_a_brief_restart(
     pg_private: LocalPg, silent: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

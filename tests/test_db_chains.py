@@ -21,6 +21,9 @@ from firstpass.receipts import GENESIS_HASH, write_key_files
 from firstpass.receipts._canonical import encode_record
 from firstpass.receipts._chain import link
 
+#: e2e: every test uses a real PostgreSQL (tests/pg_server.py)
+pytestmark = pytest.mark.e2e
+
 ENV = "FP_TEST_CHAINS_DSN"
 
 

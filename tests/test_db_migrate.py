@@ -14,6 +14,9 @@ import pytest
 from firstpass.db import MIGRATIONS, Migration, current_version, dsn_from_env, migrate
 from firstpass.errors import DatabaseError
 
+#: e2e: a real PostgreSQL (tests/pg_server.py) and `firstpass db migrate` as its own process
+pytestmark = pytest.mark.e2e
+
 LATEST = MIGRATIONS[-1].version
 
 
@@ -30,10 +33,14 @@ def _firstpass(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[s
 def test_migrate_creates_the_schema_and_a_second_run_changes_nothing(pg_database: str) -> None:
     """From the command line, as documented: the first run applies every version, the second
     says there is nothing to do; the tables are there and empty."""
-    first = _firstpass("db", "migrate", "--dsn-env", "FP_TEST_DSN", env={"FP_TEST_DSN": pg_database})
+    first = _firstpass(
+        "db", "migrate", "--dsn-env", "FP_TEST_DSN", env={"FP_TEST_DSN": pg_database}
+    )
     assert first.returncode == 0, first.stderr
     assert f"schema at version {LATEST} (applied: 1" in first.stdout
-    again = _firstpass("db", "migrate", "--dsn-env", "FP_TEST_DSN", env={"FP_TEST_DSN": pg_database})
+    again = _firstpass(
+        "db", "migrate", "--dsn-env", "FP_TEST_DSN", env={"FP_TEST_DSN": pg_database}
+    )
     assert again.returncode == 0 and "nothing to do" in again.stdout
     with psycopg.connect(pg_database) as conn:
         tables = {

@@ -81,6 +81,7 @@ def _writer(dsn: str, tmp_path: Path, replica: str = "r1", **kw: Any) -> Postgre
     )
 
 
+@pytest.mark.e2e
 async def test_concurrent_durable_writes_form_one_chain_the_file_verifier_accepts(
     db: str, tmp_path: Path
 ) -> None:
@@ -96,6 +97,7 @@ async def test_concurrent_durable_writes_form_one_chain_the_file_verifier_accept
     assert writer.stats.spilled == 0 and writer.stats.batches < 600  # batched, not per row
 
 
+@pytest.mark.e2e
 async def test_a_restarted_replica_continues_its_chain_and_replicas_keep_separate_chains(
     db: str, tmp_path: Path
 ) -> None:
@@ -111,6 +113,7 @@ async def test_a_restarted_replica_continues_its_chain_and_replicas_keep_separat
         assert report.ok and report.n_receipts == 100
 
 
+@pytest.mark.e2e
 async def test_a_second_process_under_the_same_replica_id_is_refused(
     db: str, tmp_path: Path
 ) -> None:
@@ -126,6 +129,7 @@ async def test_a_second_process_under_the_same_replica_id_is_refused(
         await first.close()
 
 
+@pytest.mark.e2e
 async def test_an_unmigrated_database_is_refused_with_the_command_that_fixes_it(
     pg_database: str, tmp_path: Path
 ) -> None:
@@ -145,6 +149,7 @@ async def test_an_unreachable_database_at_start_fails_with_a_clear_error(tmp_pat
         await writer.start()
 
 
+@pytest.mark.e2e
 async def test_an_outage_spills_every_receipt_and_ships_them_in_order_when_the_database_is_back(
     db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
@@ -176,6 +181,7 @@ async def test_an_outage_spills_every_receipt_and_ships_them_in_order_when_the_d
     assert (tmp_path / "r1.spill.jsonl").stat().st_size == 0
 
 
+@pytest.mark.e2e
 async def test_past_the_spill_bound_the_writer_turns_unhealthy_and_refuses_durable_writes(
     db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
@@ -201,6 +207,7 @@ async def test_past_the_spill_bound_the_writer_turns_unhealthy_and_refuses_durab
     assert verify_chain(chain).ok and verify_chain(chain).n_receipts == n + 1
 
 
+@pytest.mark.e2e
 async def test_a_database_that_hangs_counts_as_gone_after_the_statement_timeout(
     db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
@@ -246,6 +253,7 @@ _KILLED = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 async def test_a_replica_killed_mid_outage_ships_its_spill_at_the_next_start(
     db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
@@ -285,6 +293,7 @@ async def test_a_replica_killed_mid_outage_ships_its_spill_at_the_next_start(
     assert list(tmp_path.glob("k.spill.jsonl.torn-*"))
 
 
+@pytest.mark.e2e
 async def test_a_spill_file_from_another_chain_is_refused_not_shipped(
     db: str, tmp_path: Path
 ) -> None:
@@ -306,6 +315,7 @@ async def test_a_spill_file_from_another_chain_is_refused_not_shipped(
         await again.start()
 
 
+@pytest.mark.e2e
 async def test_signed_checkpoints_in_the_table_verify_with_the_public_key(
     db: str, tmp_path: Path
 ) -> None:
@@ -344,6 +354,7 @@ def _lock_table_for(dsn: str, seconds: float) -> threading.Thread:
     return thread
 
 
+@pytest.mark.e2e
 async def test_an_insert_given_up_on_that_commits_later_is_shipped_as_the_same_lines(
     db: str, tmp_path: Path
 ) -> None:
@@ -370,6 +381,8 @@ async def test_an_insert_given_up_on_that_commits_later_is_shipped_as_the_same_l
     assert verify_checkpoints([chain], load_public_key(keys.public)).ok
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 async def test_a_batch_that_may_have_committed_is_never_linked_twice_when_the_spill_fails(
     db: str, tmp_path: Path
 ) -> None:
@@ -400,6 +413,7 @@ async def test_a_batch_that_may_have_committed_is_never_linked_twice_when_the_sp
     assert verify_chain(chain).ok and len(_ids(chain)) == 3
 
 
+@pytest.mark.e2e
 async def test_a_brief_spill_failure_during_an_outage_does_not_leave_the_writer_unhealthy(
     db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
@@ -428,6 +442,7 @@ async def test_a_brief_spill_failure_during_an_outage_does_not_leave_the_writer_
     assert verify_chain(chain).ok and len(_ids(chain)) == 7
 
 
+@pytest.mark.e2e
 async def test_a_close_that_times_out_answers_every_waiting_caller_and_counts_the_loss(
     db: str, tmp_path: Path, relay: tuple[PgRelay, str]
 ) -> None:
@@ -485,6 +500,8 @@ _HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 async def test_a_second_process_cannot_take_a_live_replicas_id_even_after_a_database_restart(
     pg_private: LocalPg, tmp_path: Path
 ) -> None:
@@ -518,10 +535,11 @@ async def test_a_second_process_cannot_take_a_live_replicas_id_even_after_a_data
     await third.close()
 
 
+@pytest.mark.e2e
 async def test_a_writer_whose_id_was_taken_while_it_was_away_stops_writing_under_it(
     db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("firstpass.db._receipt_writer.HEARTBEAT_S", 0.2)
+    monkeypatch.setattr("firstpass.db._receipt_store.HEARTBEAT_S", 0.2)
     writer = _writer(db, tmp_path, replica="taken")
     await writer.start()
     await writer.enqueue(_record(0))

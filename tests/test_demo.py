@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_demo_with_the_elastic_policy_prints_each_regime(tmp_path: Path, mode: s
     out = io.StringIO()
     receipts = tmp_path / f"{mode}.jsonl"
     assert run_demo(receipts=receipts, mode=mode, out=out) == 0
-    rows = list(iter_receipts(receipts))
+    rows: list[dict[str, Any]] = list(iter_receipts(receipts))
     if mode == "shadow":
         assert {r["probe"]["regime"] for r in rows} == {"escalate", "gate", "serve"}
         assert all(r["decision"]["gate_label"] in (True, False) for r in rows)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from firstpass.demo import dataset
-from firstpass.demo.dataset import CHEAP, STRONG, TASKS, DemoTask
+from tests import demo_dataset as dataset
+from tests.demo_dataset import CHEAP, STRONG, TASKS, DemoTask
 
 #: runs in the child: exec each code in a fresh namespace, then the visible asserts and the cases
 _HARNESS = r"""

@@ -12,7 +12,7 @@ import pytest
 from firstpass.config import Given, calibration_id, config_from_dict
 from firstpass.errors import ConfigError
 from tests.add_task import GOOD, GOOD2, TESTS, VISIBLE_ONLY, WRONG
-from tests.certificates import certificate, elastic_block, file_id, write_calibration
+from tests.certificates import Lambda, certificate, elastic_block, file_id, write_calibration
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
 
@@ -38,6 +38,7 @@ def gate_runs(receipt: dict[str, Any], rung: int = 0) -> list[dict[str, Any]]:
 # -- enforce ----------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_zero_of_k_escalates_at_once_without_a_gate_on_the_cheap_rung(live_stack: Any) -> None:
     """0/k visible passes: one n=k probe call, no cheap gate, straight to the next rung."""
     stack = live_stack(elastic=elastic("enforce"))
@@ -56,6 +57,7 @@ def test_zero_of_k_escalates_at_once_without_a_gate_on_the_cheap_rung(live_stack
     assert receipt["decision"]["action"] == "escalated"
 
 
+@pytest.mark.e2e
 def test_k_of_k_serves_a_passing_sample_without_the_gate(live_stack: Any) -> None:
     """k/k visible passes at λ = 0.9: served at once, the gate is skipped and says so."""
     stack = live_stack(elastic=elastic("enforce"))
@@ -69,6 +71,7 @@ def test_k_of_k_serves_a_passing_sample_without_the_gate(live_stack: Any) -> Non
     assert len(stack.stub.completions) == 1
 
 
+@pytest.mark.e2e
 def test_middle_regime_gate_pass_serves_the_candidate(live_stack: Any) -> None:
     """2/5 passing: the gate runs on the most-agreed passing sample and it is served."""
     stack = live_stack(elastic=elastic("enforce"))
@@ -84,6 +87,7 @@ def test_middle_regime_gate_pass_serves_the_candidate(live_stack: Any) -> None:
     assert len(stack.stub.completions) == 1
 
 
+@pytest.mark.e2e
 def test_middle_regime_gate_fail_escalates(live_stack: Any) -> None:
     """The gate rejects the candidate: escalate to the next rung, checked the cascade way."""
     stack = live_stack(elastic=elastic("enforce"))
@@ -100,6 +104,7 @@ def test_middle_regime_gate_fail_escalates(live_stack: Any) -> None:
     ]
 
 
+@pytest.mark.e2e
 def test_more_gate_candidates_are_tried_before_escalating(live_stack: Any) -> None:
     """max_gate_candidates = 2: a second passing sample is gated when the first fails."""
     stack = live_stack(elastic=elastic("enforce", max_gate_candidates=2))
@@ -110,6 +115,7 @@ def test_more_gate_candidates_are_tried_before_escalating(live_stack: Any) -> No
     assert [c.model for c in stack.stub.completions] == [CHEAP]
 
 
+@pytest.mark.e2e
 def test_exhaustion_after_elastic_escalation_serves_best_unverified(live_stack: Any) -> None:
     """Every rung fails: on_exhausted = unverified serves the best attempt, probe included."""
     stack = live_stack(elastic=elastic("enforce"))
@@ -120,6 +126,7 @@ def test_exhaustion_after_elastic_escalation_serves_best_unverified(live_stack: 
     assert raw.parse().choices[0].message.content == VISIBLE_ONLY
 
 
+@pytest.mark.e2e
 def test_provider_without_n_gets_k_concurrent_calls(live_stack: Any) -> None:
     """When the provider does not honour n, the probe makes k one-sample calls."""
     stack = live_stack(elastic=elastic("enforce"), honours_n=False)
@@ -143,6 +150,7 @@ def test_provider_without_n_gets_k_concurrent_calls(live_stack: Any) -> None:
         ([VISIBLE_ONLY] * 5, GOOD, "serve_without_gate", False),
     ],
 )
+@pytest.mark.e2e
 def test_shadow_serves_what_the_cascade_serves_and_labels_the_elastic_candidate(
     live_stack: Any, samples: list[str], strong: str, counterfactual: str, label: bool
 ) -> None:
@@ -170,6 +178,7 @@ def test_shadow_serves_what_the_cascade_serves_and_labels_the_elastic_candidate(
     assert "counterfactual_usd" in receipt["cost"]
 
 
+@pytest.mark.e2e
 def test_request_mode_overrides_the_configured_mode(live_stack: Any) -> None:
     """firstpass.mode / X-Firstpass-Mode picks cascade, shadow or enforce per request."""
     stack = live_stack(elastic=elastic("shadow"))
@@ -179,6 +188,7 @@ def test_request_mode_overrides_the_configured_mode(live_stack: Any) -> None:
     assert [c.n for c in stack.stub.completions] == [1]
 
 
+@pytest.mark.e2e
 def test_elastic_modes_without_config_are_refused(live_stack: Any) -> None:
     """Asking for shadow or enforce without [escalation.elastic] is a 400 naming firstpass.mode."""
     stack = live_stack()
@@ -211,6 +221,7 @@ def test_invalid_elastic_config_fails_at_start_naming_the_key(
     assert str(info.value).startswith(key)
 
 
+@pytest.mark.e2e
 def test_a_probed_higher_rung_without_its_own_certificate_gates(live_stack: Any) -> None:
     """Rung 1 has its own k and is probed (one n=k call), but rung 0's certificate does not
     license it: 3/3 passing still goes through the gate."""
@@ -231,6 +242,7 @@ def test_a_probed_higher_rung_without_its_own_certificate_gates(live_stack: Any)
     assert len(gate_runs(receipt, 1)) == 1
 
 
+@pytest.mark.e2e
 def test_a_higher_rung_with_its_own_certificate_serves_without_the_gate(
     live_stack: Any, tmp_path: Path
 ) -> None:
@@ -312,6 +324,7 @@ def _refusal(stack: Any, **headers: str) -> openai.APIStatusError:
 
 
 @pytest.mark.parametrize("via_header", [False, True])
+@pytest.mark.e2e
 def test_a_client_cannot_switch_enforce_on_where_the_route_does_not_allow_it(
     live_stack: Any, tmp_path: Path, via_header: bool
 ) -> None:
@@ -327,6 +340,7 @@ def test_a_client_cannot_switch_enforce_on_where_the_route_does_not_allow_it(
     assert receipt["error"]["status"] == 403 and "client_modes" in receipt["error"]["message"]
 
 
+@pytest.mark.e2e
 def test_a_client_cannot_enforce_an_uncertified_calibration_even_where_allowed(
     live_stack: Any, tmp_path: Path
 ) -> None:
@@ -342,6 +356,7 @@ def test_a_client_cannot_enforce_an_uncertified_calibration_even_where_allowed(
     assert receipt["error"]["status"] == 403 and "certificate" in receipt["error"]["message"]
 
 
+@pytest.mark.e2e
 def test_a_hand_set_lambda_is_no_certificate_for_a_client(live_stack: Any) -> None:
     """enforce allowed for clients, λ set by hand (no calibration file): still refused."""
     stack = live_stack(elastic=elastic("shadow"), client_modes=["shadow", "enforce"])
@@ -349,6 +364,7 @@ def test_a_hand_set_lambda_is_no_certificate_for_a_client(live_stack: Any) -> No
     assert err.code == "enforce_not_certified"
 
 
+@pytest.mark.e2e
 def test_a_client_may_enforce_a_certified_lambda_where_the_route_allows_it(
     live_stack: Any, tmp_path: Path
 ) -> None:
@@ -365,6 +381,7 @@ def test_a_client_may_enforce_a_certified_lambda_where_the_route_allows_it(
     assert receipt["mode"] == "enforce"
 
 
+@pytest.mark.e2e
 def test_passthrough_is_not_a_clients_choice_on_a_route_that_requires_checks(
     live_stack: Any,
 ) -> None:
@@ -396,8 +413,13 @@ def test_client_modes_in_the_config_are_validated_naming_the_key(tmp_path: Path)
         ({"k": 5}, {"k": 3}, "k", "5", "3"),
         ({}, {"score": "unanimous_agreement"}, "score", '"pass_share"', '"unanimous_agreement"'),
         ({"escalate_at": 0}, {"escalate_at": 2}, "escalate_at", "0", "2"),
-        ({"rule": "largest_behaviour_cluster"}, {}, "candidate_rule", '"largest_behaviour_cluster"',
-         '"most_shared_code"'),
+        (
+            {"rule": "largest_behaviour_cluster"},
+            {},
+            "candidate_rule",
+            '"largest_behaviour_cluster"',
+            '"most_shared_code"',
+        ),
         ({"alpha": 0.2}, {"alpha": 0.1}, "alpha", "0.2", "0.1"),
         ({"method": "crc"}, {}, "method", '"crc"', '"ltt"'),
         ({"method": "crc"}, {"method": "crc", "delta": 0.05}, "delta", "no δ (conformal", "0.05"),
@@ -426,6 +448,7 @@ def test_a_certificate_for_another_context_is_refused_for_enforce_naming_the_key
     assert shadow.elastic.lambda_for("code", 0, "enforce") is None
 
 
+@pytest.mark.e2e
 def test_a_calibration_file_without_certificates_licenses_no_hand_set_lambda(
     live_stack: Any, tmp_path: Path
 ) -> None:
@@ -433,7 +456,7 @@ def test_a_calibration_file_without_certificates_licenses_no_hand_set_lambda(
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps({"id": calibration_id({"certificates": []}), "certificates": []}))
     stack = live_stack(
-        elastic=elastic("shadow", calibration=str(path), **{"lambda": 0.0}),
+        elastic=elastic("shadow", calibration=str(path), **Lambda({"lambda": 0.0})),
         client_modes=["shadow", "enforce"],
     )
     err = _refusal(stack)
@@ -444,6 +467,7 @@ def test_a_calibration_file_without_certificates_licenses_no_hand_set_lambda(
 # -- shadow probes every rung elastic would reach ---------------------------------------------
 
 
+@pytest.mark.e2e
 def test_shadow_probes_and_labels_a_higher_rung_the_cascade_reaches_too(live_stack: Any) -> None:
     """0/5 at rung 0: both reach rung 1 (own k = 3); its probe's sample 0 is the cascade's
     attempt, its candidate is labelled, and the receipt records the lower rung's policy."""
@@ -464,6 +488,7 @@ def test_shadow_probes_and_labels_a_higher_rung_the_cascade_reaches_too(live_sta
     assert later["counterfactual"] == "serve_without_gate"  # λ = 0.9 ≤ 3/3
 
 
+@pytest.mark.e2e
 def test_shadow_probes_a_higher_rung_only_elastic_would_reach_for_its_label(
     live_stack: Any,
 ) -> None:
@@ -483,6 +508,7 @@ def test_shadow_probes_a_higher_rung_only_elastic_would_reach_for_its_label(
     assert raw.parse().model_extra["firstpass"]["served_model"].endswith(CHEAP)
 
 
+@pytest.mark.e2e
 def test_shadow_does_not_probe_a_higher_rung_elastic_would_not_reach(live_stack: Any) -> None:
     """5/5 and a passing label: elastic serves at rung 0, so rung 1 is neither probed nor paid."""
     stack = live_stack(elastic=elastic("shadow"), strong_k=3)
@@ -493,6 +519,7 @@ def test_shadow_does_not_probe_a_higher_rung_elastic_would_not_reach(live_stack:
     assert [c.model for c in stack.stub.completions] == [CHEAP]
 
 
+@pytest.mark.e2e
 def test_shadow_tries_further_gate_candidates_before_calling_it_an_escalation(
     live_stack: Any,
 ) -> None:
@@ -519,6 +546,7 @@ def _ask_with(stack: Any, **body: Any) -> Any:
     )
 
 
+@pytest.mark.e2e
 def test_a_clients_seed_never_makes_the_k_probe_samples_one(live_stack: Any) -> None:
     """A seeded upstream answers one sample to every call with the same seed: with k separate
     calls (a provider ignoring n) the probe would read one sample as k agreeing. Probe calls do
@@ -533,6 +561,7 @@ def test_a_clients_seed_never_makes_the_k_probe_samples_one(live_stack: Any) -> 
     assert raw.parse().model_extra["firstpass"]["verification"] != "gate_skipped"
 
 
+@pytest.mark.e2e
 def test_a_request_with_logit_bias_gates_under_a_certificate(live_stack: Any) -> None:
     """A bias can make every draw the same, and no certificate is computed under one: 5/5 passing
     is still gated, and the receipt says why."""
@@ -546,6 +575,7 @@ def test_a_request_with_logit_bias_gates_under_a_certificate(live_stack: Any) ->
     assert "logit_bias" in receipt["probe"]["uncertified_because"]
 
 
+@pytest.mark.e2e
 def test_a_request_at_another_temperature_gates_under_a_certificate(live_stack: Any) -> None:
     """The certificate was computed at the route's temperature (0.7): a request at 0 gates."""
     stack = live_stack(elastic=elastic("enforce"))

@@ -24,6 +24,9 @@ from tests.add_task import GOOD, TESTS
 from tests.certificates import elastic_block
 from tests.server_harness import MODEL, LiveStack
 
+#: slow: each property runs hundreds of requests through a live server (5 to 10 s each)
+pytestmark = pytest.mark.slow
+
 FUZZ = settings(
     max_examples=150,
     deadline=None,

@@ -13,7 +13,7 @@ import pytest
 
 from firstpass.db import migrate
 from firstpass.errors import ConfigError, DatabaseError
-from tests.server_harness import MODEL
+from tests.server_harness import MODEL, LiveStack
 from tests.stub_upstream import Reply
 
 
@@ -101,6 +101,7 @@ def test_models_refuses_every_odd_authorization_and_serves_the_right_key(
     assert stack.receipts_list() == []
 
 
+@pytest.mark.e2e
 def test_models_without_keys_configured_is_open(live_stack: Any) -> None:
     stack = live_stack()
     status, body = _get(f"{stack.base_url}/models", {"Authorization": "Bearer whatever"})
@@ -137,7 +138,8 @@ def test_budgets_send_the_default_bound_for_a_null_one_and_refuse_bad_ones(
 ) -> None:
     stack = live_stack(tables={"budgets": {"per_request_usd": 1.0, "default_max_tokens": 777}})
     url = f"{stack.base_url}/chat/completions"
-    for bad in (0, -1, "100", 1.5, True, [], {}):
+    bads: tuple[object, ...] = (0, -1, "100", 1.5, True, [], {})
+    for bad in bads:
         for field in ("max_tokens", "max_completion_tokens"):
             status, body = _post(url, {"model": MODEL, "messages": HI, field: bad})
             assert status == 400, (field, bad, status, body)
@@ -209,7 +211,7 @@ def _leave(stack: Any, head: bytes, body: bytes, *, half_close: bool = False) ->
                 sock.recv(65536)
 
 
-def _wait_receipts(stack: Any, n: int) -> list[dict[str, Any]]:
+def _wait_receipts(stack: LiveStack, n: int) -> list[dict[str, Any]]:
     import time
 
     deadline = time.monotonic() + 10
@@ -350,6 +352,7 @@ def test_worker_logs_ignore_other_stems_and_escape_metacharacters(tmp_path: Path
         assert worker_logs(receipts_path(base, i)) == family, i
 
 
+@pytest.mark.e2e
 def test_a_key_daily_cap_alone_also_bounds_the_output_it_holds_for(live_stack: Any) -> None:
     """A client key's daily_usd without a [budgets] table is a budget too: its calls are held at
     the default 4096 output tokens, so the upstream must be asked for no more (as a judge's

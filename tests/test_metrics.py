@@ -22,9 +22,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from firstpass.observe import RequestMetrics, observe_record
+from firstpass.receipts import receipt_from_builtins
 from firstpass.sandbox import Sandbox, parse_spec
 from tests.add_task import GOOD, TESTS, WRONG
 from tests.certificates import elastic_block
+from tests.receipt_fixtures import complete
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
 
@@ -70,6 +72,7 @@ def ask(stack: Any, *, model: str = MODEL, mode: str | None = None) -> Any:
     )
 
 
+@pytest.mark.e2e
 def test_counters_follow_a_served_an_escalated_and_a_rejected_request(live_stack: Any) -> None:
     stack = live_stack()
     stack.stub.script(Reply.ok(GOOD), model=CHEAP)
@@ -110,6 +113,7 @@ def test_counters_follow_a_served_an_escalated_and_a_rejected_request(live_stack
     assert value(m, "firstpass_sandbox_slots") >= 1
 
 
+@pytest.mark.e2e
 def test_an_upstream_failure_is_counted_as_a_failed_call_and_an_error(live_stack: Any) -> None:
     stack = live_stack(retries=0)
     stack.stub.script(Reply.error(500), Reply.error(500))
@@ -122,6 +126,7 @@ def test_an_upstream_failure_is_counted_as_a_failed_call_and_an_error(live_stack
     assert value(m, "firstpass_served_total") == 0
 
 
+@pytest.mark.e2e
 def test_enforce_exports_the_certificate_beside_the_skips_it_licensed(live_stack: Any) -> None:
     stack = live_stack(elastic=elastic_block("enforce"))
     stack.stub.script(Reply.ok(*[GOOD] * 5), model=CHEAP)
@@ -138,6 +143,7 @@ def test_enforce_exports_the_certificate_beside_the_skips_it_licensed(live_stack
     assert value(m, "firstpass_requests_total", mode="enforce", regime="serve") == 1
 
 
+@pytest.mark.e2e
 def test_shadow_labels_feed_the_served_failure_counters(live_stack: Any) -> None:
     """Shadow gates elastic's candidate: a label per request, kept apart by would-be skips."""
     stack = live_stack(elastic=elastic_block("shadow"))
@@ -150,6 +156,7 @@ def test_shadow_labels_feed_the_served_failure_counters(live_stack: Any) -> None
     assert value(m, "firstpass_gate_duration_seconds_count", route="code") == 1
 
 
+@pytest.mark.e2e
 def test_each_app_counts_only_its_own_requests(live_stack: Any) -> None:
     first, second = live_stack(), live_stack()
     first.stub.script(Reply.ok(GOOD), model=CHEAP)
@@ -165,12 +172,15 @@ def test_metrics_off_removes_the_route(live_stack: Any) -> None:
     assert info.value.code == 404
 
 
-def test_gap_and_checkpoint_lines_are_not_counted_as_requests() -> None:
+def test_a_receipt_counts_as_one_request_of_its_route_mode_action_and_regime() -> None:
+    """Gap markers and checkpoints never reach the metrics (the writer adds them itself); one
+    receipt is one request."""
     metrics = RequestMetrics()
-    observe_record(metrics, {"id": "x", "mode": "gap", "kind": "gap", "time": "t"})
     observe_record(
-        metrics, {"id": "y", "mode": "passthrough", "decision": {"action": "passthrough"}}
-    )
+        metrics,
+        receipt_from_builtins(complete({"id": "y", "mode": "passthrough",
+                                        "decision": {"action": "passthrough"}})),
+    )  # fmt: skip
     text = "".join(
         f"{s.name} {s.value}\n"
         for family in metrics.registry.collect()
@@ -198,7 +208,7 @@ def test_request_added_check_names_share_one_label() -> None:
                 }
             ],
         }
-        observe_record(metrics, record)
+        observe_record(metrics, receipt_from_builtins(complete(record)))
     names = {
         s.labels["check"]
         for family in metrics.registry.collect()
@@ -283,11 +293,14 @@ async def test_sandbox_stats_count_busy_slots_and_zygote_restarts() -> None:
         assert sb.stats.zygote_restarts == 1
 
 
+@pytest.mark.e2e
 def test_each_listed_check_kind_has_its_own_latency(live_stack: Any) -> None:
     """A route's regex check times itself: the receipt's result carries `ms` and the scrape's
     per-kind histogram counts it under its kind, never under a client's name for it."""
     stack = live_stack(
-        route_extra={"visible_checks": [{"kind": "regex", "name": "has-def", "must_match": ["def "]}]}
+        route_extra={
+            "visible_checks": [{"kind": "regex", "name": "has-def", "must_match": ["def "]}]
+        }
     )
     stack.stub.script(Reply.ok(GOOD))
     ask(stack)

@@ -100,6 +100,7 @@ def _label_sets(text: str) -> dict[str, set[frozenset[tuple[str, str]]]]:
 # -- label cardinality -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_thousand_client_chosen_names_add_no_series_to_the_scrape(live_stack: Any) -> None:
     """Random model names on a ``*`` route, random modes, task ids, check names and headers:
     the scrape after 1,000 of them has as many series as after the first few."""
@@ -315,6 +316,7 @@ def test_every_dashboard_and_alert_expression_uses_exported_labels_and_types(
 # -- logs flushed at shutdown ------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_serve_stopped_by_sigterm_has_logged_one_request_event_per_receipt(tmp_path: Path) -> None:
     config = (ROOT / "firstpass.toml").read_text("utf-8")
     config = config.replace(

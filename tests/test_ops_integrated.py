@@ -13,6 +13,9 @@ import pytest
 
 from firstpass.receipts import verify_chain
 
+#: e2e: `firstpass serve` as its own process, its supervisor killed outright
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CONFIG = """
@@ -77,7 +80,10 @@ def test_workers_stop_when_the_supervisor_is_killed_outright(tmp_path: Path):
     with log.open("wb") as out:
         server = subprocess.Popen(
             [sys.executable, "-m", "firstpass", "serve", "--config", str(config)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     workers: list[int] = []
     try:

@@ -9,7 +9,8 @@ from blockbuster import BlockBuster
 
 from firstpass.probe import ProbeInputs, build_probe_inputs
 from firstpass.sandbox import Limits, Sandbox, parse_spec
-from firstpass.sandbox._judge import behaviour, canonical_output
+from firstpass.sandbox._child.behaviour import behaviour, canonical_output
+from firstpass.sandbox._child.codec import Wire
 
 SPEC = parse_spec(["assert add(1, 2) == 3"], entry_point="add")
 CASES = parse_spec({"entry_point": "add", "cases": [{"args": [1, 2], "expected": 3}]})
@@ -143,7 +144,7 @@ async def test_no_code_and_load_failures_have_no_behaviour(sb: Sandbox) -> None:
     ],
 )
 def test_canonical_outputs_ignore_order_and_float_noise_only(
-    a: dict[str, object], b: dict[str, object], same: bool
+    a: dict[str, Wire], b: dict[str, Wire], same: bool
 ) -> None:
     """Sets and dicts compare unordered, floats to 12 digits; types and error kinds still count."""
     assert (canonical_output(a) == canonical_output(b)) is same

@@ -7,12 +7,15 @@ from typing import Any
 import openai
 import pytest
 
-from calibration.data import read_receipts
+from firstpass.calibration.data import read_receipts
 from firstpass.errors import CalibrationError
 from tests.add_task import GOOD, GOOD2, TESTS, VISIBLE_ONLY, WRONG
-from tests.certificates import elastic_block
+from tests.certificates import Lambda, elastic_block
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
+
+#: e2e: every test drives a live server with the real openai SDK
+pytestmark = pytest.mark.e2e
 
 ODD = "```python\ndef add(a, b):\n    return a + b if a < 5 else 0\n```"
 
@@ -45,7 +48,7 @@ PINNED_PROBE = {
 }
 # what λ stood on: shadow records its counterfactual at the block's hand-set λ, uncertified;
 # enforce runs under the certificate `elastic()` wrote (tests/certificates.py defaults)
-PINNED_LICENCE = {
+PINNED_LICENCE: dict[str, dict[str, Any]] = {
     "shadow": {
         "certificate": None,
         "calibration_id": None,
@@ -130,7 +133,7 @@ def test_agreement_gates_the_largest_cluster_instead_of_the_first_passing_sample
 ) -> None:
     """4/5 pass but only two agree: agreement 0.4 < λ, so the gate runs, on sample 1 (the
     largest cluster) rather than sample 0 (first passing, wrong on other inputs)."""
-    stack = live_stack(elastic=elastic("enforce", score="agreement", **{"lambda": 0.5}))
+    stack = live_stack(elastic=elastic("enforce", score="agreement", **Lambda({"lambda": 0.5})))
     stack.stub.script(Reply.ok(VISIBLE_ONLY, GOOD, GOOD2, ODD, WRONG), model=CHEAP)
     raw = ask(stack)
     assert raw.parse().choices[0].message.content == GOOD
@@ -156,7 +159,9 @@ def test_unanimous_agreement_serves_only_when_every_sample_passes_and_agrees(
 ) -> None:
     """k/k passing with one behaviour serves without the gate at λ = 1; the served sample is
     the first of that cluster."""
-    stack = live_stack(elastic=elastic("enforce", score="unanimous_agreement", **{"lambda": 1.0}))
+    stack = live_stack(
+        elastic=elastic("enforce", score="unanimous_agreement", **Lambda({"lambda": 1.0}))
+    )
     stack.stub.script(Reply.ok(GOOD2, GOOD, GOOD2, GOOD, GOOD), model=CHEAP)
     raw = ask(stack)
     assert raw.headers["X-Firstpass-Action"] == "served_without_gate"

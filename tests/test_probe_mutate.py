@@ -20,7 +20,7 @@ from firstpass.probe import (
     seed_calls,
 )
 from firstpass.sandbox import parse_spec
-from firstpass.sandbox._codec import from_wire, to_wire
+from firstpass.sandbox._child.codec import from_wire, to_wire
 
 ASSERTS = parse_spec(
     [
@@ -78,7 +78,7 @@ def test_same_spec_and_seed_give_the_same_inputs_and_another_seed_may_not() -> N
     again = build_probe_inputs(CASES, seed=7)
     other = build_probe_inputs(CASES, seed=8)
     assert first == again
-    assert first is not None and other is not None
+    assert first is not None and again is not None and other is not None
     assert first.digest == again.digest
     assert first.args != other.args
 

@@ -7,9 +7,9 @@ from typing import Any
 import openai
 import pytest
 
+from firstpass.admission import MAX_PROBE_INPUTS, parse_chat_body
 from firstpass.errors import RequestError
 from firstpass.sandbox import parse_spec
-from firstpass.server._request import MAX_PROBE_INPUTS, parse_chat_body
 from tests.server_harness import MODEL
 
 
@@ -37,7 +37,7 @@ def test_probe_inputs_reach_the_checks_as_argument_tuples() -> None:
     chat = parse_chat_body(
         body([[1, 2], [[3, 4], {"k": "v"}]]), header_mode=None, parse_spec=parse_spec
     )
-    assert chat.checks.probe_inputs == ((1, 2), ([3, 4], {"k": "v"}))  # type: ignore[attr-defined]
+    assert chat.checks.probe_inputs == ((1, 2), ([3, 4], {"k": "v"}))
     assert chat.checks.n_visible == 1
 
 
@@ -65,6 +65,7 @@ def test_malformed_probe_inputs_are_refused_naming_the_field(value: Any, param: 
     assert info.value.param == param and info.value.status == 400
 
 
+@pytest.mark.e2e
 def test_a_live_server_answers_400_naming_probe_inputs(live_stack: Any) -> None:
     """Through the SDK: the error's param is firstpass.probe_inputs[0]."""
     stack = live_stack()

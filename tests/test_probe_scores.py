@@ -101,7 +101,8 @@ def test_the_default_score_leaves_the_config_digest_as_it_was(tmp_path: Path) ->
     plain = _config(tmp_path)
     explicit = _config(tmp_path, score="pass_share")
     assert config_digest(plain) == config_digest(explicit)
-    assert "score" not in public_dict(plain)["elastic"]
+    public: dict[str, Any] = public_dict(plain)  # JSON-ready data
+    assert "score" not in public["elastic"]
     assert config_digest(_config(tmp_path, score="agreement")) != config_digest(plain)
 
 

@@ -7,6 +7,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -18,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
 
-async def post(url: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+async def post(url: str, body: dict[str, object]) -> tuple[int, dict[str, Any]]:
+    """The status and JSON of one chat completion (its shape is what the tests check)."""
     async with (
         aiohttp.ClientSession() as session,
         session.post(f"{url}/chat/completions", json=body) as response,
@@ -31,9 +33,9 @@ async def test_the_fixture_serves_the_default_answer_n_times(stub_upstream: Stub
     status, data = await post(stub_upstream.url, {**CHAT, "model": "m", "n": 3})
 
     assert status == 200 and data["object"] == "chat.completion"
-    contents = [c["message"]["content"] for c in data["choices"]]  # type: ignore[index]
+    contents = [c["message"]["content"] for c in data["choices"]]
     assert contents == [stub_upstream.answer] * 3
-    assert data["usage"]["completion_tokens"] > 0  # type: ignore[index]
+    assert data["usage"]["completion_tokens"] > 0
 
 
 async def test_models_endpoint_lists_the_configured_models() -> None:
@@ -60,9 +62,9 @@ async def test_replies_scripted_for_a_model_go_to_that_model_first(
     _, cheap = await post(stub_upstream.url, {**CHAT, "model": "cheap"})
     _, later = await post(stub_upstream.url, {**CHAT, "model": "strong"})
 
-    assert strong["choices"][0]["message"]["content"] == "for strong"  # type: ignore[index]
-    assert cheap["choices"][0]["message"]["content"] == "any"  # type: ignore[index]
-    assert later["choices"][0]["message"]["content"] == stub_upstream.answer  # type: ignore[index]
+    assert strong["choices"][0]["message"]["content"] == "for strong"
+    assert cheap["choices"][0]["message"]["content"] == "any"
+    assert later["choices"][0]["message"]["content"] == stub_upstream.answer
     assert [r.model for r in stub_upstream.completions] == ["strong", "cheap", "strong"]
 
 
@@ -75,7 +77,7 @@ async def test_script_samples_delivers_a_probe_either_way(honours_n: bool) -> No
         got: list[str] = []
         while len(got) < 3:
             _, data = await post(stub.url, {**CHAT, "model": "m", "n": 3})
-            got += [c["message"]["content"] for c in data["choices"]]  # type: ignore[union-attr]
+            got += [c["message"]["content"] for c in data["choices"]]
 
     assert got == texts
     assert len(stub.completions) == (1 if honours_n else 3)
@@ -116,6 +118,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.e2e
 async def test_standalone_stub_serves_fixed_answers_for_benchmarks() -> None:
     """`python -m tests.stub_upstream --port P` answers n=1 and n=3 requests from a shell."""
     port = free_port()
@@ -141,8 +144,8 @@ async def test_standalone_stub_serves_fixed_answers_for_benchmarks() -> None:
         process.terminate()
         await process.wait()
 
-    assert [c["message"]["content"] for c in one["choices"]] == ["print(42)"]  # type: ignore[union-attr]
-    assert len(three["choices"]) == 3  # type: ignore[arg-type]
+    assert [c["message"]["content"] for c in one["choices"]] == ["print(42)"]
+    assert len(three["choices"]) == 3
 
 
 def test_public_names_are_exactly_the_exported_ones() -> None:
@@ -195,6 +198,7 @@ async def test_fast_stub_latency_delays_each_answer() -> None:
     assert total < 0.3
 
 
+@pytest.mark.e2e
 async def test_the_openai_sdk_talks_to_the_fast_stub() -> None:
     """The official SDK (httpx underneath) gets a parsed completion from the benchmark stub."""
     from openai import AsyncOpenAI
@@ -225,6 +229,6 @@ async def test_default_answers_per_model_and_a_responder_for_prompt_dependent_re
         _, echo = await post(stub.url, {**CHAT, "model": "echo"})
         _, other = await post(stub.url, {**CHAT, "model": "other"})
 
-    assert strong["choices"][0]["message"]["content"] == "strong answer"  # type: ignore[index]
-    assert echo["choices"][0]["message"]["content"] == "echo hi"  # type: ignore[index]
-    assert other["choices"][0]["message"]["content"] == stub.answer  # type: ignore[index]
+    assert strong["choices"][0]["message"]["content"] == "strong answer"
+    assert echo["choices"][0]["message"]["content"] == "echo hi"
+    assert other["choices"][0]["message"]["content"] == stub.answer

@@ -55,3 +55,22 @@ def test_every_error_derives_from_firstpass_error() -> None:
 
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.FirstpassError)
+
+
+def test_the_version_is_written_once_and_installed_as_written() -> None:
+    """pyproject.toml takes the version from ``firstpass.__version__`` (the one place it is
+    written), and the installed distribution's metadata carries that same version."""
+    import tomllib
+    from importlib import metadata
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    config = tomllib.loads(pyproject.read_text("utf-8"))
+    assert "version" not in config["project"]
+    assert "version" in config["project"]["dynamic"]
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "firstpass.__version__"}
+    try:
+        installed = metadata.version(config["project"]["name"])
+    except metadata.PackageNotFoundError:
+        pytest.skip("firstpass-verify is not installed (a bare checkout): pip install -e .")
+    assert installed == firstpass.__version__, "reinstall (pip install -e .) after a version bump"

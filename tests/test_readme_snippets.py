@@ -202,6 +202,7 @@ def test_readme_snippets_not_run_here(name: str) -> None:
     pytest.skip(f"README snippet {name!r} (line {block.line}) not run: {block.not_run}")
 
 
+@pytest.mark.e2e
 def test_demo_command_runs_after_its_install_steps(clone: Path) -> None:
     """`.venv/bin/firstpass demo` (the demo command after its install steps) shows a verified
     chain of 12 receipts."""
@@ -212,6 +213,8 @@ def test_demo_command_runs_after_its_install_steps(clone: Path) -> None:
     assert "receipt chain: ok, 12 receipts" in result.stdout
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_quickstart_serves_a_verified_answer_and_its_receipt_checks_out(clone: Path) -> None:
     """Serve as printed, run the Python snippet with the real openai SDK, stop with Ctrl-C; then
     the receipts commands verify, summarise and show the Quickstart's receipt."""
@@ -238,6 +241,8 @@ def test_quickstart_serves_a_verified_answer_and_its_receipt_checks_out(clone: P
     assert receipt["decision"]["action"] == "served"
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_init_writes_a_starter_that_serves_the_quickstart(clone: Path) -> None:
     """`firstpass init --path starter.toml` writes a config the Quickstart works against, and
     refuses to overwrite it a second time."""
@@ -255,6 +260,8 @@ def test_init_writes_a_starter_that_serves_the_quickstart(clone: Path) -> None:
     assert "already exists; pass --force" in again.stderr, again.stderr
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_check_snippet_passes_its_own_sample(clone: Path) -> None:
     """The `firstpass check` snippet writes an answer and a spec and reports them passing."""
     for command in commands(snippet("check")):
@@ -263,6 +270,8 @@ def test_check_snippet_passes_its_own_sample(clone: Path) -> None:
     assert "1/1 passed" in result.stdout, result.stdout
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_every_test_spec_shape_in_the_readme_is_accepted_by_firstpass_check(clone: Path) -> None:
     """Each JSON shape shown (minus its `//` comment) passes `firstpass check` on a correct add."""
     shapes = [line.split("//")[0].strip() for line in commands(snippet("test-spec-shapes"))]
@@ -286,6 +295,8 @@ def _with_openai_example(text: str) -> str:
     return text + "\n" + "\n".join(line[1:] if line.startswith("#") else line for line in lines)
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_config_error_examples_are_what_serve_prints(clone: Path) -> None:
     """Each error line shown is exactly what `firstpass serve` prints (exit 2) for that mistake
     in the shipped config."""
@@ -316,6 +327,8 @@ def test_config_error_examples_are_what_serve_prints(clone: Path) -> None:
         assert result.stderr.strip() == f"firstpass serve: {line}", result.stderr
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_calibration_snippet_labels_the_demo_and_reports_what_it_certifies(clone: Path) -> None:
     """Shadow receipts from the demo, then `firstpass calibrate` on them: it verifies the chain,
     writes a calibration file and, on a dozen requests, says that nothing is certified."""
@@ -328,6 +341,7 @@ def test_calibration_snippet_labels_the_demo_and_reports_what_it_certifies(clone
     assert doc["certificates"] == [] and doc["uncertified"], doc
 
 
+@pytest.mark.e2e
 def test_checks_python_snippet_prints_what_its_comment_says(clone: Path) -> None:
     """The library example runs as printed and prints the line its last comment shows."""
     block = snippet("checks-python")

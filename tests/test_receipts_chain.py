@@ -171,6 +171,7 @@ def test_each_kind_of_tampering_is_caught_at_the_right_line(
         return
     assert not report.ok
     assert report.first_bad_line == bad_line
+    assert report.reason is not None
     assert reason in report.reason
     assert report.n_lines == bad_line - 1
     expected_head = GENESIS_HASH if bad_line == 1 else json.loads(tampered[bad_line - 2])["hash"]
@@ -198,6 +199,7 @@ def test_reserialised_line_passes_by_default_and_fails_strict(log: Path):
     log.write_bytes(b"".join(lines))
     assert verify_chain(log).ok
     report = verify_chain(log, strict=True)
+    assert report.reason is not None
     assert report.first_bad_line == 4 and "canonical form" in report.reason
 
 
@@ -214,6 +216,7 @@ def test_nested_hash_keys_do_not_confuse_the_verifier(tmp_path: Path):
     lines[1] = lines[1].replace(b"sha256:" + b"a" * 64, b"sha256:c" + b"a" * 63)
     path.write_bytes(b"".join(lines))
     report = verify_chain(path)
+    assert report.reason is not None
     assert report.first_bad_line == 2 and "hash mismatch" in report.reason
 
 
@@ -244,7 +247,7 @@ def test_iter_receipts_yields_records_in_order_and_names_a_bad_line(log: Path):
 
 def test_find_receipt_returns_the_record_or_none(log: Path):
     """find_receipt returns the exact record with that id, or None for an unknown id."""
-    wanted = list(iter_receipts(log))[7]
+    wanted: dict[str, Any] = list(iter_receipts(log))[7]
     assert find_receipt(log, wanted["id"]) == wanted
     assert find_receipt(log, new_receipt_id()) is None
     assert find_receipt(log, wanted["id"][:-3]) is None  # a prefix is not a match

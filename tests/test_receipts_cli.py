@@ -11,6 +11,7 @@ import pytest
 
 from firstpass import cli
 from firstpass.receipts import ReceiptWriter, new_receipt_id
+from tests.receipt_fixtures import complete
 
 
 @pytest.fixture(autouse=True)
@@ -19,22 +20,28 @@ def only_receipts_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "COMMANDS", ("receipts",))
 
 
-def make(action: str, total_ms: float, *, visible: bool = True, cost: float = 0.001) -> dict:
-    return {
-        "id": new_receipt_id(),
-        "mode": "cascade",
-        "decision": {"action": action, "steps": [], "counterfactual": None, "gate_label": None},
-        "checks": [{"kind": "visible", "passed": visible, "n_passed": int(visible), "n_total": 1}],
-        "cost": {"total_usd": cost, "top_rung_usd": 0.01, "probe_usd": 0.0},
-        "timings_ms": {"total": total_ms},
-    }
+def make(
+    action: str, total_ms: float, *, visible: bool = True, cost: float = 0.001
+) -> dict[str, Any]:
+    return complete(
+        {
+            "id": new_receipt_id(),
+            "mode": "cascade",
+            "decision": {"action": action, "steps": [], "counterfactual": None, "gate_label": None},
+            "checks": [
+                {"kind": "visible", "passed": visible, "n_passed": int(visible), "n_total": 1}
+            ],
+            "cost": {"total_usd": cost, "top_rung_usd": 0.01, "probe_usd": 0.0},
+            "timings_ms": {"total": total_ms},
+        }
+    )
 
 
 def write_log(path: Path, records: list[dict[str, Any]]) -> None:
     async def run() -> None:
         async with ReceiptWriter(path) as writer:
             for record in records:
-                await writer.write(record)
+                await writer.write(complete(record))
 
     asyncio.run(run())
 
@@ -162,8 +169,14 @@ def test_show_without_a_log_here_says_to_pass_path(
     [
         ("[" * 100_000, "summary"),
         ("[" * 100_000, "verify"),
-        ('{"id": "rcpt_s", "mode": "\\udc00", "cost": {"total_usd": 1' + "0" * 400 + "}}", "summary"),
-        ('{"id": "a", "cost": {"total_usd": 1e308}}\n{"id": "b", "cost": {"total_usd": 1e308}}', "summary"),
+        (
+            '{"id": "rcpt_s", "mode": "\\udc00", "cost": {"total_usd": 1' + "0" * 400 + "}}",
+            "summary",
+        ),
+        (
+            '{"id": "a", "cost": {"total_usd": 1e308}}\n{"id": "b", "cost": {"total_usd": 1e308}}',
+            "summary",
+        ),
     ],
     ids=["deep-summary", "deep-verify", "surrogate-and-huge-int", "sum-overflow"],
 )
@@ -234,7 +247,7 @@ def test_summary_shows_taxonomy_failures_per_check_rates_revisions_and_checks_co
 def test_a_hostile_check_name_cannot_forge_a_summary_line(tmp_path: Path) -> None:
     """A name from a receipt with a newline and an escape code prints escaped, on its line."""
     from firstpass.commands.receipts import format_summary
-    from firstpass.receipts import summarize
+    from firstpass.receipts import receipt_from_builtins, summarize
 
     name = "x\nhash chain: verified (head sha256:forged)\x1b[2J"
     record = {
@@ -251,6 +264,8 @@ def test_a_hostile_check_name_cannot_forge_a_summary_line(tmp_path: Path) -> Non
             }
         ],
     }
-    text = format_summary(summarize([record]), tmp_path / "r.jsonl")
+    text = format_summary(
+        summarize([receipt_from_builtins(complete(record))]), tmp_path / "r.jsonl"
+    )
     assert not any(line.startswith("hash chain") for line in text.splitlines())
     assert "\x1b" not in text and "\\x1b[2J" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -12,8 +13,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from firstpass.receipts import summarize
-from firstpass.receipts._summary import MISSING, percentile
+from firstpass.receipts import LineTally, ReceiptSummary, read_lines
+from firstpass.receipts import summarize as summarize_receipts
+from firstpass.receipts._summary import percentile
+from tests.receipt_fixtures import complete
+
+
+def summarize(records: list[dict[str, Any]], *, raw: bool = False) -> ReceiptSummary:
+    """The summary of ``records`` read as lines of a log are (``raw``: as given, else each
+    completed into a whole receipt first)."""
+    tally = LineTally()
+    lines = (
+        (f"line {i}", json.dumps(r if raw else complete(r)).encode())
+        for i, r in enumerate(records, 1)
+    )
+    summary = summarize_receipts(read_lines(lines, tally), markers=tally.markers)
+    return dataclasses.replace(
+        summary, unreadable=tally.unreadable, first_unreadable=tally.first_unreadable
+    )
 
 
 def check(kind: str, passed: bool) -> dict[str, Any]:
@@ -83,7 +100,7 @@ RECORDS = [
         0.01,
         mode="shadow",
         probe={"k": 5, "pass_count": 5, "regime": "serve", "cost_usd": 0.0005},
-        decision={"action": "served", "counterfactual": "served", "gate_label": True},
+        decision={"action": "served", "counterfactual": "serve_without_gate", "gate_label": True},
     ),
     receipt(
         "escalated",
@@ -93,7 +110,11 @@ RECORDS = [
         0.01,
         mode="shadow",
         probe={"k": 5, "pass_count": 2, "regime": "gate", "cost_usd": 0.0005},
-        decision={"action": "escalated", "counterfactual": "escalated", "gate_label": False},
+        decision={
+            "action": "escalated",
+            "counterfactual": "escalate_after_gate",
+            "gate_label": False,
+        },
     ),
 ]
 
@@ -134,29 +155,22 @@ def test_summary_reports_probe_regimes_and_labels_when_present():
     """With elastic receipts: counts by probe.regime, counterfactuals and gate labels."""
     summary = summarize(RECORDS)
     assert summary.regimes == {"serve": 1, "gate": 1}
-    assert summary.counterfactuals == {"served": 1, "escalated": 1}
+    assert summary.counterfactuals == {"serve_without_gate": 1, "escalate_after_gate": 1}
     assert (summary.labelled, summary.label_passed) == (2, 1)
     plain = summarize(RECORDS[:4])
     assert plain.regimes == {} and plain.labelled == 0
 
 
-def test_receipts_with_only_the_required_keys_are_counted_not_guessed():
-    """A receipt with only id/mode/hash/prev_hash counts toward n and a missing action, nothing
-    else; malformed fields are skipped."""
+def test_a_line_missing_a_field_is_left_out_whole_and_named():
+    """A line with only id/mode/hash/prev_hash is not a receipt: it counts toward nothing but
+    the unreadable lines, and the warning names it and the field it lacks; nothing is guessed."""
     minimal = {"id": "rcpt_1", "mode": "passthrough", "prev_hash": "x", "hash": "y"}
-    odd = {
-        "id": "rcpt_2",
-        "mode": "cascade",
-        "decision": "served",
-        "checks": [None, {"kind": []}],
-        "cost": {"total_usd": True},
-        "timings_ms": {"total": "fast"},
-    }
-    summary = summarize([minimal, odd])
-    assert summary.n == 2
-    assert summary.actions == {MISSING: 2}
+    summary = summarize([minimal, RECORDS[0]], raw=True)
+    assert summary.n == 0 and summary.unreadable == 2
+    assert summary.first_unreadable is not None
+    assert summary.first_unreadable.startswith("line 1: not a receipt (Object missing required")
+    assert summary.warning is not None and "2 lines were not a receipt" in summary.warning
     assert summary.visible.total == summary.gate.total == 0 and summary.visible.rate is None
-    assert summary.cost_usd == 0.0
     assert summary.latency_p50_ms is None and summary.n_timed == 0
 
 
@@ -164,7 +178,8 @@ def test_empty_input_gives_an_empty_summary():
     """No receipts: n is 0, rates and percentiles are None, and it still serialises to JSON."""
     summary = summarize([])
     assert summary.n == 0 and summary.latency_p95_ms is None
-    assert summary.to_dict()["checks"]["gate"]["rate"] is None
+    data: dict[str, Any] = summary.to_dict()  # nested JSON data
+    assert data["checks"]["gate"]["rate"] is None
 
 
 @given(
@@ -178,6 +193,7 @@ def test_percentile_matches_numpy_linear(values: list[float], q: float):
     )
 
 
+@pytest.mark.e2e
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> None:
     """`firstpass receipts summary LOG | head` ends without a BrokenPipe traceback."""
     import subprocess
@@ -210,7 +226,7 @@ def _write_log(path: Path, records: list[dict[str, Any]]) -> Path:
     async def run() -> None:
         async with ReceiptWriter(path) as writer:
             for record in records:
-                await writer.write(record)
+                await writer.write(complete(record))
 
     asyncio.run(run())
     return path
@@ -301,13 +317,13 @@ def test_summary_of_a_log_with_a_torn_last_line_counts_the_rest_and_warns(
     status, out, err = _summary_command(log, capsys, monkeypatch)
     assert status == 0 and "2 receipts" in out
     assert "line 3: truncated" in err
-    assert "1 line was not a JSON object and left out" in err
+    assert "1 line was not a receipt and left out (the first: line 3: not JSON)" in err
 
 
 def test_summary_shows_failures_by_category_and_skips_by_certificate() -> None:
     """Failed check runs are counted by category per kind; served answers by how they were
     vouched for, and gate skips by the certificate (of the serving rung) that licensed them."""
-    records = [
+    records: list[dict[str, Any]] = [
         {
             "checks": [
                 {"kind": "visible", "passed": False, "category": "timeout"},
@@ -322,7 +338,11 @@ def test_summary_shows_failures_by_category_and_skips_by_certificate() -> None:
             "served": {"rung": 0, "verification": "gate_skipped"},
         },
         {
-            "probe": {"rung": 0, "certificate": "cal_a", "later": [{"rung": 1, "certificate": "cal_b"}]},
+            "probe": {
+                "rung": 0,
+                "certificate": "cal_a",
+                "later": [{"rung": 1, "certificate": "cal_b"}],
+            },
             "served": {"rung": 1, "verification": "gate_skipped"},
         },
     ]
@@ -330,7 +350,7 @@ def test_summary_shows_failures_by_category_and_skips_by_certificate() -> None:
     assert summary.failures == {"visible": {"timeout": 2}, "gate": {"wrong_output": 1}}
     assert summary.verifications == {"gate_skipped": 2, "verified": 1}
     assert summary.skips_by_certificate == {"cal_a": 1, "cal_b": 1}
-    data = summary.to_dict()
+    data: dict[str, Any] = summary.to_dict()  # nested JSON data
     assert data["checks"]["gate"]["failures"] == {"wrong_output": 1}
     assert data["skips_by_certificate"] == {"cal_a": 1, "cal_b": 1}
 
@@ -524,54 +544,47 @@ def test_to_dict_carries_the_taxonomy_per_check_rates_revisions_and_checks_cost(
         "stops": {"max_revisions": 1, "not_revisable": 1},
     }
     assert data["cost"]["checks_usd"] == pytest.approx(0.0025)
-    empty = summarize([]).to_dict()
+    empty: dict[str, Any] = summarize([]).to_dict()  # nested JSON data
     assert empty["failures_by_category"] == {"visible": {}, "gate": {}}
     assert empty["by_check"] == {} and empty["revisions"]["rate"] is None
 
 
-def test_malformed_results_revisions_and_costs_are_skipped_not_guessed() -> None:
+def test_malformed_results_revisions_and_costs_leave_their_line_out_whole() -> None:
     """A ``results`` that is not a list, results entries that are not checks, counts that are
-    not numbers or do not add up, revisions of the wrong shape, and non-numeric or absurd
-    ``served.revision`` / ``cost.checks_usd``: each is left out of what it would feed."""
-    records: list[dict[str, Any]] = [
-        # results not a list: the stage still counts by kind, but stands for no named runs
+    not numbers, revisions of the wrong shape, a non-numeric ``served.revision`` or
+    ``cost.checks_usd``, an unknown stage: each makes its line no receipt of the schema, so
+    the line is left out whole (never half counted) and the first is named by field."""
+    malformed: list[dict[str, Any]] = [
         {"checks": [{"kind": "gate", "passed": False, "category": "timeout", "results": "x"}]},
-        # a malformed entry among the results and string counts: the tests cannot be read
-        # from the counts, the well-formed listed check still counts
-        {
-            "checks": [
-                stage("visible", False, 4, 5, "wrong_output",
-                      [listed("schema", False, "schema_violation"), None,
-                       listed("odd", True) | {"passed": "yes"}])
-                | {"n_total": "5"}
-            ]
-        },
-        # counts that do not add up, a listed check without a name or a category
-        {"checks": [stage("visible", False, 9, 3, None, [{"passed": False}])]},
-        # tests alone without a category; an entry without passed; an unknown kind
-        {"checks": [{"kind": "visible", "passed": False}, {"kind": "visible"},
-                    {"kind": "probe", "passed": False, "category": "timeout"}]},
+        {"checks": [stage("visible", False, 4, 5, "wrong_output",
+                          [listed("schema", False, "schema_violation"), None])]},  # type: ignore[list-item]  # on purpose: a result that is not a check
+        {"checks": [stage("visible", False, 4, 5, None) | {"n_total": "5"}]},
+        {"checks": [{"kind": "probe", "passed": False, "category": "timeout"}]},
+        {"checks": [{"kind": "visible"}]},
         {"revisions": "many"},
-        {"revisions": [None, {"attempts": "x", "stopped": None},
-                       {"attempts": [None, 3, {"passed": "yes"}], "stopped": 7}]},
-        {"served": {"revision": True}, "cost": {"checks_usd": "0.1"}},
-        {"served": {"revision": "2"}, "cost": {"checks_usd": True}},
-        {"served": {"revision": -1}, "cost": {"checks_usd": float("inf")}},
-        {"served": {"revision": 0}, "cost": {"checks_usd": 1e300}},
-        {"served": "revised", "cost": []},
+        {"revisions": [{"rung": 0, "attempts": [None], "stopped": None}]},
+        {"revisions": [{"rung": 0, "attempts": [], "stopped": 7}]},
+        {"served": {"revision": True}},
+        {"served": {"revision": "2"}},
+        {"cost": {"checks_usd": "0.1"}},
+        {"cost": {"checks_usd": True}},
+        {"served": "revised"},
+        {"cost": []},
     ]  # fmt: skip
-    summary = summarize(records)
-    assert summary.n == len(records)
-    assert summary.category_failures == {
-        "visible": {"schema_violation": 1, MISSING: 2},
-    }
-    rates = {name: (r.passed, r.total) for name, r in summary.by_check.items()}
-    assert rates == {"schema": (0, 1), MISSING: (0, 1), "tests": (0, 1)}
-    assert summary.failures == {"gate": {"timeout": 1}, "visible": {"wrong_output": 1, MISSING: 2}}
-    assert summary.revised == summary.revision_attempts == 1
-    assert summary.revision_attempts_passed == 0
-    assert summary.revision_stops == {"7": 1}
-    assert summary.served_revised == 0
+    summary = summarize([*malformed, RECORDS[0]])
+    assert summary.n == 1 and summary.unreadable == len(malformed)
+    assert summary.first_unreadable is not None
+    assert summary.first_unreadable.startswith("line 1: not a receipt")
+    assert "$.checks[0].results" in summary.first_unreadable
+    assert summary.actions == {"served": 1}
+    json.dumps(summary.to_dict(), allow_nan=False)
+
+
+def test_implausible_costs_are_left_out_of_the_sums() -> None:
+    """A cost that parses but is no measurement (1e300) does not make the sums infinite."""
+    summary = summarize([{"cost": {"total_usd": 1e300, "top_rung_usd": 0.0, "probe_usd": 0.0,
+                                   "checks_usd": 1e300}}, RECORDS[0]])  # fmt: skip
+    assert summary.n == 2 and summary.cost_usd == pytest.approx(0.001)
     assert summary.checks_usd == 0.0
     json.dumps(summary.to_dict(), allow_nan=False)
 

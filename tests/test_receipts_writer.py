@@ -15,7 +15,13 @@ import pytest
 from blockbuster import BlockingError, blockbuster_ctx
 
 from firstpass.errors import ReceiptError
-from firstpass.receipts import GENESIS_HASH, ReceiptWriter, new_receipt_id, verify_chain
+from firstpass.receipts import (
+    GENESIS_HASH,
+    FsyncPolicy,
+    ReceiptWriter,
+    new_receipt_id,
+    verify_chain,
+)
 
 WRITER_THREAD = "firstpass-receipts"
 
@@ -327,7 +333,7 @@ async def test_record_is_snapshotted_at_write_time(log: Path):
 
 @pytest.mark.parametrize(("policy", "expected"), [("always", 3), ("never", 0)])
 async def test_fsync_policy_always_syncs_each_batch_and_never_syncs_none(
-    log: Path, disk, policy: str, expected: int
+    log: Path, disk, policy: FsyncPolicy, expected: int
 ):
     """``always`` fsyncs every batch (each flush here ends one); ``never`` leaves it to the OS."""
     async with ReceiptWriter(log, fsync=policy) as writer:

@@ -53,6 +53,8 @@ def test_the_traffic_mix_covers_every_mode_and_streaming() -> None:
 
 
 @needs_root
+@pytest.mark.e2e
+@pytest.mark.slow
 async def test_under_load_and_upstream_faults_every_request_gets_an_answer_and_one_receipt(
     tmp_path: Path,
 ) -> None:
@@ -67,6 +69,8 @@ async def test_under_load_and_upstream_faults_every_request_gets_an_answer_and_o
 
 
 @needs_root
+@pytest.mark.e2e
+@pytest.mark.slow
 async def test_hostile_samples_beside_healthy_ones_leave_every_request_answered(
     tmp_path: Path,
 ) -> None:
@@ -81,6 +85,8 @@ async def test_hostile_samples_beside_healthy_ones_leave_every_request_answered(
 
 
 @needs_root
+@pytest.mark.e2e
+@pytest.mark.slow
 async def test_a_kill_minus_9_loses_no_answered_request_in_durable_mode(tmp_path: Path) -> None:
     """kill -9 mid-load, restart on the same log: the chain verifies (a torn tail becomes a gap
     marker) and every request whose answer the client received has its receipt."""
@@ -92,6 +98,8 @@ async def test_a_kill_minus_9_loses_no_answered_request_in_durable_mode(tmp_path
 
 
 @pytest.mark.skipif(not unshare_permitted(), reason="unshare --user --mount is not permitted here")
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_full_receipt_disk_is_a_503_and_recovers_when_space_returns(tmp_path: Path) -> None:
     """A 512 KiB tmpfs filled up: chat requests get 503 receipts_unavailable with Retry-After,
     the log and /metrics say so, and 200s return once the filler is deleted."""

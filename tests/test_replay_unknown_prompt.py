@@ -18,6 +18,7 @@ from tests.cli_process import serving
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.e2e
 def test_an_unrecorded_prompt_gets_a_502_naming_task_id_and_the_demo_tasks(tmp_path: Path) -> None:
     """Through `firstpass serve` on the shipped config, the SDK's error says to send
     firstpass.task_id and lists demo/1 … demo/12 in order."""

@@ -44,9 +44,13 @@ from benchmarks.replicas import (
 )
 from tests.pg_server import LocalPg
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="verified requests need the sandbox's uid isolation (root)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0, reason="verified requests need the sandbox's uid isolation (root)"
+    ),
+    pytest.mark.e2e,  # replicas as `firstpass serve` processes on a real PostgreSQL
+    pytest.mark.slow,  # 10 to 30 s each
+]
 
 #: verified cascade requests (some escalate: the cheap answer fails) beside pass-through ones
 MIX = Mix(

@@ -48,6 +48,7 @@ def ask(stack: Any, prompt: str = PROMPT) -> Any:
     )
 
 
+@pytest.mark.e2e
 def test_one_json_request_event_per_request_without_prompt_or_answer_text(
     live_stack: Any, log_file: Path
 ) -> None:
@@ -71,6 +72,7 @@ def test_one_json_request_event_per_request_without_prompt_or_answer_text(
     assert "zebra-unicorn" not in text and "def add" not in text
 
 
+@pytest.mark.e2e
 def test_an_upstream_failure_is_logged_as_a_fault(live_stack: Any, log_file: Path) -> None:
     stack = live_stack(retries=0)
     stack.stub.script(Reply.error(503), Reply.error(503))
@@ -84,6 +86,7 @@ def test_an_upstream_failure_is_logged_as_a_fault(live_stack: Any, log_file: Pat
     assert request["action"] == "upstream_error" and request["status"] == 502
 
 
+@pytest.mark.e2e
 def test_request_log_off_keeps_faults_only(live_stack: Any, log_file: Path) -> None:
     stack = live_stack(observability={"request_log": False})
     stack.stub.script(Reply.ok(GOOD), model=CHEAP)
@@ -125,6 +128,7 @@ async def test_synchronous_logging_to_a_file_would_block_the_loop(
         await asyncio.to_thread(stream.close)
 
 
+@pytest.mark.e2e
 def test_the_request_event_names_the_client_key_never_the_key(
     live_stack: Any, log_file: Path
 ) -> None:

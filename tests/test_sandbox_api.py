@@ -13,7 +13,7 @@ from blockbuster import BlockBuster
 
 import firstpass.sandbox as sandbox_pkg
 from firstpass.errors import ConfigError, SpecError
-from firstpass.sandbox import Limits, SampleResult, Sandbox, _isolation, parse_spec
+from firstpass.sandbox import CasesSpec, Limits, SampleResult, Sandbox, _isolation, parse_spec
 
 GOOD = "def f(x):\n    return x + 1\n"
 
@@ -197,6 +197,7 @@ async def test_reference_outputs_drop_raising_and_unstable_inputs(sb: Sandbox) -
             "cases": [{"args": [1]}, {"args": [0]}, {"args": [2]}, {"args": [5]}],
         }
     )
+    assert isinstance(spec, CasesSpec)
     resolved = await sb.resolve(spec)
     assert resolved.dropped == (1, 3)
     assert [c.expected for c in resolved.cases] == [10, 5]
@@ -216,6 +217,7 @@ async def test_a_reference_that_fails_says_so_and_leaves_nothing_behind(sb: Sand
                 "cases": [{"args": [1]}],
             }
         )
+        assert isinstance(spec, CasesSpec)
         for _ in range(2):
             with pytest.raises(SpecError, match="failed on every case"):
                 await sb.resolve(spec)

@@ -22,9 +22,13 @@ from typing import Any
 import pytest
 
 from firstpass.sandbox import Limits, Sandbox, parse_spec
-from firstpass.sandbox import _harness as H
-from firstpass.sandbox import _judge as J
+from firstpass.sandbox._child import frames
+from firstpass.sandbox._child.failures import JudgeTimeout, SampleFailure, Violation
+from firstpass.sandbox._child.link import EXCHANGE, Link, on_alarm
 from tests.sandbox_helpers import processes_of
+
+#: slow: samples run to their real CPU and wall budgets (~9 s together)
+pytestmark = pytest.mark.slow
 
 N = 2_500_000
 
@@ -45,9 +49,10 @@ def _worker(w: socket.socket, answers: list[Any]) -> threading.Thread:
 
     def serve() -> None:
         for make in answers:
-            req = H.read_frame(w.fileno())
+            req = frames.read_frame(w.fileno())
+            assert isinstance(req, dict)
             for rec in make(req["id"]):
-                H.write_all(w.fileno(), H.encode_frame(rec))
+                frames.write_all(w.fileno(), frames.encode_frame(rec))
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
@@ -56,18 +61,18 @@ def _worker(w: socket.socket, answers: list[Any]) -> threading.Thread:
 
 def test_an_answer_must_echo_its_request_id(pair: tuple[socket.socket, socket.socket]) -> None:
     j, w = pair
-    link = J.Link(j.fileno(), per_test_s=10.0)
+    link = Link(j.fileno(), per_test_s=10.0)
     _worker(w, [lambda i: [{"v": 1, "id": i}], lambda i: [{"v": 2, "id": i + 1}]])
     assert link.ask({"op": "get", "n": ["x"]})["v"] == 1
-    with pytest.raises(J.Violation, match="no pending request"):
+    with pytest.raises(Violation, match="no pending request"):
         link.ask({"op": "get", "n": ["x"]})  # an answer to a request not made yet
 
 
 def test_an_answer_without_an_id_is_a_violation(pair: tuple[socket.socket, socket.socket]) -> None:
     j, w = pair
-    link = J.Link(j.fileno(), per_test_s=10.0)
+    link = Link(j.fileno(), per_test_s=10.0)
     _worker(w, [lambda i: [{"v": 1}]])
-    with pytest.raises(J.Violation):
+    with pytest.raises(Violation):
         link.ask({"op": "get", "n": ["x"]})
 
 
@@ -77,7 +82,7 @@ def test_the_late_answer_to_a_request_given_up_on_is_skipped(
     """The answer to an abandoned request arrives before the next one's: the next request
     still gets its own answer; the same late answer a second time is a violation."""
     j, w = pair
-    link = J.Link(j.fileno(), per_test_s=10.0)
+    link = Link(j.fileno(), per_test_s=10.0)
     link.seq += 1  # request 1 was sent and given up on
     link.abandoned.add(link.seq)
     _worker(
@@ -89,7 +94,7 @@ def test_the_late_answer_to_a_request_given_up_on_is_skipped(
     )
     assert link.ask({"op": "get", "n": ["x"]})["v"] == "mine"
     assert not link.abandoned
-    with pytest.raises(J.Violation):
+    with pytest.raises(Violation):
         link.ask({"op": "get", "n": ["x"]})
 
 
@@ -99,31 +104,36 @@ def test_the_judge_s_timer_takes_effect_after_the_exchange_never_inside_it(
     """The judge's timer fires while half an answer has arrived: the answer is still read
     whole (then the timeout is raised), and the next request gets its own answer."""
     j, w = pair
-    link = J.Link(j.fileno(), per_test_s=10.0)
+    link = Link(j.fileno(), per_test_s=10.0)
     main = threading.get_ident()
-    old = signal.signal(signal.SIGPROF, J._on_alarm)
+    old = signal.signal(signal.SIGPROF, on_alarm)
 
     def serve() -> None:
-        req = H.read_frame(w.fileno())
-        frame = H.encode_frame({"v": list(range(1000)), "id": req["id"]})
-        H.write_all(w.fileno(), frame[:100])
+        req = frames.read_frame(w.fileno())
+        assert isinstance(req, dict)
+        frame = frames.encode_frame({"v": list(range(1000)), "id": req["id"]})
+        frames.write_all(w.fileno(), frame[:100])
         signal.pthread_kill(main, signal.SIGPROF)  # the judge is blocked reading the rest
         deadline = time.monotonic() + 30
-        while not J._IO[1] and time.monotonic() < deadline:
+        while not EXCHANGE[1] and time.monotonic() < deadline:
             time.sleep(0.001)
-        H.write_all(w.fileno(), frame[100:])
-        req = H.read_frame(w.fileno())
-        H.write_all(w.fileno(), H.encode_frame({"v": "second", "id": req["id"]}))
+        frames.write_all(w.fileno(), frame[100:])
+        req = frames.read_frame(w.fileno())
+        assert isinstance(req, dict)
+        frames.write_all(w.fileno(), frames.encode_frame({"v": "second", "id": req["id"]}))
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     try:
-        with pytest.raises(J._JudgeTimeout):
+        with pytest.raises(JudgeTimeout):
             link.ask({"op": "get", "n": ["x"]})
         assert link.ask({"op": "get", "n": ["y"]})["v"] == "second"
     finally:
+        # a CPU timer the exchange armed must not outlive the test: with the default handler
+        # back, its SIGPROF would end the whole pytest process ("Profiling timer expired")
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, old)
-        J._IO[:] = [False, False]
+        EXCHANGE[:] = [False, False]
     t.join(5)
 
 
@@ -139,7 +149,7 @@ def test_a_test_s_budget_is_the_sample_s_cpu_time_not_wall_clock(
     j, w = pair
     usage = tmp_path / "cpuacct.usage"
     _usage(usage, 100.0)
-    link = J.Link(j.fileno(), per_test_s=1.0, cpu_usage=[str(usage), "ns"])
+    link = Link(j.fileno(), per_test_s=1.0, cpu_usage=[str(usage), "ns"])
     try:
         _worker(w, [lambda i: [{"v": 1, "id": i}]] * 2)
         link.start_test()
@@ -149,7 +159,7 @@ def test_a_test_s_budget_is_the_sample_s_cpu_time_not_wall_clock(
         assert 0 < link.budget() < 0.11
         link.start_test()
         _usage(usage, 102.5)  # the sample computed 1.6 s for this test, its timer stopped
-        with pytest.raises(J.SampleFailure) as exc:
+        with pytest.raises(SampleFailure) as exc:
             link.ask({"op": "get", "n": ["x"]})
         assert exc.value.cat == "timeout"
     finally:

@@ -9,6 +9,9 @@ import pytest
 
 from firstpass.sandbox import Limits, Sandbox, parse_spec
 
+#: slow: samples that wait for each other through every channel they might share (~4 s together)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 async def sb() -> AsyncIterator[Sandbox]:

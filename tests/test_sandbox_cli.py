@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+#: e2e: every test runs `firstpass check` as its own process
+pytestmark = pytest.mark.e2e
+
 GOOD = "Here is my answer:\n```python\ndef f(x):\n    return x + 1\n```\n"
 BAD = "def f(x):\n    return x\n"
 

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from firstpass.sandbox import _zygote
-from firstpass.sandbox._judge import closed_spec
+from firstpass.sandbox._child import sharing
+from firstpass.sandbox._child.closed import closed_spec
 
 CLOSED = [
     (("assert f(1) == 2",), None),
@@ -77,23 +77,23 @@ def test_anything_that_reaches_attributes_code_or_modules_is_not_closed(
 def test_the_shared_judge_takes_only_jobs_that_cannot_change_it() -> None:
     """The shared judge checks each job itself: cases and outputs jobs and closed asserts
     specs, never an open one, whatever key Z chose."""
-    assert _zygote.shareable({"mode": "cases", "tests": [[1]]})
-    assert _zygote.shareable({"mode": "outputs", "tests": [[1]]})
-    assert _zygote.shareable({"mode": "asserts", "tests": ["assert f(1) == 2"], "setup": None})
-    assert not _zygote.shareable(
+    assert sharing.shareable({"mode": "cases", "tests": [[1]]})
+    assert sharing.shareable({"mode": "outputs", "tests": [[1]]})
+    assert sharing.shareable({"mode": "asserts", "tests": ["assert f(1) == 2"], "setup": None})
+    assert not sharing.shareable(
         {"mode": "asserts", "tests": ["assert f('a').upper() == 'A'"], "setup": None}
     )
-    assert not _zygote.shareable({"mode": "asserts", "tests": "assert f(1)", "setup": None})
-    assert not _zygote.shareable(["not", "a", "job"])
+    assert not sharing.shareable({"mode": "asserts", "tests": "assert f(1)", "setup": None})
+    assert not sharing.shareable(["not", "a", "job"])
 
 
 def test_the_judge_key_shares_only_closed_or_data_jobs() -> None:
     """Z's key: data for cases, outputs and closed specs; a request's own for the rest."""
-    assert _zygote.judge_key("cases", "r1", 1) == _zygote.DATA_KEY
-    assert _zygote.judge_key("asserts", "r1", 1, closed=True) == _zygote.DATA_KEY
-    assert _zygote.judge_key("asserts", "r1", 1) == "req:r1"
-    assert _zygote.judge_key("asserts", None, 7) == "job:7"
-    assert _zygote.judge_key("asserts", "data", 1) != _zygote.DATA_KEY
+    assert sharing.judge_key("cases", "r1", 1) == sharing.DATA_KEY
+    assert sharing.judge_key("asserts", "r1", 1, closed=True) == sharing.DATA_KEY
+    assert sharing.judge_key("asserts", "r1", 1) == "req:r1"
+    assert sharing.judge_key("asserts", None, 7) == "job:7"
+    assert sharing.judge_key("asserts", "data", 1) != sharing.DATA_KEY
 
 
 @pytest.mark.parametrize("name", ["type", "object", "super", "property", "classmethod"])
@@ -105,14 +105,14 @@ def test_builtins_that_make_classes_never_cross_by_name(name: str) -> None:
 
     probe = (
         "import builtins\n"
-        "from firstpass.sandbox import _codec\n"
+        "from firstpass.sandbox._child import codec\n"
         f"name = {name!r}\n"
-        "assert _codec.from_wire({'$bt': name}) is getattr(builtins, name)  # to a worker: fine\n"
-        "_codec.judge_side()\n"
-        "try:\n    _codec.from_wire({'$bt': name})\nexcept _codec.WireError:\n    pass\n"
+        "assert codec.from_wire({'$bt': name}) is getattr(builtins, name)  # to a worker: fine\n"
+        "codec.judge_side()\n"
+        "try:\n    codec.from_wire({'$bt': name})\nexcept codec.WireError:\n    pass\n"
         "else:\n    raise SystemExit('decoded in a judge')\n"
-        "_codec.worker_side()\n"
-        "try:\n    _codec.to_wire(getattr(builtins, name))\nexcept _codec.NonData:\n    pass\n"
+        "codec.worker_side()\n"
+        "try:\n    codec.to_wire(getattr(builtins, name))\nexcept codec.NonData:\n    pass\n"
         "else:\n    raise SystemExit('sent by name from a worker')\n"
     )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
@@ -166,7 +166,9 @@ async def test_a_requests_judge_does_not_linger_beside_the_shared_judge() -> Non
     async with Sandbox(concurrency=1) as sb:
         request_judge = frozenset({sb.uid_range[1]})  # slot 0, lane 0: sample, request, shared
         assert (await sb.run("def f(x):\n    return x\n", spinner)).passed
-        assert (await sb.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))).passed
+        assert (
+            await sb.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))
+        ).passed
         for _ in range(1000):  # killed as the shared job arrived: wait for it to be gone
             if not processes_of(request_judge):
                 break

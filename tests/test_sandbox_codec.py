@@ -9,16 +9,15 @@ import sys
 import time
 import typing
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from firstpass.sandbox import _codec
-from firstpass.sandbox._codec import MAX_DEPTH, NonData, WireError, from_wire, to_wire
-from firstpass.sandbox._compare import values_equal
+from firstpass.sandbox._child import boot, codec
+from firstpass.sandbox._child.codec import MAX_DEPTH, NonData, Wire, WireError, from_wire, to_wire
+from firstpass.sandbox._child.compare import values_equal
 
 Point = namedtuple("Point", "x y")
 
@@ -76,7 +75,7 @@ LEAVES = (
     | st.complex_numbers()
     | st.builds(range, st.integers(), HUGE_INTS, st.integers().filter(bool))
 )
-DATA = st.recursive(
+DATA: st.SearchStrategy[Any] = st.recursive(
     LEAVES,
     lambda inner: (
         st.lists(inner, max_size=4)
@@ -166,7 +165,7 @@ def test_a_decoded_namedtuple_has_its_fields_and_still_equals_a_tuple() -> None:
     back = cross(Point(1, [2]))
     assert (back.x, back.y) == (1, [2])
     assert back == (1, [2]) and isinstance(back, tuple)
-    assert type(back).__name__ == "Point" and type(back)._fields == ("x", "y")
+    assert type(back).__name__ == "Point" and cast(Any, type(back))._fields == ("x", "y")
     assert type(cross(Point(3, 4))) is type(back)
 
 
@@ -305,7 +304,9 @@ def test_scalar_subclasses_travel_as_their_base_values() -> None:
         {"$b": "b"},
         {"$c": [0.0, 1.0]},
     ]
-    assert [type(x) for x in to_wire([I(5), S("s"), F(1.5)])] == [int, str, float]
+    plain = to_wire([I(5), S("s"), F(1.5)])
+    assert isinstance(plain, list)
+    assert [type(x) for x in plain] == [int, str, float]
 
 
 def test_an_object_spoofing_its_class_is_not_data_and_its_property_never_runs() -> None:
@@ -424,7 +425,7 @@ def test_a_three_million_element_list_round_trips() -> None:
 
 def test_both_directions_enforce_the_same_node_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """A value over MAX_NODES is NonData when encoded and WireError when a wire form claims it."""
-    monkeypatch.setattr(_codec, "MAX_NODES", 10)
+    monkeypatch.setattr(codec, "MAX_NODES", 10)
     assert from_wire(to_wire(list(range(9)))) == list(range(9))
     assert to_wire({1: 2, 3: 4}) == {"$d": [[1, 2], [3, 4]]}  # 1 + 2 pairs = 5 nodes
     with pytest.raises(NonData, match="oversized"):
@@ -439,12 +440,13 @@ def test_both_directions_enforce_the_same_node_budget(monkeypatch: pytest.Monkey
 
 def test_one_value_carries_a_bounded_number_of_namedtuple_classes() -> None:
     """Past MAX_NT_CLASSES classes a namedtuple travels as a tuple, and the judge refuses more."""
-    limit = _codec.MAX_NT_CLASSES
-    classes = [namedtuple(f"N{i}", "a") for i in range(limit + 1)]
-    wire = to_wire([cls(i) for i, cls in enumerate(classes)] + [classes[0](0)])
+    limit = codec.MAX_NT_CLASSES
+    # classes made at run time: mypy sees plain tuple classes, so their uses are left untyped
+    classes: list[Any] = [namedtuple(f"N{i}", "a") for i in range(limit + 1)]
+    wire: Any = to_wire([cls(i) for i, cls in enumerate(classes)] + [classes[0](0)])
     assert [next(iter(w)) for w in wire] == ["$nt"] * limit + ["$t", "$nt"]
     assert from_wire(wire)[limit] == (limit,)
-    forged = [{"$nt": [f"N{i}", ["a"], [i]]} for i in range(limit + 1)]
+    forged: list[Wire] = [{"$nt": [f"N{i}", ["a"], [i]]} for i in range(limit + 1)]
     with pytest.raises(WireError, match="namedtuple classes"):
         from_wire(forged)
     with pytest.raises(WireError, match="invalid names"):
@@ -452,8 +454,8 @@ def test_one_value_carries_a_bounded_number_of_namedtuple_classes() -> None:
             {
                 "$nt": [
                     "N",
-                    [f"f{i}" for i in range(_codec.MAX_NT_FIELDS + 1)],
-                    [0] * (_codec.MAX_NT_FIELDS + 1),
+                    [f"f{i}" for i in range(codec.MAX_NT_FIELDS + 1)],
+                    [0] * (codec.MAX_NT_FIELDS + 1),
                 ]
             }
         )
@@ -461,7 +463,7 @@ def test_one_value_carries_a_bounded_number_of_namedtuple_classes() -> None:
 
 def test_the_node_cap_is_twenty_million() -> None:
     """The cap admits lists ten times the old limit."""
-    assert _codec.MAX_NODES == 20_000_000 and MAX_DEPTH == 100
+    assert codec.MAX_NODES == 20_000_000 and MAX_DEPTH == 100
 
 
 # --------------------------------------------------------------------------- malformed wire
@@ -563,14 +565,13 @@ def test_from_wire_on_arbitrary_json_returns_or_raises_wire_error_only(wire: Any
     assert values_equal(value, value, 0.0) in (True, False)
 
 
-def test_the_modules_import_as_top_level_modules_in_an_isolated_python() -> None:
-    """The zygote's way in (`python -I -S`, `import _codec, _compare`) works: stdlib only."""
-    directory = Path(_codec.__file__).parent
+def test_the_codec_loads_the_zygote_s_way_in_an_isolated_python() -> None:
+    """The zygote's way in (`python -I -S`, the child package loaded by boot.py) works: stdlib only."""
     code = (
-        f"import sys; sys.path.insert(0, {str(directory)!r})\n"
-        "import _codec, _compare\n"
-        "w = _codec.to_wire([2**70, (1,)])\n"
-        "assert _compare.values_equal(_codec.from_wire(w), [2**70, (1,)], 0)\n"
+        f"import runpy, sys; runpy.run_path({boot.__file__!r})['load']()\n"
+        f"from {boot.PACKAGE} import codec, compare\n"
+        "w = codec.to_wire([2**70, (1,)])\n"
+        "assert compare.values_equal(codec.from_wire(w), [2**70, (1,)], 0)\n"
         "assert not [m for m in sys.modules if m.startswith('firstpass')]\n"
     )
     subprocess.run([sys.executable, "-I", "-S", "-c", code], check=True, timeout=60)

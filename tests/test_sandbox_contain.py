@@ -1,4 +1,4 @@
-"""firstpass/sandbox/_contain.py: per-sample namespaces, seccomp, slot cgroups, zygote mounts.
+"""firstpass/sandbox/_child/: per-sample namespaces, seccomp, slot cgroups, zygote mounts.
 
 The namespace and mount tests run their snippet in a throwaway ``unshare --net --mount
 --propagation private python -I -S`` (the zygote's own setup), where each "sample" is a fork
@@ -24,10 +24,21 @@ from typing import Any
 
 import pytest
 
-from firstpass.sandbox import _contain as C
+from firstpass.sandbox._child import (
+    boot,
+    cgroups,
+    import_path,
+    mounts,
+    namespaces,
+    seccomp,
+)
 from tests.sandbox_helpers import processes_of
 
-PKG = str(Path(C.__file__).resolve().parent)
+#: slow: containment scenarios that wait out real limits and kills (~12 s together)
+pytestmark = pytest.mark.slow
+
+#: the sandbox package directory: what the front keeps visible in the zygote (keep_paths)
+PKG = str(Path(mounts.__file__).resolve().parents[1])
 UNSHARE = shutil.which("unshare")
 UID, UID2 = 60_990_001, 60_990_002
 TEST_UIDS = range(UID, UID2 + 1)
@@ -39,12 +50,17 @@ needs_root_unshare = pytest.mark.skipif(
 
 PRELUDE = r'''
 import ctypes, errno, json, os, resource, signal, socket, sys, time, traceback
-sys.path.insert(0, PKG)
-import _contain as C
+import importlib, runpy
+runpy.run_path(BOOT)["load"]()  # the zygote's package, as boot.py loads it
+cgroups, import_path, mounts, namespaces, seccomp, syscalls = (
+    importlib.import_module(f"{PACKAGE}.{name}")
+    for name in ("cgroups", "import_path", "mounts", "namespaces", "seccomp", "syscalls")
+)
+install_seccomp = seccomp.install_seccomp  # start() has a parameter of that module's name
 
 if ZYGOTE_MOUNTS is not None:  # what the zygote does at start: the interpreter stays readable
-    C.private_mounts(
-        [], [*C.keep_paths(("/root", "/home"), False, PKG), *ZYGOTE_MOUNTS],
+    mounts.private_mounts(
+        [], [*mounts.keep_paths(("/root", "/home"), False, PKG), *ZYGOTE_MOUNTS],
         default_hide=["/root", "/home"],
     )
 
@@ -71,10 +87,10 @@ def start(body, *, uid=UID, scratch_mb=8, keep=(), seccomp=False):
     if pid == 0:
         os.close(r)
         try:
-            wd = C.enter_sample_namespaces(scratch_mb=scratch_mb, keep=list(keep), uid=uid)
+            wd = namespaces.enter_sample_namespaces(scratch_mb=scratch_mb, keep=list(keep), uid=uid)
             drop(uid)
             os.chdir(wd)
-            if seccomp and not C.install_seccomp():
+            if seccomp and not install_seccomp():
                 raise RuntimeError("seccomp was not installed")
             out = {"ok": body(wd)}
         except BaseException:
@@ -142,7 +158,7 @@ def run_inner(code: str, timeout: float = 60, zygote_mounts: tuple[str, ...] | N
     emits. Unless ``zygote_mounts`` is None, ``private_mounts`` first ran as the zygote runs
     it (default hides, interpreter kept), keeping those extra paths too."""
     assert UNSHARE is not None
-    head = f"PKG = {PKG!r}\nUID = {UID}\nUID2 = {UID2}\nZYGOTE_MOUNTS = {list(zygote_mounts) if zygote_mounts is not None else None!r}\n"
+    head = f"PKG = {PKG!r}\nBOOT = {boot.__file__!r}\nPACKAGE = {boot.PACKAGE!r}\nUID = {UID}\nUID2 = {UID2}\nZYGOTE_MOUNTS = {list(zygote_mounts) if zygote_mounts is not None else None!r}\n"
     src = head + PRELUDE + textwrap.dedent(code)
     proc = subprocess.run(
         [UNSHARE, "--net", "--mount", "--propagation", "private", sys.executable, "-I", "-S"],
@@ -399,7 +415,7 @@ def test_killing_the_worker_kills_the_whole_sample() -> None:
         """
     )
     assert res["st"] == {"signal": "SIGKILL"}
-    assert res["waiter_uid"] == (UID if C.DROP_WAITER_TO_UID else 0)
+    assert res["waiter_uid"] == (UID if namespaces.DROP_WAITER_TO_UID else 0)
     assert res["before"] == 3  # init, the sample, its grandchild
     assert res["left"] == []
 
@@ -426,8 +442,8 @@ def test_kept_path_under_tmp_is_readable_but_not_writable(tmp_path: Path) -> Non
                     res[what] = errno.errorcode[exc.errno]
             res["tmp"] = sorted(os.listdir("/tmp"))
             res["ro"] = bool(os.statvfs(VENV + "/lib").f_flag & os.ST_RDONLY)
-            res["safe"] = C.import_path_is_safe([VENV + "/lib"])
-            res["tmp_safe"] = C.import_path_is_safe(["/tmp"])
+            res["safe"] = import_path.import_path_is_safe([VENV + "/lib"])
+            res["tmp_safe"] = import_path.import_path_is_safe(["/tmp"])
             return res
         emit(sample(body, keep=[VENV]))
         """,
@@ -452,7 +468,7 @@ def test_enter_rejects_bad_arguments_before_touching_anything() -> None:
         out = []
         for kw in ({"scratch_mb": 0, "keep": []}, {"scratch_mb": 8, "keep": ["rel/path"]}):
             try:
-                C.enter_sample_namespaces(uid=None, **kw)
+                namespaces.enter_sample_namespaces(uid=None, **kw)
                 out.append("entered")
             except ValueError as exc:
                 out.append(str(exc))
@@ -477,7 +493,7 @@ def test_namespace_entry_costs_a_few_milliseconds() -> None:
             if pid == 0:
                 try:
                     if ns:
-                        C.enter_sample_namespaces(scratch_mb=64, keep=[], uid=UID)
+                        namespaces.enter_sample_namespaces(scratch_mb=64, keep=[], uid=UID)
                     drop(UID)
                     os.write(w, b"x")
                 finally:
@@ -502,7 +518,7 @@ def test_namespace_entry_costs_a_few_milliseconds() -> None:
 # --------------------------------------------------------------------------- seccomp
 
 needs_seccomp_arch = pytest.mark.skipif(
-    C._native_arch() is None, reason="seccomp filter only for x86_64 and aarch64"
+    seccomp._native_arch() is None, reason="seccomp filter only for x86_64 and aarch64"
 )
 
 
@@ -512,7 +528,7 @@ def test_keyrings_are_refused() -> None:
     """add_key, request_key and keyctl fail with EPERM under the filter (no cross-run keys)."""
     st, out = run_inner(
         """
-        NR = C.SYSCALLS[C._native_arch()]
+        NR = seccomp.SYSCALLS[seccomp._native_arch()]
         def body(wd):
             calls = {
                 "add_key": (NR["add_key"], b"user", b"fp", b"x", 1, -3),  # session keyring
@@ -571,13 +587,13 @@ def test_tracing_namespaces_and_risky_subsystems_are_refused() -> None:
     """ptrace, unshare, clone(CLONE_NEWUSER), mount, bpf, io_uring and friends get EPERM."""
     res = run_inner(
         """
-        NR = C.SYSCALLS[C._native_arch()]
+        NR = seccomp.SYSCALLS[seccomp._native_arch()]
         def probe():
             L = ctypes.c_long
             calls = {
                 "ptrace": (NR["ptrace"], L(0), L(0), L(0), L(0)),  # PTRACE_TRACEME
-                "unshare": (NR["unshare"], L(C.CLONE_NEWUSER)),
-                "clone_newuser": (NR["clone"], L(C.CLONE_NEWUSER | signal.SIGCHLD), L(0), L(0), L(0), L(0)),
+                "unshare": (NR["unshare"], L(syscalls.CLONE_NEWUSER)),
+                "clone_newuser": (NR["clone"], L(syscalls.CLONE_NEWUSER | signal.SIGCHLD), L(0), L(0), L(0), L(0)),
                 "setns": (NR["setns"], L(-1), L(0)),
                 "mount": (NR["mount"], b"none", b"/tmp", b"tmpfs", L(0), None),
                 "bpf": (NR["bpf"], L(0), None, L(0)),
@@ -673,7 +689,7 @@ def test_syscall_numbers_match_the_kernel_headers(arch: str, header: str) -> Non
     if not os.path.exists(header) or "__NR_" not in Path(header).read_text():
         pytest.skip(f"{header} is not installed")
     nums = _header_numbers(header)
-    table = C.SYSCALLS[arch]
+    table = seccomp.SYSCALLS[arch]
     present = {name: nums[name] for name in table if name in nums}
     assert len(present) >= len(table) - 8, "the header is too old to check most of the table"
     assert present == {name: table[name] for name in present}
@@ -683,26 +699,29 @@ def test_filter_checks_the_arch_first_and_is_refused_elsewhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The program kills on a foreign audit arch; on another machine nothing is installed."""
-    for arch, audit in (("x86_64", C.AUDIT_ARCH_X86_64), ("aarch64", C.AUDIT_ARCH_AARCH64)):
-        prog = C.seccomp_program(arch)
+    for arch, audit in (
+        ("x86_64", seccomp.AUDIT_ARCH_X86_64),
+        ("aarch64", seccomp.AUDIT_ARCH_AARCH64),
+    ):
+        prog = seccomp.seccomp_program(arch)
         assert prog[0] == (0x20, 0, 0, 4)  # load seccomp_data.arch
         code, jt, jf, k = prog[1]
         assert (code, jt, k) == (0x15, 0, audit)
-        assert prog[2 + jf] == (0x06, 0, 0, C.SECCOMP_RET_KILL_PROCESS)
+        assert prog[2 + jf] == (0x06, 0, 0, seccomp.SECCOMP_RET_KILL_PROCESS)
     real = os.uname()
     fake = os.uname_result(("Linux", real.nodename, real.release, real.version, "riscv64"))
     monkeypatch.setattr(os, "uname", lambda: fake)
-    assert C.install_seccomp() is False
+    assert seccomp.install_seccomp() is False
 
 
 # --------------------------------------------------------------------------- cgroups
 
 
 @pytest.fixture
-def slot_cgroups() -> Iterator[C.SlotCgroups]:
+def slot_cgroups() -> Iterator[cgroups.SlotCgroups]:
     if os.geteuid() != 0:
         pytest.skip("needs root to create cgroups")
-    cg = C.SlotCgroups.create(f"fp-contain-test-{os.getpid()}", 2)
+    cg = cgroups.SlotCgroups.create(f"fp-contain-test-{os.getpid()}", 2)
     if cg is None:
         pytest.skip("no writable memory cgroup on this host")
     try:
@@ -712,7 +731,7 @@ def slot_cgroups() -> Iterator[C.SlotCgroups]:
         assert not os.path.exists(cg.base), "the test's cgroups were not removed"
 
 
-def _in_slot(cg: C.SlotCgroups, slot: int, code: str, as_limit_mb: int) -> int:
+def _in_slot(cg: cgroups.SlotCgroups, slot: int, code: str, as_limit_mb: int) -> int:
     """Fork a child into ``slot`` with RLIMIT_AS ``as_limit_mb`` above what this process already
     maps (earlier tests leave threads and modules behind), run ``code``, return its wait status."""
     pid = os.fork()
@@ -730,7 +749,7 @@ def _in_slot(cg: C.SlotCgroups, slot: int, code: str, as_limit_mb: int) -> int:
 
 
 def test_slot_cgroup_oom_kills_a_sample_whose_processes_together_exceed_the_limit(
-    slot_cgroups: C.SlotCgroups,
+    slot_cgroups: cgroups.SlotCgroups,
 ) -> None:
     """Eight forks of 200 MB each under a 512 MB slot are OOM-killed, though each fits RLIMIT_AS."""
     cg = slot_cgroups
@@ -761,7 +780,7 @@ def test_slot_cgroup_oom_kills_a_sample_whose_processes_together_exceed_the_limi
     assert cg.oom_kills(1) == 0  # the other slot is untouched
 
 
-def test_slot_cgroup_limits_enter_and_close(slot_cgroups: C.SlotCgroups) -> None:
+def test_slot_cgroup_limits_enter_and_close(slot_cgroups: cgroups.SlotCgroups) -> None:
     """Limits go up and down in either order, a child lands in its slot, close removes all."""
     cg = slot_cgroups
     assert cg.kind in ("cgroup1", "cgroup2")
@@ -795,7 +814,7 @@ def _child_in(enter: Any, spin_s: float = 0.0) -> str:
 
 
 def test_slot_cgroups_count_a_sample_s_cpu_and_keep_judges_apart(
-    slot_cgroups: C.SlotCgroups,
+    slot_cgroups: cgroups.SlotCgroups,
 ) -> None:
     """A slot's CPU time is its own processes'; the judge cgroup is another; equal weights, and
     the sample's quota is one CPU."""
@@ -819,7 +838,7 @@ def test_slot_cgroups_count_a_sample_s_cpu_and_keep_judges_apart(
         if tree.quota:
             quota = int(Path(tree.slot_dirs[0], "cpu.cfs_quota_us").read_text())
             period = int(Path(tree.slot_dirs[0], "cpu.cfs_period_us").read_text())
-            assert quota == period * C.SAMPLE_CPUS
+            assert quota == period * cgroups.SAMPLE_CPUS
     else:
         assert Path(tree.slot_dirs[0], "cpu.weight").read_text().strip() == "100"
 
@@ -856,9 +875,11 @@ def test_slot_cgroups_on_a_cgroup2_host_use_one_tree_for_memory_and_cpu(
     own = tmp_path / "own"
     own.mkdir()
     populate(str(own))
-    monkeypatch.setattr(C, "_own_cgroup_dirs", lambda controller="memory": [("cgroup2", str(own))])
-    monkeypatch.setattr(C.os, "makedirs", makedirs)
-    cg = C.SlotCgroups.create("fp-v2", 2)
+    monkeypatch.setattr(
+        cgroups, "_own_cgroup_dirs", lambda controller="memory": [("cgroup2", str(own))]
+    )
+    monkeypatch.setattr(os, "makedirs", makedirs)  # the os module cgroups calls
+    cg = cgroups.SlotCgroups.create("fp-v2", 2)
     assert cg is not None
     assert [t.kind for t in cg.trees] == ["cgroup2"]
     assert cg.trees[0].controllers == {"memory", "cpu"}
@@ -866,12 +887,12 @@ def test_slot_cgroups_on_a_cgroup2_host_use_one_tree_for_memory_and_cpu(
     base = own / "fp-v2"
     assert (base / "cpu.weight").read_text().strip() == "200"  # one default weight per slot
     assert (base / "slot-1" / "cpu.max").read_text().split() == [
-        str(int(C.SAMPLE_CPUS * 100_000)),
+        str(int(cgroups.SAMPLE_CPUS * 100_000)),
         "100000",
     ]
     assert (base / "judge-1" / "cpu.max").read_text().startswith("max")  # judges: weight only
     assert (base / "slot-0" / "memory.oom.group").read_text().strip() == "1"
-    assert cg.cpu_rate == C.SAMPLE_CPUS
+    assert cg.cpu_rate == cgroups.SAMPLE_CPUS
     assert cg.cpu_usage(1) == pytest.approx(2.5)
     cg.set_judge_limit(0, 3 << 30)
     assert (base / "judge-0" / "memory.max").read_text().strip() == str(3 << 30)
@@ -892,11 +913,11 @@ def test_zygote_mounts_bind_a_tmp_install_back_read_only(tmp_path: Path) -> None
     res = run_inner(
         f"""
         VENV = {str(venv)!r}
-        missing_before = C.import_path_is_safe([VENV + "/nothing-here"])
-        C.private_mounts([], [VENV])
+        missing_before = import_path.import_path_is_safe([VENV + "/nothing-here"])
+        mounts.private_mounts([], [VENV])
         out = {{"read": open(VENV + "/lib/mod.py").read(), "tmp": sorted(os.listdir("/tmp")),
-                "safe": C.import_path_is_safe([VENV + "/lib", VENV + "/lib/missing.zip"]),
-                "scratch_entry": C.import_path_is_safe(["/tmp/not-there"])}}
+                "safe": import_path.import_path_is_safe([VENV + "/lib", VENV + "/lib/missing.zip"]),
+                "scratch_entry": import_path.import_path_is_safe(["/tmp/not-there"])}}
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -943,7 +964,7 @@ def test_zygote_mounts_cover_run_and_the_lock_dirs() -> None:
     res = run_inner(
         """
         host_run = sorted(os.listdir("/run"))
-        C.private_mounts([], [])
+        mounts.private_mounts([], [])
         out = {"host_run": host_run, "run": sorted(os.listdir("/run"))}
         try:
             os.mkdir("/run/x")
@@ -976,7 +997,7 @@ def test_hidden_file_shows_as_an_empty_unreadable_file() -> None:
     res = run_inner(
         f"""
         T = {target!r}
-        C.private_mounts([T], [])
+        mounts.private_mounts([T], [])
         st = os.stat(T)
         out = {{"size": st.st_size, "mode": st.st_mode & 0o7777, "uid": st.st_uid,
                 "root_reads": open(T).read()}}
@@ -1026,9 +1047,9 @@ def test_hidden_dir_is_empty_but_keeps_a_kept_subdir() -> None:
     kept = f"{base}/{subs[0]}"
     res = run_inner(
         f"""
-        C.private_mounts([{base!r}], [{kept!r}])
+        mounts.private_mounts([{base!r}], [{kept!r}])
         emit({{"listing": os.listdir({base!r}), "kept": sorted(os.listdir({kept!r})),
-               "hidden_safe": C.import_path_is_safe([{base!r}])}})
+               "hidden_safe": import_path.import_path_is_safe([{base!r}])}})
         """,
         zygote_mounts=None,
     )
@@ -1047,7 +1068,7 @@ def test_hide_inside_a_kept_path_stays_hidden(tmp_path: Path) -> None:
     res = run_inner(
         f"""
         V = {str(venv)!r}
-        C.private_mounts([V + "/secret.txt"], [V])
+        mounts.private_mounts([V + "/secret.txt"], [V])
         emit({{"secret": open(V + "/secret.txt").read(), "mode": os.stat(V + "/secret.txt").st_mode & 0o777,
                "mod": open(V + "/mod.py").read()}})
         """,
@@ -1063,12 +1084,12 @@ def test_missing_hide_path_raises_naming_it_and_missing_defaults_are_skipped() -
         """
         before = open("/proc/self/mountinfo").read()
         try:
-            C.private_mounts(["/no/such/secret"], [])
+            mounts.private_mounts(["/no/such/secret"], [])
             raised = None
         except OSError as exc:
             raised = [type(exc).__name__, str(exc)]
         untouched = open("/proc/self/mountinfo").read() == before
-        C.private_mounts([], [], default_hide=["/no/such/default"])
+        mounts.private_mounts([], [], default_hide=["/no/such/default"])
         emit({"raised": raised, "untouched": untouched})
         """,
         zygote_mounts=None,
@@ -1098,16 +1119,20 @@ def test_import_path_check_flags_writable_dirs(tmp_path: Path) -> None:
     sticky.mkdir()
     os.chmod(sticky, 0o1777)
     (sticky / "inner").mkdir(mode=0o755)
-    assert C.import_path_is_safe([str(ok), str(ok / "missing.zip")]) is None
-    flagged = C.import_path_is_safe([str(ok), str(ww)])
+    assert import_path.import_path_is_safe([str(ok), str(ok / "missing.zip")]) is None
+    flagged = import_path.import_path_is_safe([str(ok), str(ww)])
     assert flagged is not None and str(ww) in flagged and "writable" in flagged
-    assert str(owned) in (C.import_path_is_safe([str(owned / "pkg")]) or "")
-    assert C.import_path_is_safe([str(ww / "lib" / "missing")]) is not None
-    assert C.import_path_is_safe([str(sticky)]) is not None  # anyone may create names in it
-    assert C.import_path_is_safe([str(sticky / "inner")]) is None  # a root-owned sticky ancestor
+    assert str(owned) in (import_path.import_path_is_safe([str(owned / "pkg")]) or "")
+    assert import_path.import_path_is_safe([str(ww / "lib" / "missing")]) is not None
+    assert (
+        import_path.import_path_is_safe([str(sticky)]) is not None
+    )  # anyone may create names in it
+    assert (
+        import_path.import_path_is_safe([str(sticky / "inner")]) is None
+    )  # a root-owned sticky ancestor
     link = tmp_path / "link"
     link.symlink_to(ww)
-    assert C.import_path_is_safe([str(link)]) is not None  # judged by its target too
+    assert import_path.import_path_is_safe([str(link)]) is not None  # judged by its target too
 
 
 def test_keep_paths_include_installs_under_tmp_and_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1115,21 +1140,25 @@ def test_keep_paths_include_installs_under_tmp_and_run(monkeypatch: pytest.Monke
     monkeypatch.setattr(sys, "base_prefix", "/tmp/fp-fake-python")
     monkeypatch.setattr(sys, "prefix", "/run/fp-fake-venv")
     monkeypatch.setattr(sys, "executable", "/tmp/fp-fake-python/bin/python3")
-    assert C.keep_paths((), False, "/usr/lib/fp-fake/firstpass/sandbox") == ("/tmp/fp-fake-python",)
-    assert C.keep_paths(("/srv",), True, "/srv/app/firstpass/sandbox") == (
+    assert mounts.keep_paths((), False, "/usr/lib/fp-fake/firstpass/sandbox") == (
+        "/tmp/fp-fake-python",
+    )
+    assert mounts.keep_paths(("/srv",), True, "/srv/app/firstpass/sandbox") == (
         "/run/fp-fake-venv",
         "/srv/app/firstpass/sandbox",
         "/tmp/fp-fake-python",
     )
     monkeypatch.setattr(sys, "base_prefix", "/usr")
     monkeypatch.setattr(sys, "executable", "/usr/bin/python3")
-    assert C.keep_paths((), False, "/usr/lib/fp-fake") == ()
+    assert mounts.keep_paths((), False, "/usr/lib/fp-fake") == ()
 
 
-def test_contain_imports_as_a_top_level_module_under_isolated_mode() -> None:
-    """The zygote's ``python -I -S`` can import _contain from the package dir, stdlib only."""
+def test_containment_loads_the_zygote_s_way_under_isolated_mode() -> None:
+    """The zygote's ``python -I -S`` loads the containment modules through boot.py, stdlib only."""
     code = (
-        f"import sys; sys.path.insert(0, {PKG!r}); import _contain; print(sorted(_contain.__all__))"
+        f"import runpy; runpy.run_path({boot.__file__!r})['load']()\n"
+        f"from {boot.PACKAGE} import cgroups, namespaces\n"
+        "print(namespaces.enter_sample_namespaces.__name__, cgroups.SlotCgroups.__name__)"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True, env={}

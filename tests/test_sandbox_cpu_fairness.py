@@ -25,6 +25,7 @@ from tests.sandbox_helpers import processes_of
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (uid isolation and cgroups)"),
     pytest.mark.timeout(300),
+    pytest.mark.slow,  # hogs run against real CPU limits (~8 s together)
 ]
 
 #: 30 children, each in its own session, spinning; the sample itself then sleeps with its

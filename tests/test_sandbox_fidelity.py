@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 
-from firstpass.sandbox import Limits, Sandbox, parse_spec
-from firstpass.sandbox._codec import NonData, WireError, from_wire, to_wire
-from firstpass.sandbox._compare import values_equal
-from firstpass.sandbox._judge import infer_entry_point, sample_error, sample_exception
+from firstpass.sandbox import CasesSpec, Limits, Sandbox, parse_spec
+from firstpass.sandbox._child.asserts import infer_entry_point
+from firstpass.sandbox._child.codec import NonData, WireError, from_wire, to_wire
+from firstpass.sandbox._child.compare import values_equal
+from firstpass.sandbox._child.failures import sample_error, sample_exception
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the judge suite runs at netns+uid")
 
@@ -347,6 +348,7 @@ async def test_stdlib_value_types_work_in_asserts_and_cases(sb: Sandbox) -> None
     cases = parse_spec(
         {"entry_point": "day", "cases": [{"args": ["2024-03-01"]}], "reference": code}
     )
+    assert isinstance(cases, CasesSpec)
     resolved = await sb.resolve(cases)
     assert resolved.n_tests == 1
     good = await sb.run(code, resolved)
@@ -671,7 +673,9 @@ async def test_an_object_the_sample_puts_into_the_tests_list_is_never_compared_b
         ["assert after([0]) == [1, 2]", "assert after([0])[0] == 1", "assert len(after([0])) == 2"],
         setup,
     )
-    assert [t.error_type for t in result.tests] == ["unsupported", "unsupported", None], result.tests
+    assert [t.error_type for t in result.tests] == ["unsupported", "unsupported", None], (
+        result.tests
+    )
 
 
 # --------------------------------------------------------------------------- deep values
@@ -698,3 +702,25 @@ async def test_a_value_nested_deeper_than_the_wire_allows_goes_back_by_reference
     )
     assert [t.passed for t in result.tests] == [True, True, True, False], result.tests
     assert result.tests[3].error_type == "unsupported"
+
+
+@needs_root
+async def test_a_function_s_and_a_class_s_annotations_are_the_sample_s_own(sb: Sandbox) -> None:
+    """``f.__annotations__`` and ``P.__annotations__`` are fetched from the sample, never
+    shadowed by the judge's stand-in's own annotations (a type hint on the stand-in class
+    once did that)."""
+    code = (
+        "class P:\n    x: int\n    y: str\n\n"
+        "def f(a: int, b: str = 'z') -> list:\n    return [a, b]\n"
+    )
+    result = await _run(
+        sb,
+        code,
+        [
+            "assert f.__annotations__ == {'a': int, 'b': str, 'return': list}",
+            "assert P.__annotations__ == {'x': int, 'y': str}",
+            "assert list(f.__annotations__) == ['a', 'b', 'return']",
+        ],
+    )
+    _each_passed(result)
+    assert result.passed

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from firstpass.sandbox._codec import NonData, from_json, from_wire, to_wire
-from firstpass.sandbox._compare import values_equal
-from firstpass.sandbox._judge import assert_names, setup_imports
+from firstpass.sandbox._child.asserts import assert_names, setup_imports
+from firstpass.sandbox._child.codec import NonData, from_json, from_wire, to_wire
+from firstpass.sandbox._child.compare import values_equal
 
 PLAIN = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(),

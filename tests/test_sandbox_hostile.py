@@ -13,9 +13,10 @@ import pytest
 from firstpass.sandbox import Limits, Sandbox, parse_spec
 from tests.sandbox_helpers import leftover_files, processes_of
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="the hostile suite needs root (uid isolation)"
-)
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the hostile suite needs root (uid isolation)"),
+    pytest.mark.slow,  # hostile samples run to their real limits (~17 s together)
+]
 
 SPEC = parse_spec(["assert f(1) == 2", "assert f(2) == 3"])
 GOOD = "def f(x):\n    return x + 1\n"
@@ -237,7 +238,9 @@ async def test_deleting_host_files_fails(sb: Sandbox, tmp_path: Path) -> None:
     """A sample cannot delete the package's own files or a file the host owns."""
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
-    harness = Path(__file__).resolve().parent.parent / "firstpass" / "sandbox" / "_harness.py"
+    harness = (
+        Path(__file__).resolve().parent.parent / "firstpass" / "sandbox" / "_child" / "worker.py"
+    )
     code = (
         "import os, shutil\n"
         f"for p in [{str(victim)!r}, {str(harness)!r}]:\n"

@@ -8,9 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from firstpass.sandbox import Limits, Sandbox, parse_spec
+from firstpass.sandbox import CasesSpec, Limits, Sandbox, parse_spec
+from firstpass.sandbox._child import boot
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the judge suite runs at netns+uid")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the judge suite runs at netns+uid"),
+    pytest.mark.slow,  # a sandbox job per case, hung and killed judges: ~60 s together
+]
 
 WRONG = "def f(x):\n    return -1\n"
 
@@ -275,6 +279,7 @@ async def test_a_reference_over_its_output_allowance_fails_only_its_own_spec(sb:
     spec = parse_spec(
         {"entry_point": "f", "cases": [{"args": [i]} for i in range(50)], "reference": ref}
     )
+    assert isinstance(spec, CasesSpec)
     resolved = await asyncio.wait_for(sb.resolve(spec), 120)
     assert resolved.dropped and len(resolved.cases) + len(resolved.dropped) == 50
     assert (await sb.run("def f(x):\n    return x + 1\n", parse_spec(["assert f(1) == 2"]))).passed
@@ -322,7 +327,7 @@ JUDGE_REWRITES = [
     {
         "setup": (
             "import sys, json, builtins\n"
-            "sys.modules['_compare'].values_equal = lambda a, b, c: True\n"
+            f"sys.modules['{boot.PACKAGE}.compare'].values_equal = lambda a, b, c: True\n"
             "json.dumps = lambda *a, **k: '{\"tests\": []}'\n"
             "builtins.all = lambda it: True\n"
         ),
@@ -334,11 +339,13 @@ JUDGE_REWRITES = [
             "assert operator.setitem(string.Formatter().get_field('0.__dict__', [string."
             "Formatter().get_field('0.__globals__[__builtins__].__import__', [lambda: 0], {})"
             "[0]('json')], {})[0], 'dumps', lambda *a, **k: "
-            "'{\"tests\":[{\"passed\":true,\"error_type\":null,\"message\":null}]}') is None"
+            '\'{"tests":[{"passed":true,"error_type":null,"message":null}]}\') is None'
         ],
     },
-    ["assert statistics.sys.modules.get('builtins').setattr("
-     "statistics.sys.modules.get('_compare'), 'values_equal', lambda a, b, c: True) is None"],
+    [
+        "assert statistics.sys.modules.get('builtins').setattr("
+        f"statistics.sys.modules.get('{boot.PACKAGE}.compare'), 'values_equal', lambda a, b, c: True) is None"
+    ],
 ]
 
 
@@ -371,8 +378,12 @@ async def test_requests_judged_beside_a_hostile_spec_keep_their_own_verdicts(
     for _ in range(2):
         runs = [sb.run_many(["def f(x):\n    return x\n"] * 3, h) for h in hostile]
         runs += [sb.run_many([wrong, right, wrong], spec) for spec in (cases, asserts)]
-        runs += [sb.run(wrong, asserts), sb.run(right, cases)]
-        *_, by_cases, by_asserts, lone_wrong, lone_right = await asyncio.gather(*runs)
+        lone = [sb.run(wrong, asserts), sb.run(right, cases)]
+        # batches and lone runs all at once (one gather per result type keeps both typed)
+        batches, (lone_wrong, lone_right) = await asyncio.gather(
+            asyncio.gather(*runs), asyncio.gather(*lone)
+        )
+        *_, by_cases, by_asserts = batches
         for batch in (by_cases, by_asserts):
             assert [r.passed for r in batch] == [False, True, False], batch
         assert not lone_wrong.passed and lone_right.passed
@@ -520,6 +531,7 @@ async def test_a_reference_may_print_more_than_a_sample(sb: Sandbox) -> None:
     spec = parse_spec(
         {"entry_point": "f", "cases": [{"args": [1]}, {"args": [2]}], "reference": ref}
     )
+    assert isinstance(spec, CasesSpec)
     resolved = await sb.resolve(spec)
     assert [c.expected for c in resolved.cases] == [2, 4]
 
@@ -527,6 +539,7 @@ async def test_a_reference_may_print_more_than_a_sample(sb: Sandbox) -> None:
 # -- found by the stress run ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_judge_killed_for_hanging_is_replaced_for_the_next_job() -> None:
     """An assert the judge cannot finish: its judge is killed; the next samples are judged."""
     async with Sandbox(concurrency=1, limits=Limits(cpu_s=2, wall_s=2)) as one:
@@ -538,7 +551,9 @@ async def test_a_judge_killed_for_hanging_is_replaced_for_the_next_job() -> None
             assert (await one.run("def f(x):\n    return x + 1\n", good)).passed
         batch = await one.run_many(["def f(x):\n    return x\n"] * 3, hang)
         assert [r.category for r in batch] == ["timeout"] * 3, batch
-        assert all(r.passed for r in await one.run_many(["def f(x):\n    return x + 1\n"] * 3, good))
+        assert all(
+            r.passed for r in await one.run_many(["def f(x):\n    return x + 1\n"] * 3, good)
+        )
 
 
 async def test_closing_the_sandbox_under_running_samples_gives_no_verdict() -> None:
@@ -567,6 +582,7 @@ async def test_a_failing_reference_is_remembered_not_rerun_per_sample(sb: Sandbo
 
     ref = "import time\ndef f(x):\n    time.sleep(0.3)\n    raise ValueError(x)\n"
     spec = parse_spec({"entry_point": "f", "cases": [{"args": [1]}], "reference": ref})
+    assert isinstance(spec, CasesSpec)
     with pytest.raises(SpecError):
         await sb.resolve(spec)
     t0 = time.monotonic()
@@ -642,7 +658,7 @@ async def test_a_worker_cannot_pass_its_object_off_as_a_data_type(sb: Sandbox) -
     (the sample patched its harness) is refused, never taken as the object's type."""
     code = (
         "import sys\n"
-        "H = sys.modules['_harness']\n"
+        f"H = sys.modules['{boot.PACKAGE}.worker']\n"
         "real = H._Server.handle\n"
         "def handle(self, req):\n"
         "    if req.get('op') == 'type':\n"

@@ -4,13 +4,17 @@ never for an accident of time, and an accident is never cached."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from firstpass.errors import SpecError
+from firstpass.receipts import UNSET, DroppedCase, RequestInfo
 from firstpass.sandbox import Limits, Sandbox, parse_spec
+from firstpass.sandbox._child.frames import Response, RunRequest
 from firstpass.sandbox._spec import CasesSpec
+
+#: slow: references resolved against real CPU budgets (up to 5 s each, ~15 s together)
+pytestmark = pytest.mark.slow
 
 REF = "def f(x):\n    if x == 3:\n        raise ValueError('no threes: secret-input')\n    return x * 2\n"
 
@@ -38,14 +42,17 @@ class LoadedHost:
         self.bad_tries = bad_tries
         self.calls = 0
 
-    async def __call__(self, req: dict[str, Any], limits: Limits, *, alt: bool = False) -> Any:
+    async def __call__(self, req: RunRequest, limits: Limits, *, alt: bool = False) -> Response:
         resp = await self.real(req, limits, alt=alt)
         if req.get("mode") == "outputs":
             self.calls += 1
             if (self.calls + 1) // 2 <= self.bad_tries:
-                resp = {**resp, "tests": list(resp["tests"]), "outputs": list(resp["outputs"])}
-                resp["tests"][0] = {"passed": False, "error_type": "timeout", "message": "budget"}
-                resp["outputs"][0] = None
+                outputs = resp["outputs"]
+                assert isinstance(outputs, list)  # a reference run's outputs: one per case
+                tests, outputs = list(resp["tests"]), list(outputs)
+                tests[0] = {"passed": False, "error_type": "timeout", "message": "budget"}
+                outputs[0] = None
+                resp = {**resp, "tests": tests, "outputs": outputs}
         return resp
 
 
@@ -171,12 +178,14 @@ async def test_a_gate_on_a_shortened_spec_says_so_on_its_receipt_entry(sb: Sandb
     from firstpass.pipeline._verify import StageResult
 
     config = load_config(Path(__file__).resolve().parent.parent / "firstpass.toml")
-    trace = Trace(receipt_id="rcpt_test", config=config, route=None, mode="cascade", request={})
+    trace = Trace(
+        receipt_id="rcpt_test", config=config, route=None, mode="cascade", request=RequestInfo()
+    )
     shortened = await sb.run("def f(x):\n    return x * 2\n", _spec())
     whole = await sb.run("def f(x):\n    return x * 2\n", _spec(args=(1, 2)))
     trace.check(rung_index=0, sample=0, kind="gate", result=StageResult(tests=shortened))
     trace.check(rung_index=0, sample=1, kind="gate", result=whole)
-    assert trace.checks[0]["dropped_cases"] == [
-        {"case": 2, "reason": "the reference failed: runtime_error (ValueError)"}
+    assert trace.checks[0].dropped_cases == [
+        DroppedCase(case=2, reason="the reference failed: runtime_error (ValueError)")
     ]
-    assert "dropped_cases" not in trace.checks[1]
+    assert trace.checks[1].dropped_cases is UNSET

@@ -44,6 +44,7 @@ def _ask(stack: Any, **extra: Any) -> Any:
     )
 
 
+@pytest.mark.e2e
 def test_cheap_answer_that_passes_is_served_without_escalating(live_stack: Any) -> None:
     """A cheap answer passing visible tests and the gate is served, from the cheap rung only."""
     stack = live_stack()
@@ -61,6 +62,7 @@ def test_cheap_answer_that_passes_is_served_without_escalating(live_stack: Any) 
     assert [r.model for r in stack.stub.completions] == [CHEAP]
 
 
+@pytest.mark.e2e
 def test_wrong_cheap_answer_escalates_to_the_next_rung(live_stack: Any) -> None:
     """A cheap answer failing the visible tests is not served; the strong rung's answer is."""
     stack = live_stack()
@@ -74,6 +76,7 @@ def test_wrong_cheap_answer_escalates_to_the_next_rung(live_stack: Any) -> None:
     assert [r.model for r in stack.stub.completions] == [CHEAP, STRONG]
 
 
+@pytest.mark.e2e
 def test_answer_passing_visible_but_failing_the_gate_escalates(live_stack: Any) -> None:
     """The gate (hidden tests) catches an answer the visible test lets through."""
     stack = live_stack()
@@ -91,6 +94,7 @@ def test_answer_passing_visible_but_failing_the_gate_escalates(live_stack: Any) 
     ]
 
 
+@pytest.mark.e2e
 def test_exhausted_ladder_serves_best_attempt_marked_unverified(live_stack: Any) -> None:
     """When every rung fails and on_exhausted is "unverified", the best attempt comes back marked."""
     stack = live_stack()
@@ -103,6 +107,7 @@ def test_exhausted_ladder_serves_best_attempt_marked_unverified(live_stack: Any)
     assert completion.model_extra["firstpass"]["verification"] == "unverified"
 
 
+@pytest.mark.e2e
 def test_exhausted_ladder_with_on_exhausted_error_answers_422(live_stack: Any) -> None:
     """With on_exhausted = "error", an exhausted ladder is an OpenAI-shaped 422, not an answer."""
     stack = live_stack(on_exhausted="error")
@@ -114,6 +119,7 @@ def test_exhausted_ladder_with_on_exhausted_error_answers_422(live_stack: Any) -
     assert info.value.response.headers["X-Firstpass-Action"] == "exhausted_error"
 
 
+@pytest.mark.e2e
 def test_hidden_tests_and_firstpass_object_never_reach_the_upstream(live_stack: Any) -> None:
     """The `firstpass` object is stripped before the upstream call: models never see hidden tests."""
     stack = live_stack()
@@ -125,6 +131,7 @@ def test_hidden_tests_and_firstpass_object_never_reach_the_upstream(live_stack: 
     assert sent.body["model"] == CHEAP
 
 
+@pytest.mark.e2e
 def test_request_without_checks_is_passed_through(live_stack: Any) -> None:
     """No tests and a pass-through route: the cheapest rung answers, marked unchecked."""
     stack = live_stack()
@@ -136,6 +143,7 @@ def test_request_without_checks_is_passed_through(live_stack: Any) -> None:
     assert raw.headers["X-Firstpass-Action"] == "passthrough"
 
 
+@pytest.mark.e2e
 def test_streaming_sends_the_verified_answer_and_usage_last(live_stack: Any) -> None:
     """stream=True yields the chosen answer in chunks, usage in the last chunk, then [DONE]."""
     stack = live_stack()
@@ -154,9 +162,11 @@ def test_streaming_sends_the_verified_answer_and_usage_last(live_stack: Any) -> 
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
     assert chunks[-1].choices == []
     finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finals[-1].model_extra is not None
     assert finals[-1].model_extra["firstpass"]["action"] == "escalated"
 
 
+@pytest.mark.e2e
 async def test_async_client_gets_a_verified_answer(live_stack: Any) -> None:
     """The async SDK works unchanged against the proxy, except base_url."""
     stack = live_stack()
@@ -171,6 +181,7 @@ async def test_async_client_gets_a_verified_answer(live_stack: Any) -> None:
     assert completion.choices[0].message.content == GOOD
 
 
+@pytest.mark.e2e
 def test_every_request_gets_exactly_one_receipt_and_the_chain_verifies(live_stack: Any) -> None:
     """Served, escalated, rejected and failed requests each leave one receipt in one valid chain."""
     stack = live_stack(retries=0)
@@ -199,6 +210,7 @@ def test_every_request_gets_exactly_one_receipt_and_the_chain_verifies(live_stac
     assert report.ok and report.n_lines == 4
 
 
+@pytest.mark.e2e
 def test_receipts_hold_hashes_not_text_by_default(live_stack: Any) -> None:
     """Privacy: without store_content, neither the prompt nor the answer appears in a receipt."""
     stack = live_stack()
@@ -265,6 +277,7 @@ def test_streamed_request_that_fails_early_gets_its_real_status(live_stack: Any)
     assert headers["X-Firstpass-Action"] == "upstream_error"
 
 
+@pytest.mark.e2e
 def test_cascade_answers_name_their_regime_and_costs_without_float_noise(live_stack: Any) -> None:
     """X-Firstpass-Regime is "cascade" without a probe; receipt costs are rounded to 1e-12 USD."""
     stack = live_stack()

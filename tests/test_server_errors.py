@@ -27,8 +27,9 @@ def _client(stack: Any, **kw: Any) -> openai.OpenAI:
 
 
 def _error_shape(body: dict[str, Any]) -> dict[str, Any]:
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
 
 
 def _post_raw(
@@ -133,6 +134,7 @@ def test_bad_fields_are_400_naming_the_parameter(
     assert err["type"] == "invalid_request_error"
 
 
+@pytest.mark.e2e
 def test_wrong_client_key_is_401(live_stack: Any) -> None:
     """With client keys configured, a wrong key is refused before anything else happens."""
     stack = live_stack(client_keys_env=("FP_TEST_KEY",), env={"FP_TEST_KEY": "sesame"})
@@ -149,6 +151,7 @@ def test_wrong_client_key_is_401(live_stack: Any) -> None:
     assert len(stack.stub.completions) == 1  # the refused request never went upstream
 
 
+@pytest.mark.e2e
 def test_unknown_model_is_404(live_stack: Any) -> None:
     """A model that matches no route is a 404 naming the model parameter."""
     stack = live_stack()
@@ -170,6 +173,7 @@ def test_body_over_the_limit_is_413(live_stack: Any) -> None:
     assert _error_shape(body)["code"] == "body_too_large"
 
 
+@pytest.mark.e2e
 def test_full_concurrency_bound_is_429(live_stack: Any) -> None:
     """Past server.max_concurrency requests in flight, new ones get 429 at once."""
     stack = live_stack(max_concurrency=2)
@@ -192,6 +196,7 @@ def test_full_concurrency_bound_is_429(live_stack: Any) -> None:
         assert all(f.result().choices[0].message.content == "slow" for f in futures)
 
 
+@pytest.mark.e2e
 def test_upstream_errors_are_retried_then_502(live_stack: Any) -> None:
     """5xx from every rung, after retries, is a clean 502 in OpenAI's shape."""
     stack = live_stack(retries=1)
@@ -207,6 +212,7 @@ def test_upstream_errors_are_retried_then_502(live_stack: Any) -> None:
     assert len(stack.stub.completions) == 4  # two attempts on each rung
 
 
+@pytest.mark.e2e
 def test_upstream_error_then_success_is_served(live_stack: Any) -> None:
     """A 429 with Retry-After, then an answer: the client sees only the answer."""
     stack = live_stack()
@@ -219,6 +225,7 @@ def test_upstream_error_then_success_is_served(live_stack: Any) -> None:
     assert receipt["upstream_calls"][0]["attempts"] == 2
 
 
+@pytest.mark.e2e
 def test_upstream_timeout_is_504(live_stack: Any) -> None:
     """An upstream that never answers in time, on every rung, is a 504."""
     stack = live_stack(retries=0, timeout_s=0.3)
@@ -233,6 +240,7 @@ def test_upstream_timeout_is_504(live_stack: Any) -> None:
     assert info.value.status_code == 504
 
 
+@pytest.mark.e2e
 def test_one_deadline_bounds_a_request_across_rungs_and_retries(live_stack: Any) -> None:
     """A hung upstream costs request_timeout_s, not rungs x (1 + retries) x timeout_s."""
     import time
@@ -254,6 +262,7 @@ def test_one_deadline_bounds_a_request_across_rungs_and_retries(live_stack: Any)
     assert receipt["decision"]["action"] == "timeout" and receipt["error"]["status"] == 504
 
 
+@pytest.mark.e2e
 def test_cut_connection_on_cheap_rung_escalates(live_stack: Any) -> None:
     """A cheap rung that fails at the network level does not fail the request: the next rung answers."""
     stack = live_stack(retries=0)
@@ -265,6 +274,7 @@ def test_cut_connection_on_cheap_rung_escalates(live_stack: Any) -> None:
     assert raw.headers["X-Firstpass-Action"] == "escalated"
 
 
+@pytest.mark.e2e
 async def test_concurrent_burst_each_gets_an_answer_and_a_receipt(live_stack: Any) -> None:
     """64 concurrent verified requests: all answered, 64 receipts, one valid chain."""
     stack = live_stack()
@@ -287,6 +297,7 @@ async def test_concurrent_burst_each_gets_an_answer_and_a_receipt(live_stack: An
     assert verify_chain(stack.receipts).ok
 
 
+@pytest.mark.e2e
 def test_models_health_and_readiness_endpoints(live_stack: Any) -> None:
     """GET /v1/models lists routes as models; /healthz and /readyz answer 200 once started."""
     stack = live_stack()
@@ -321,6 +332,7 @@ class _BrokenSandbox:
 
 
 @pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.e2e
 def test_a_bug_of_ours_is_a_500_without_traceback_and_still_one_receipt(
     live_stack: Any, debug: bool
 ) -> None:

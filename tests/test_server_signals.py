@@ -19,6 +19,9 @@ import pytest
 from tests.server_harness import CHEAP, MODEL
 from tests.stub_upstream import Reply, StubUpstream
 
+#: e2e: `firstpass serve` as its own process, signalled while the openai SDK waits
+pytestmark = pytest.mark.e2e
+
 GOOD = "```python\ndef add(a, b):\n    return a + b\n```"
 TESTS = {"tests": {"visible": ["assert add(1, 2) == 3"]}, "entry_point": "add"}
 

@@ -95,20 +95,42 @@ def test_sockets_for_port_zero_all_listen_on_one_port():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.e2e
 def test_two_workers_serve_one_port_and_each_chain_verifies(tmp_path: Path):
     """Requests on many connections are all answered, every one leaves exactly one receipt in
     one of the two logs, both chains verify, and SIGTERM stops the service with exit code 0."""
     stub_port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
     stub = subprocess.Popen(
-        [sys.executable, "-m", "tests.stub_upstream", "--port", str(stub_port), "--latency-ms", "0"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "tests.stub_upstream",
+            "--port",
+            str(stub_port),
+            "--latency-ms",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "firstpass", "serve", "--config", str(_write_config(tmp_path, stub_port))],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "firstpass",
+                "serve",
+                "--config",
+                str(_write_config(tmp_path, stub_port)),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     try:
         deadline = time.monotonic() + 60
@@ -124,8 +146,11 @@ def test_two_workers_serve_one_port_and_each_chain_verifies(tmp_path: Path):
         for _ in range(40):  # a new connection each: the kernel spreads them over the workers
             for attempt in range(100):
                 try:
-                    req = urllib.request.Request(f"{url}/v1/chat/completions", data=body,
-                                                 headers={"Content-Type": "application/json"})
+                    req = urllib.request.Request(
+                        f"{url}/v1/chat/completions",
+                        data=body,
+                        headers={"Content-Type": "application/json"},
+                    )
                     with urllib.request.urlopen(req, timeout=10) as r:
                         statuses.append(r.status)
                     break
@@ -152,13 +177,18 @@ def test_two_workers_serve_one_port_and_each_chain_verifies(tmp_path: Path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.e2e
 def test_a_worker_that_cannot_start_stops_the_service_with_a_one_line_error(tmp_path: Path):
     """When worker 1 cannot open its receipt log, serve exits 2 naming it, without a traceback."""
     (tmp_path / "receipts.w1.jsonl").mkdir()  # a directory where worker 1's log should go
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
     done = subprocess.run(
         [sys.executable, "-m", "firstpass", "serve", "--config", str(_write_config(tmp_path, 9))],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=90,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert done.returncode == 2
     assert "firstpass serve: worker 1: " in done.stderr and "receipts.w1.jsonl" in done.stderr

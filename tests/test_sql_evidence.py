@@ -312,7 +312,9 @@ def test_a_slow_query_is_not_rerun_and_the_sub_result_says_so(db: Path) -> None:
     result = run(db, "How many singers?", "5", [ev(COUNT_SINGERS, [[5]], elapsed_ms=900)])
     p = part(result, "rerun_matches")
     assert p.passed
-    assert p.reasons == ("skipped: query 0: not cheap (900 ms; reruns at most 500 ms); it compiles",)
+    assert p.reasons == (
+        "skipped: query 0: not cheap (900 ms; reruns at most 500 ms); it compiles",
+    )
     # the same evidence, cheap enough under a higher rerun_ms: rerun, and caught
     again = run(
         db, "How many singers?", "5", [ev(COUNT_SINGERS, [[5]], elapsed_ms=900)], rerun_ms=1000

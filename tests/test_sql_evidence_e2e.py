@@ -15,6 +15,9 @@ import pytest
 from tests.server_harness import CHEAP, MODEL, STRONG
 from tests.stub_upstream import Reply
 
+#: e2e: every test drives a live server with the real openai SDK
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def sales_db(tmp_path: Path) -> Path:
@@ -61,7 +64,10 @@ def conversation() -> list[dict[str, Any]]:
 
 
 def route(db: Path, **extra: Any) -> dict[str, Any]:
-    return {"gate_checks": [{"kind": "sql_evidence", "name": "evidence", "database": str(db)}], **extra}
+    return {
+        "gate_checks": [{"kind": "sql_evidence", "name": "evidence", "database": str(db)}],
+        **extra,
+    }
 
 
 def ask(stack: Any) -> Any:
@@ -111,7 +117,10 @@ def test_the_revision_loop_reasks_with_the_failed_sql_checks(
     assert completion.choices[0].message.content == GOOD
     assert [c.model for c in stack.stub.completions] == [CHEAP, CHEAP]
     feedback = stack.stub.completions[1].body["messages"][-1]["content"]
-    assert "evidence (sql_evidence) failed: numbers_in_evidence: the answer states a number" in feedback
+    assert (
+        "evidence (sql_evidence) failed: numbers_in_evidence: the answer states a number"
+        in feedback
+    )
     assert "250" not in feedback.split("failed:")[1]  # what failed, never the values
 
 
@@ -139,12 +148,15 @@ def test_explicit_evidence_in_the_request_is_used_and_a_malformed_item_is_a_400(
     stack = live_stack(route_extra=route(sales_db))
     stack.stub.script(Reply.ok("There are 4 orders."), model=CHEAP)
     client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
-    evidence = [{"sql": "SELECT count(*) FROM orders", "columns": ["n"], "rows": [[4]], "elapsed_ms": 0.2}]
+    evidence = [
+        {"sql": "SELECT count(*) FROM orders", "columns": ["n"], "rows": [[4]], "elapsed_ms": 0.2}
+    ]
     completion = client.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "How many orders are there?"}],
         extra_body={"firstpass": {"evidence": evidence}},
     )
+    assert completion.model_extra is not None
     assert completion.model_extra["firstpass"]["verification"] == "verified"
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(
@@ -164,7 +176,9 @@ def test_a_request_cannot_name_a_database(live_stack: Any, sales_db: Path) -> No
         client.chat.completions.create(
             model=MODEL,
             messages=[{"role": "user", "content": "q"}],
-            extra_body={"firstpass": {"checks": [{"kind": "sql_evidence", "database": str(sales_db)}]}},
+            extra_body={
+                "firstpass": {"checks": [{"kind": "sql_evidence", "database": str(sales_db)}]}
+            },
         )
     assert "config only" in str(info.value)
 
@@ -174,7 +188,10 @@ def test_a_request_cannot_name_a_database(live_stack: Any, sales_db: Path) -> No
     [
         ("SELECT 1", "firstpass.evidence"),
         ([["SELECT 1"]], "firstpass.evidence"),
-        ([{"sql": "SELECT 1", "rows": [[{"a": [[[[]]]]}]], "elapsed_ms": -1}], "firstpass.evidence[0].elapsed_ms"),
+        (
+            [{"sql": "SELECT 1", "rows": [[{"a": [[[[]]]]}]], "elapsed_ms": -1}],
+            "firstpass.evidence[0].elapsed_ms",
+        ),
     ],
 )
 def test_malformed_evidence_is_a_400_naming_where(

@@ -12,9 +12,10 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable
+from firstpass.receipts import UNSET, BudgetRecord
 
 __all__ = [
     "SCOPES",
@@ -45,7 +46,7 @@ def seconds_to_utc_midnight(epoch_s: float) -> float:
     return float(_DAY_S - int(epoch_s) % _DAY_S)
 
 
-def input_token_bound(body: Mapping[str, Any]) -> int:
+def input_token_bound(body: Mapping[str, object]) -> int:
     """At most as many input tokens as the request body has UTF-8 bytes.
 
     Byte-level BPE tokenizers never make a token of less than one byte, and the JSON around the
@@ -55,7 +56,7 @@ def input_token_bound(body: Mapping[str, Any]) -> int:
     return len(json.dumps(body, ensure_ascii=False, default=str).encode("utf-8"))
 
 
-def output_token_bound(body: Mapping[str, Any], n: int, default_max_tokens: int) -> int:
+def output_token_bound(body: Mapping[str, object], n: int, default_max_tokens: int) -> int:
     """The request's own ``max_completion_tokens`` / ``max_tokens`` per choice (the larger
     when it sets both: upstreams differ in which one they honour), else the configured
     default, times the choices asked for."""
@@ -95,16 +96,14 @@ def crossing(
     return None
 
 
-def budget_record(exc: BudgetExhausted) -> dict[str, Any]:
+def budget_record(exc: BudgetExhausted) -> BudgetRecord:
     """``decision.budget`` on a receipt: the cap a call would have crossed, its limit, what was
     spent or held against it, and what the refused call could have cost; ``store:
     "unavailable"`` when the shared spend store could not be reached to check it."""
-    record: dict[str, Any] = {
-        "exhausted": exc.scope,
-        "limit_usd": round(exc.limit_usd, 12),
-        "spent_usd": round(exc.spent_usd, 12),
-        "needed_usd": round(exc.needed_usd, 12),
-    }
-    if isinstance(exc, BudgetStoreUnavailable):
-        record["store"] = "unavailable"
-    return record
+    return BudgetRecord(
+        exhausted=exc.scope,
+        limit_usd=round(exc.limit_usd, 12),
+        spent_usd=round(exc.spent_usd, 12),
+        needed_usd=round(exc.needed_usd, 12),
+        store="unavailable" if isinstance(exc, BudgetStoreUnavailable) else UNSET,
+    )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, Required, TypedDict, Unpack, runtime_checkable
 
-from firstpass.checks._result import CheckResult, OnAbstain, Severity
+from firstpass._messages import last_user_text
+from firstpass.checks._result import CheckResult, OnAbstain, Severity, Verdict
 
 __all__ = ["Check", "CheckRequest", "Options"]
 
@@ -26,12 +27,12 @@ class CheckRequest:
     """
 
     prompt: str = ""
-    messages: tuple[Mapping[str, Any], ...] = ()
+    messages: tuple[Mapping[str, object], ...] = ()
     context: tuple[str, ...] = ()
     #: ``firstpass.evidence``: the SQL queries an analytics answer stands on, as sent
-    evidence: tuple[Mapping[str, Any], ...] = ()
+    evidence: tuple[Mapping[str, object], ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """What a ``command`` check reads on stdin beside the answer."""
         return {
             "prompt": self.prompt,
@@ -42,26 +43,31 @@ class CheckRequest:
     @classmethod
     def from_messages(
         cls,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, object]],
         context: Sequence[str] = (),
-        evidence: Sequence[Mapping[str, Any]] = (),
+        evidence: Sequence[Mapping[str, object]] = (),
     ) -> CheckRequest:
-        from firstpass.providers import message_text
-
-        prompt = next(
-            (
-                message_text(m.get("content"))
-                for m in reversed(messages)
-                if isinstance(m, Mapping) and m.get("role") == "user"
-            ),
-            "",
-        )
         return cls(
-            prompt=prompt,
+            prompt=last_user_text(messages) or "",
             messages=tuple(messages),
             context=tuple(context),
             evidence=tuple(evidence),
         )
+
+
+class ResultFields(TypedDict, total=False):
+    """``CheckResult``'s own fields, besides those ``Options`` fills in."""
+
+    verdict: Required[Verdict]
+    score: Required[float]
+    reasons: tuple[str, ...]
+    category: str | None
+    needs_revision: bool
+    parts: tuple[CheckResult, ...]
+    details: Mapping[str, object]
+    feedback: str
+    cost_usd: float
+    ms: float
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,7 +78,7 @@ class Options:
     on_abstain: OnAbstain = "fail_closed"
     severity: Severity = "error"
 
-    def result(self, kind: str, **fields: Any) -> CheckResult:
+    def result(self, kind: str, **fields: Unpack[ResultFields]) -> CheckResult:
         """A result carrying these options (so no kind forgets one)."""
         return CheckResult(
             name=self.name, kind=kind, on_abstain=self.on_abstain, severity=self.severity, **fields

@@ -16,13 +16,14 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, TypeVar
 
 from firstpass.checks._base import Check, Options
 from firstpass.checks._command import CommandCheck
 from firstpass.checks._composite import Composite
 from firstpass.checks._context import ContextCheck
 from firstpass.checks._judge import Grader, JudgeCheck, _Priced
+from firstpass.checks._result import OnAbstain, Severity
 from firstpass.checks._schema import JsonSchemaCheck
 from firstpass.checks._text import BasicCheck, RegexCheck
 from firstpass.errors import CheckSpecError
@@ -88,7 +89,7 @@ class CheckDef:
 
     kind: str
     name: str
-    raw: Mapping[str, Any]
+    raw: Mapping[str, object]
     parts: tuple[CheckDef, ...] = ()
     #: the check as validation built it, reused by ``build_check`` (building a schema check
     #: validates the schema against its metaschema: milliseconds, once is enough); None for a
@@ -106,19 +107,39 @@ class CheckDef:
 class _Unbound:
     """Stands in for a judge's provider while a definition is only being validated."""
 
-    async def complete(self, model: str, body: Mapping[str, Any], **_: Any) -> Any:
+    async def complete(
+        self,
+        model: str,
+        body: Mapping[str, object],
+        *,
+        n: int = 1,
+        request_key: str | None = None,
+    ) -> NoReturn:
         raise RuntimeError("a judge check was run before it was bound to its provider")
 
 
-def _options(raw: Mapping[str, Any], name: str) -> Options:
-    on_abstain = raw.get("on_abstain", "fail_closed")
-    if on_abstain not in ("fail_open", "fail_closed"):
-        raise CheckSpecError(
-            "on_abstain", f'expected "fail_open" or "fail_closed", got {on_abstain!r}'
-        )
-    severity = raw.get("severity", "error")
-    if severity not in ("error", "warning"):
-        raise CheckSpecError("severity", f'expected "error" or "warning", got {severity!r}')
+_C = TypeVar("_C", bound=str)
+_ON_ABSTAIN: tuple[OnAbstain, ...] = ("fail_open", "fail_closed")
+_SEVERITIES: tuple[Severity, ...] = ("error", "warning")
+
+
+def _one_of(value: object, choices: tuple[_C, ...]) -> _C | None:
+    """The choice ``value`` is (typed as the choices are), or None."""
+    for choice in choices:
+        if value == choice:
+            return choice
+    return None
+
+
+def _options(raw: Mapping[str, object], name: str) -> Options:
+    given = raw.get("on_abstain", "fail_closed")
+    on_abstain = _one_of(given, _ON_ABSTAIN)
+    if on_abstain is None:
+        raise CheckSpecError("on_abstain", f'expected "fail_open" or "fail_closed", got {given!r}')
+    given = raw.get("severity", "error")
+    severity = _one_of(given, _SEVERITIES)
+    if severity is None:
+        raise CheckSpecError("severity", f'expected "error" or "warning", got {given!r}')
     return Options(name=name, on_abstain=on_abstain, severity=severity)
 
 
@@ -231,7 +252,9 @@ def build_check(defn: CheckDef, judges: JudgeResolver | None = None) -> Check:
 def _construct(defn: CheckDef, judges: JudgeResolver | None) -> Check:
     raw = defn.raw
     options = _options(raw, defn.name)
-    params = {k: v for k, v in raw.items() if k not in _COMMON}
+    # the kind's options as written, handed to its dataclass, whose own checks (and the
+    # TypeError below) judge them: no one static type fits every kind's keywords
+    params: dict[str, Any] = {k: v for k, v in raw.items() if k not in _COMMON}
     try:
         if defn.kind == "basic":
             return BasicCheck(options=options, **params)

@@ -18,7 +18,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from firstpass.checks._base import CheckRequest, Options
 from firstpass.checks._result import CheckResult
@@ -43,7 +43,7 @@ class Grader(Protocol):
     async def complete(
         self,
         model: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         n: int = 1,
         request_key: str | None = None,
@@ -137,7 +137,8 @@ class JudgeCheck:
         details.update(input_tokens=completion.input_tokens, output_tokens=completion.output_tokens)
         text = completion.texts[0] if completion.texts else ""
         found, doc = extract_json(text)
-        score = doc.get("score") if found and isinstance(doc, dict) else None
+        reply = doc if found and isinstance(doc, dict) else {}
+        score = reply.get("score")
         if (
             isinstance(score, bool)
             or not isinstance(score, int | float)
@@ -147,7 +148,7 @@ class JudgeCheck:
             return self._abstain(
                 'the judge did not reply {"score": <0..1>, "reason": ...}', cost, details
             )
-        reason = doc.get("reason") if isinstance(doc.get("reason"), str) else ""
+        reason = reply.get("reason") if isinstance(reply.get("reason"), str) else ""
         passed = score >= self.min_score
         reasons = (
             f"judged {score:g} (at least {self.min_score:g} passes)"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import re
 from types import ModuleType
-from typing import Any
 
 import regex
 
@@ -193,19 +192,19 @@ class _TimedRe:
 
     error = re.error
 
-    def search(self, pattern: str, string: str, flags: int = 0) -> Any:
+    def search(self, pattern: str, string: str, flags: int = 0) -> regex.Match[str] | None:
         try:
             return timed_search(pattern, string, flags)
         except regex.error as exc:
             raise re.error(str(exc)) from exc
 
-    def compile(self, pattern: str, flags: int = 0) -> Any:
+    def compile(self, pattern: str, flags: int = 0) -> regex.Pattern[str]:
         try:
             return compile_pattern(pattern, flags)
         except regex.error as exc:
             raise re.error(str(exc)) from exc
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(re, name)
 
 

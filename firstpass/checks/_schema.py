@@ -26,6 +26,7 @@ import regex
 from jsonschema import validators
 from jsonschema.protocols import Validator
 
+from firstpass._json import JSON
 from firstpass.checks._base import CheckRequest, Options
 from firstpass.checks._offload import off_loop
 from firstpass.checks._patterns import REGEX_TIMEOUT_S, compile_pattern, install_in_jsonschema
@@ -66,12 +67,13 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return out
 
 
-def _strict_loads(text: str) -> object:
+def _strict_loads(text: str) -> JSON:
     """``json.loads`` of strict JSON: no ``NaN``/``Infinity`` and no number too large for a
     float (they pass any numeric bound), no duplicate keys (the last would silently win)."""
-    return json.loads(
+    value: JSON = json.loads(
         text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique_keys
     )
+    return value
 
 
 def fenced_blocks(text: str) -> list[str]:
@@ -92,7 +94,7 @@ def fenced_blocks(text: str) -> list[str]:
     return bodies
 
 
-def extract_json(answer: str) -> tuple[bool, Any]:
+def extract_json(answer: str) -> tuple[bool, JSON]:
     """``(True, value)`` for the answer's one JSON value: the whole answer, else its one fenced
     block that parses; ``(False, reason)`` when there is none, when it is not strict JSON, or
     when several fenced blocks hold JSON (which one is the answer is ambiguous: a block that is
@@ -104,7 +106,7 @@ def extract_json(answer: str) -> tuple[bool, Any]:
         return False, str(exc)
     except (ValueError, RecursionError):
         pass
-    found: list[Any] = []
+    found: list[JSON] = []
     problem: str | None = None
     for body in fenced_blocks(answer):
         try:
@@ -138,8 +140,9 @@ def _metaschema_formats() -> jsonschema.FormatChecker:
     return checker
 
 
-def _validator_class(schema: Mapping[str, Any]) -> type[Validator]:
+def _validator_class(schema: Mapping[str, object]) -> type[Validator]:
     named = schema.get("$schema", _NOT_FOUND)
+    # jsonschema ships no types here: this is a validator class, or _NOT_FOUND
     cls: Any = validators.validator_for(schema, default=_NOT_FOUND)
     if cls is _NOT_FOUND:
         if named is _NOT_FOUND:
@@ -162,13 +165,13 @@ class JsonSchemaCheck:
     an annotation only by default."""
 
     options: Options
-    schema: Mapping[str, Any] | bool
+    schema: Mapping[str, object] | bool
     assert_formats: bool = False
     kind: str = "json_schema"
 
     def __post_init__(self) -> None:
         if isinstance(self.schema, bool):
-            schema: Mapping[str, Any] = {} if self.schema else {"not": {}}
+            schema: Mapping[str, object] = {} if self.schema else {"not": {}}
         elif isinstance(self.schema, Mapping):
             schema = self.schema
         else:

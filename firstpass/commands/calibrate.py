@@ -1,15 +1,15 @@
-"""``firstpass calibrate``: the same command as ``python -m calibration``, same flags."""
+"""``firstpass calibrate``: the same command as ``python -m firstpass.calibration``, same flags."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from calibration.cli import DESCRIPTION, add_arguments
+from firstpass.calibration.cli import DESCRIPTION, add_arguments
+from firstpass.commands import Subparsers
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``calibrate`` subcommand (flags shared with ``calibration.cli``)."""
+def register(subparsers: Subparsers) -> None:
+    """Add the ``calibrate`` subcommand (flags shared with ``firstpass.calibration.cli``)."""
     parser = subparsers.add_parser(
         "calibrate",
         help="calibrate the elastic λ from shadow receipts or a study",
@@ -20,6 +20,6 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from calibration.cli import run
+    from firstpass.calibration.cli import run
 
     return run(args)

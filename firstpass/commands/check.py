@@ -33,8 +33,10 @@ import shlex
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard
 
+from firstpass._json import JSON
+from firstpass.commands import Subparsers
 from firstpass.errors import CheckSpecError, SpecError
 
 if TYPE_CHECKING:
@@ -117,7 +119,7 @@ _VIOLATION = re.compile(
 )
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "check",
         help="run one check (tests, a schema, a pattern, a judge...) on one answer",
@@ -259,10 +261,11 @@ def _read(path: str, what: str) -> str:
 
 def _read_json(
     path: str, what: str, noun: str, error: Callable[[str, str], Exception] = CheckSpecError
-) -> Any:
+) -> JSON:
     """The file's JSON; ``error(flag, message)`` (one line, exit 2) when it is not."""
     try:
-        return json.loads(_read(path, what))
+        value: JSON = json.loads(_read(path, what))
+        return value
     except json.JSONDecodeError as exc:
         raise error(what, f"{path} is not JSON: {exc}") from exc
     except RecursionError:
@@ -316,8 +319,13 @@ def _one_stdin(paths: list[tuple[str, str]]) -> None:
 class _Work:
     """What ``--evidence`` holds: an explicit list, or a conversation's messages."""
 
-    evidence: tuple[dict[str, Any], ...] = ()
-    messages: tuple[dict[str, Any], ...] = ()
+    evidence: tuple[Mapping[str, JSON], ...] = ()
+    messages: tuple[Mapping[str, JSON], ...] = ()
+
+
+def _objects(value: JSON) -> TypeGuard[list[dict[str, JSON]]]:
+    """A list of JSON objects."""
+    return isinstance(value, list) and all(isinstance(m, dict) for m in value)
 
 
 def _evidence(args: argparse.Namespace) -> _Work:
@@ -334,9 +342,10 @@ def _evidence(args: argparse.Namespace) -> _Work:
             raise CheckSpecError(
                 "--evidence", f"unknown key {unknown[0]!r} (an object takes messages, evidence)"
             )
-        items, messages = raw.get("evidence", []), raw.get("messages", [])
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        items, listed = raw.get("evidence", []), raw.get("messages", [])
+        if not _objects(listed):
             raise CheckSpecError("--evidence", "messages: expected a list of message objects")
+        messages = listed
     else:
         items, messages = raw, []
     try:
@@ -344,6 +353,7 @@ def _evidence(args: argparse.Namespace) -> _Work:
     except CheckSpecError as exc:
         where = f"{exc.field}: " if exc.field else ""
         raise CheckSpecError("--evidence", f"{where}{exc.message}") from exc
+    assert _objects(items)  # what evidence_from_list has just checked, item by item
     return _Work(evidence=tuple(items), messages=tuple(messages))
 
 
@@ -359,7 +369,7 @@ def _request(args: argparse.Namespace, work: _Work = _Work()) -> CheckRequest:
     passages = tuple(_read(path, "--context") for path in args.context or ())
     if not prompt and work.messages:  # the question is the conversation's last user turn
         return CheckRequest.from_messages(work.messages, passages, work.evidence)
-    messages: tuple[dict[str, Any], ...] = work.messages
+    messages: tuple[Mapping[str, object], ...] = work.messages
     if prompt:
         messages = (*messages, {"role": "user", "content": prompt})
     return CheckRequest(prompt=prompt, messages=messages, context=passages, evidence=work.evidence)
@@ -404,7 +414,7 @@ def _definition(args: argparse.Namespace, mode: str) -> CheckDef:
                 "--kind", f"{args.kind} given, but {args.check} defines a {defn.kind} check"
             )
         return defn
-    raw: dict[str, Any] = {"kind": mode}
+    raw: dict[str, object] = {"kind": mode}
     if mode == "basic" and args.min_length is not None:
         raw["min_length"] = args.min_length
     elif mode == "regex":
@@ -511,8 +521,7 @@ async def _run_check(
 
 
 def _tests_spec(args: argparse.Namespace) -> tuple[TestSpec, Limits]:
-    from firstpass.sandbox import Limits, parse_spec
-    from firstpass.sandbox._limits import MAX_SECONDS
+    from firstpass.sandbox import MAX_SECONDS, Limits, parse_spec
 
     if args.tests is None:
         raise CheckSpecError("--tests", "required with --kind tests (a test spec JSON file)")

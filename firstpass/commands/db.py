@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
 
+from firstpass.commands import Subparsers
 from firstpass.db import MIGRATIONS, dsn_from_env, migrate
 
 #: the variable read without ``--dsn-env``
 DEFAULT_DSN_ENV = "FIRSTPASS_DSN"
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "db",
         help="PostgreSQL for several replicas: create or upgrade the schema",

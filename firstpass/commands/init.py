@@ -18,9 +18,9 @@ import os
 import shlex
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from firstpass.cli import invoked_as
+from firstpass._console import invoked_as
+from firstpass.commands import Subparsers
 from firstpass.errors import ConfigError
 
 __all__ = ["demo_samples_path", "register", "starter_config"]
@@ -29,7 +29,7 @@ __all__ = ["demo_samples_path", "register", "starter_config"]
 DEFAULT_PATH = Path("firstpass.toml")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "init",
         help="write a starter firstpass.toml (offline demo route + commented provider examples)",
@@ -50,7 +50,7 @@ def register(sub: Any) -> None:
 
 def demo_samples_path() -> Path:
     """The installed demo sample set (package data), as an absolute path."""
-    from firstpass.demo.dataset import SAMPLES_PATH
+    from firstpass.demo import SAMPLES_PATH
 
     path = SAMPLES_PATH.resolve()
     if not path.is_file():  # a broken install: say so rather than write a config that fails

@@ -12,16 +12,16 @@ import argparse
 import json
 import shlex
 from pathlib import Path
-from typing import Any
 
-from firstpass.cli import invoked_as
+from firstpass._console import invoked_as
+from firstpass.commands import Subparsers
 from firstpass.receipts import write_key_files
 
 #: where the key goes without ``--out``
 DEFAULT_PATH = Path("firstpass-signing.key")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "keygen",
         help="create the Ed25519 key that signs receipt checkpoints",

@@ -17,35 +17,34 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from firstpass.errors import FirstpassError, ReceiptError
+from firstpass.commands import Subparsers
+from firstpass.commands._chain_report import print_report, printable, verify_signatures
+from firstpass.errors import FirstpassError
 from firstpass.receipts import (
     ChainReport,
     CheckRate,
     FileReport,
-    Gap,
+    LineTally,
     ReceiptSummary,
     VerifyReport,
     discover_chains,
     find_by_answer,
     find_receipt,
+    iter_lines,
     load_public_key,
+    read_lines,
     summarize,
-    verify_checkpoints,
     verify_files,
 )
-
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 #: where ``show`` looks when neither ``--path`` nor a loadable config says
 DEFAULT_PATH = Path("receipts.jsonl")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``receipts`` and its three actions to the ``firstpass`` parser."""
     parser = subparsers.add_parser(
         "receipts",
@@ -181,87 +180,8 @@ def _verify(args: argparse.Namespace) -> int:
 def _print_file(file: FileReport, *, indent: str) -> None:
     """One file's outcome (bare when the log is one file, as ``verify`` always printed it):
     ``ok: N receipts, head H``, its gaps, or the first bad line."""
-    name = "" if not indent else f"{_printable(os.fspath(file.path))}: "
+    name = "" if not indent else f"{printable(os.fspath(file.path))}: "
     print_report(file.report, file.problem, name=name, indent=indent)
-
-
-def print_report(
-    report: VerifyReport | None, problem: str | None, *, name: str, indent: str
-) -> None:
-    """One chain part's outcome after ``name`` (a file's, a replica's): shared so a chain
-    reads the same wherever it is stored."""
-    if report is None:
-        print(f"{indent}{name}not checked (an earlier file of the chain is broken)")
-        return
-    if not report.ok:
-        print(f"{indent}{name}line {report.first_bad_line}: {_printable(report.reason or '')}")
-        extra = f" and {report.n_special} gap/checkpoint line(s)" if report.n_special else ""
-        before = f"the {report.n_receipts} receipts{extra} before it verify"
-        print(f"{indent}{before} (head {report.head})")
-        return
-    if problem is not None:
-        print(f"{indent}{name}{problem}")
-        return
-    extra = "".join(
-        f", {count} {what}"
-        for count, what in (
-            (len(report.gaps), "gap(s)"),
-            (report.n_special - len(report.gaps), "checkpoint(s)"),
-        )
-        if count
-    )
-    print(f"{indent}{name}ok: {report.n_receipts} receipts{extra}, head {report.head}")
-    for gap in report.gaps:
-        print(f"{indent}  gap at line {gap.line}: {_printable(_gap_text(gap))}")
-
-
-def _gap_text(gap: Gap) -> str:
-    detail = []
-    if gap.lost_receipts is not None:
-        detail.append(f"{gap.lost_receipts} receipt(s) lost")
-    if gap.lost_bytes is not None:
-        detail.append(f"{gap.lost_bytes} byte(s) lost")
-    if gap.moved_to is not None:
-        detail.append(f"moved to {gap.moved_to}")
-    return gap.reason + (f" ({', '.join(detail)})" if detail else "")
-
-
-#: problems printed per chain; the rest are counted
-_MAX_PROBLEMS = 20
-
-
-def verify_signatures(
-    files: Sequence[Path], public_key: Ed25519PublicKey, chain: ChainReport | None = None
-) -> bool:
-    """``--pubkey``: check one chain's signed checkpoints (its files in chain order; ``chain``:
-    their hash chain as verified already) and print the outcome; ``True`` when they hold."""
-    reports = [file.report for file in chain.files] if chain is not None else None
-    report = verify_checkpoints(files, public_key, reports=reports)
-    for problem in report.problems[:_MAX_PROBLEMS]:
-        print(_printable(str(problem)))
-    if len(report.problems) > _MAX_PROBLEMS:
-        print(f"... and {len(report.problems) - _MAX_PROBLEMS} more")
-    tail = (
-        f"; {report.unsigned_tail_lines} line(s) after the last checkpoint are not signed yet"
-        if report.unsigned_tail_lines and report.n_checkpoints
-        else ""
-    )
-    if report.ok:
-        last = (
-            f" (the last, made {report.last_time}, signs head {report.last_head})"
-            if report.last_head is not None
-            else ""
-        )
-        print(
-            f"signatures ok: {report.n_checkpoints} checkpoint(s) verify with {report.key_id}"
-            f"{last}{tail}"
-        )
-        return True
-    print(
-        f"signatures FAIL: {len(report.problems)} problem(s) under {report.key_id}"
-        f" ({report.n_checkpoints} checkpoint(s) found){tail}"
-    )
-    return False
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -311,10 +231,14 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 def _summary(args: argparse.Namespace) -> int:
     chains = discover_chains(args.path)  # a log with its rotated files, or a directory
     chain = _one_report([verify_files(c) for c in chains])
-    unreadable = [0]
-    files = [file for c in chains for file in c.files]
-    summary = summarize(record for file in files for record in _readable_records(file, unreadable))
-    summary = dataclasses.replace(summary, chain=chain, unreadable=unreadable[0])
+    tally = LineTally()
+    summary = summarize(read_lines(iter_lines(args.path), tally), markers=tally.markers)
+    summary = dataclasses.replace(
+        summary,
+        chain=chain,
+        unreadable=tally.unreadable,
+        first_unreadable=tally.first_unreadable,
+    )
     if summary.warning is not None:
         print(f"warning: {args.path}: {summary.warning}", file=sys.stderr, flush=True)
     if args.as_json:
@@ -343,24 +267,6 @@ def _one_report(reports: list[ChainReport]) -> VerifyReport:
                 reason=where + (report.reason or file.problem or "does not verify"),
             )
     return VerifyReport(ok=True, n_lines=n_lines, head=reports[-1].head if reports else "")
-
-
-def _readable_records(path: Path, unreadable: list[int]) -> Iterator[dict[str, Any]]:
-    """Every line of the log that is a JSON object, in order; the others are counted in
-    ``unreadable[0]`` and left out (a log that has them does not verify, and says so)."""
-    try:
-        with open(path, "rb", buffering=1 << 20) as fh:
-            for raw in fh:
-                try:
-                    record = json.loads(raw)
-                except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deeply
-                    record = None
-                if isinstance(record, dict):
-                    yield record
-                else:
-                    unreadable[0] += 1
-    except OSError as exc:
-        raise ReceiptError(f"{os.fspath(path)}: cannot read the receipt log: {exc}") from exc
 
 
 def _configured_path() -> Path:
@@ -456,14 +362,7 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
         )
     # one fact a line: a name from a receipt cannot start a line of its own (a forged
     # "hash chain: verified") or send escape codes to the terminal
-    return "\n".join(map(_printable, lines))
-
-
-def _printable(line: str) -> str:
-    """``line`` with every non-printable character (newline, ESC...) as its escape."""
-    if line.isprintable():
-        return line
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
+    return "\n".join(map(printable, lines))
 
 
 def _throughput(summary: ReceiptSummary) -> str:
@@ -477,7 +376,7 @@ def _throughput(summary: ReceiptSummary) -> str:
     )
 
 
-def _shares(counts: Any) -> str:
+def _shares(counts: Mapping[str, int]) -> str:
     total = sum(counts.values())
     return ", ".join(f"{key} {value} ({value / total:.1%})" for key, value in counts.items())
 
@@ -505,5 +404,5 @@ def _revisions(summary: ReceiptSummary) -> str:
     return line
 
 
-def _counts(counts: Any) -> str:
+def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{key} {value}" for key, value in counts.items()) or "none"

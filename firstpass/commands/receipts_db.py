@@ -14,26 +14,25 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
-from firstpass.db import dsn_from_env
-from firstpass.db._chains import (
+from firstpass.commands import Subparsers
+from firstpass.commands._chain_report import print_report, verify_signatures
+from firstpass.db import (
+    ImportPlan,
+    ImportRefused,
     ReplicaChain,
     check_replica_id,
     connect,
-    list_chains,
-    shown_id,
-    verify_replica,
-)
-from firstpass.db._transfer import (
-    ImportPlan,
-    ImportRefused,
+    dsn_from_env,
     export_chain,
     import_chain,
+    list_chains,
     make_out_dir,
     plan_import,
+    shown_id,
+    verify_replica,
 )
 from firstpass.errors import DatabaseError
 from firstpass.receipts import discover_chains, load_public_key
@@ -64,7 +63,7 @@ def add_verify_arguments(verify: argparse.ArgumentParser) -> None:
     _replica_argument(verify, "--dsn-env: only this replica's chain (repeatable; default all)")
 
 
-def register(actions: Any) -> None:
+def register(actions: Subparsers) -> None:
     """Add ``receipts export`` and ``receipts import``."""
     export = actions.add_parser(
         "export",
@@ -103,7 +102,9 @@ def _replicas(args: argparse.Namespace) -> list[str]:
     return [check_replica_id(r) for r in (args.replica or ())]
 
 
-def _chains(conn: Any, replicas: list[str]) -> list[ReplicaChain] | None:
+def _chains(
+    conn: psycopg.Connection[tuple[object, ...]], replicas: list[str]
+) -> list[ReplicaChain] | None:
     """The chains to work on; ``None`` (after saying why) when a named one has no rows or the
     table has none."""
     chains = list_chains(conn, replicas)
@@ -119,8 +120,6 @@ def _chains(conn: Any, replicas: list[str]) -> list[ReplicaChain] | None:
 
 def verify_table(args: argparse.Namespace) -> int:
     """``receipts verify --dsn-env VAR [--replica ID] [--strict] [--pubkey KEY]``."""
-    from firstpass.commands.receipts import print_report, verify_signatures
-
     dsn = dsn_from_env(args.dsn_env or DEFAULT_DSN_ENV)
     public_key = load_public_key(args.pubkey) if args.pubkey is not None else None
     replicas = _replicas(args)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+
+from firstpass.commands import Subparsers
 
 
-def register(sub: Any) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "serve",
         help="run the OpenAI-compatible proxy",

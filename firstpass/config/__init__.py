@@ -10,6 +10,7 @@ key path (``route[0].ladder[1]: unknown provider "opnai" (known: replay, openai)
 
 from __future__ import annotations
 
+from firstpass.config._applicability import Applied, RequestDraw, applicable
 from firstpass.config._build import config_from_dict
 from firstpass.config._certificate import (
     Certificate,
@@ -31,6 +32,10 @@ from firstpass.config._env import (
 from firstpass.config._load import DEFAULT_CONFIG, load_config, resolve_config_path
 from firstpass.config._model import (
     ANY_MODEL,
+    REPLICA_RE,
+    REPLICA_RULE,
+    REQUEST_MODES,
+    SPILL_MAX_BYTES,
     BudgetsConfig,
     ClientKey,
     Config,
@@ -39,6 +44,7 @@ from firstpass.config._model import (
     Price,
     ProviderConfig,
     ReceiptsConfig,
+    RequestMode,
     Revision,
     RouteChecks,
     RouteConfig,
@@ -55,6 +61,11 @@ __all__ = [
     "ENV_HOST",
     "ENV_PORT",
     "ENV_RECEIPTS",
+    "REPLICA_RE",
+    "REPLICA_RULE",
+    "REQUEST_MODES",
+    "SPILL_MAX_BYTES",
+    "Applied",
     "BudgetsConfig",
     "Certificate",
     "CertificateFile",
@@ -67,12 +78,15 @@ __all__ = [
     "Price",
     "ProviderConfig",
     "ReceiptsConfig",
+    "RequestDraw",
+    "RequestMode",
     "Revision",
     "RouteChecks",
     "RouteConfig",
     "Rung",
     "SandboxSettings",
     "ServerConfig",
+    "applicable",
     "calibration_id",
     "candidate_rule",
     "config_digest",

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, get_args
+from typing import get_args
 
 from firstpass.checks import CheckDef, field_path, parse_checks
 from firstpass.config import _fields as f
@@ -35,6 +35,7 @@ from firstpass.config._model import (
     ObservabilityConfig,
     Price,
     ProviderConfig,
+    ProviderKind,
     ReceiptsConfig,
     ReceiptSinkKind,
     Revision,
@@ -43,10 +44,11 @@ from firstpass.config._model import (
     Rung,
     SandboxSettings,
     ServerConfig,
+    WithoutChecks,
 )
 from firstpass.errors import CheckSpecError, ConfigError
-from firstpass.receipts._signing import load_signing_key
-from firstpass.sandbox._limits import MAX_SECONDS
+from firstpass.receipts import load_signing_key
+from firstpass.sandbox import MAX_SECONDS
 
 _TOP_KEYS = (
     "server", "sandbox", "receipts", "provider", "route", "price", "escalation", "observability",
@@ -70,7 +72,10 @@ _PROVIDER_COMMON = (
     "id", "kind", "timeout_s", "connect_timeout_s", "retries", "backoff_base_s", "backoff_max_s",
     "honours_n", "max_concurrency",
 )  # fmt: skip
-_PROVIDER_ONLY = {"openai": ("base_url", "api_key_env"), "replay": ("samples", "seed")}
+_PROVIDER_ONLY: dict[ProviderKind, tuple[str, ...]] = {
+    "openai": ("base_url", "api_key_env"),
+    "replay": ("samples", "seed"),
+}
 _ROUTE_KEYS = (
     "name", "models", "ladder", "temperature", "on_exhausted", "without_checks", "checks",
     "client_modes", "visible_checks", "gate_checks", "revision",
@@ -85,7 +90,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def config_from_dict(
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
     *,
     base_dir: Path,
     env: Mapping[str, str],
@@ -172,7 +177,7 @@ def _env_secret(env: Mapping[str, str], name: str, key_path: str) -> str:
     return value
 
 
-def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
+def _server(table: Mapping[str, object], env: Mapping[str, str]) -> ServerConfig:
     p = "server"
     f.check_keys(table, p, _SERVER_KEYS)
     names = f.get_str_list(table, "client_keys_env", p, ())
@@ -209,7 +214,7 @@ def _server(table: Mapping[str, Any], env: Mapping[str, str]) -> ServerConfig:
 
 
 def _client_keys(
-    tables: list[Mapping[str, Any]], env: Mapping[str, str], taken: set[str]
+    tables: list[Mapping[str, object]], env: Mapping[str, str], taken: set[str]
 ) -> list[ClientKey]:
     """``[[server.client_key]]``: a named key, its routes (checked once routes are read) and its
     own daily cap. Names must be unique: receipts tell keys apart by name alone."""
@@ -267,7 +272,7 @@ def _check_key_routes(server: ServerConfig, routes: tuple[RouteConfig, ...]) -> 
                 )
 
 
-def _budgets(table: Mapping[str, Any] | None) -> BudgetsConfig | None:
+def _budgets(table: Mapping[str, object] | None) -> BudgetsConfig | None:
     if table is None:
         return None
     p = "budgets"
@@ -285,7 +290,7 @@ def _budgets(table: Mapping[str, Any] | None) -> BudgetsConfig | None:
     )
 
 
-def _sandbox(table: Mapping[str, Any]) -> SandboxSettings:
+def _sandbox(table: Mapping[str, object]) -> SandboxSettings:
     p = "sandbox"
     f.check_keys(table, p, _SANDBOX_KEYS)
     d = SandboxSettings()
@@ -310,7 +315,7 @@ def _sandbox(table: Mapping[str, Any]) -> SandboxSettings:
     return settings
 
 
-def _receipts(table: Mapping[str, Any], base_dir: Path) -> ReceiptsConfig:
+def _receipts(table: Mapping[str, object], base_dir: Path) -> ReceiptsConfig:
     p = "receipts"
     f.check_keys(table, p, _RECEIPTS_KEYS)
     signing_key = f.get_path(table, "signing_key", p, base_dir, None)
@@ -364,7 +369,7 @@ def _receipts(table: Mapping[str, Any], base_dir: Path) -> ReceiptsConfig:
     )
 
 
-def _observability(table: Mapping[str, Any]) -> ObservabilityConfig:
+def _observability(table: Mapping[str, object]) -> ObservabilityConfig:
     p = "observability"
     f.check_keys(table, p, _OBSERVABILITY_KEYS)
     d = ObservabilityConfig()
@@ -375,7 +380,7 @@ def _observability(table: Mapping[str, Any]) -> ObservabilityConfig:
 
 
 def _providers(
-    tables: list[Mapping[str, Any]], base_dir: Path, env: Mapping[str, str]
+    tables: list[Mapping[str, object]], base_dir: Path, env: Mapping[str, str]
 ) -> tuple[ProviderConfig, ...]:
     if not tables:
         raise ConfigError("provider", "at least one [[provider]] is required")
@@ -450,7 +455,7 @@ def _rung_provider(text: str, key_path: str, providers: tuple[ProviderConfig, ..
 
 
 def _prices(
-    tables: list[Mapping[str, Any]], providers: tuple[ProviderConfig, ...]
+    tables: list[Mapping[str, object]], providers: tuple[ProviderConfig, ...]
 ) -> dict[str, Price]:
     prices: dict[str, Price] = {}
     for i, table in enumerate(tables):
@@ -468,7 +473,7 @@ def _prices(
 
 
 def _ladder(
-    raw: Any, p: str, providers: tuple[ProviderConfig, ...], prices: Mapping[str, Price]
+    raw: object, p: str, providers: tuple[ProviderConfig, ...], prices: Mapping[str, Price]
 ) -> tuple[Rung, ...]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError(
@@ -501,7 +506,7 @@ def _ladder(
 
 
 def _routes(
-    tables: list[Mapping[str, Any]],
+    tables: list[Mapping[str, object]],
     providers: tuple[ProviderConfig, ...],
     prices: Mapping[str, Price],
     base_dir: Path = Path("."),
@@ -531,8 +536,8 @@ def _routes(
                 )
             claimed[model] = i
         checks = _route_checks(table, p)
-        default_without = "route_checks" if checks is not None else "passthrough"
-        without = f.get_choice(
+        default_without: WithoutChecks = "route_checks" if checks is not None else "passthrough"
+        without: WithoutChecks = f.get_choice(
             table, "without_checks", p, ("passthrough", "reject", "route_checks"), default_without
         )
         if without == "route_checks" and checks is None:
@@ -561,7 +566,9 @@ def _routes(
     return tuple(out)
 
 
-def _check_list(table: Mapping[str, Any], key: str, p: str, base_dir: Path) -> tuple[CheckDef, ...]:
+def _check_list(
+    table: Mapping[str, object], key: str, p: str, base_dir: Path
+) -> tuple[CheckDef, ...]:
     """``[[route.visible_checks]]`` / ``[[route.gate_checks]]``: validated now, built by the
     server (a judge needs its provider). Paths (a ``sql_evidence`` database) resolve against the
     config file's directory, like every other path in it."""
@@ -574,7 +581,7 @@ def _check_list(table: Mapping[str, Any], key: str, p: str, base_dir: Path) -> t
         raise ConfigError(field_path(f"{p}.{key}", exc.field), exc.message) from exc
 
 
-def _with_paths(raw: Any, base_dir: Path) -> Any:
+def _with_paths(raw: object, base_dir: Path) -> object:
     """``database`` of every ``sql_evidence`` check (composites included) made absolute."""
     if isinstance(raw, list):
         return [_with_paths(item, base_dir) for item in raw]
@@ -587,7 +594,7 @@ def _with_paths(raw: Any, base_dir: Path) -> Any:
     return raw
 
 
-def _revision(table: Mapping[str, Any], p: str) -> Revision | None:
+def _revision(table: Mapping[str, object], p: str) -> Revision | None:
     raw = f.get_table(table, "revision", p, None)
     if raw is None:
         return None
@@ -652,7 +659,7 @@ def _check_judges(
                         )
 
 
-def _client_modes(table: Mapping[str, Any], p: str, without: str) -> tuple[str, ...]:
+def _client_modes(table: Mapping[str, object], p: str, without: str) -> tuple[str, ...]:
     """``client_modes``: what a request may ask for besides the configured mode. By default a
     client may pick ``cascade`` or ``shadow`` (both gate every served answer) and, only on a
     route that serves unchecked requests anyway (``without_checks = "passthrough"``),
@@ -668,7 +675,7 @@ def _client_modes(table: Mapping[str, Any], p: str, without: str) -> tuple[str, 
     return tuple(dict.fromkeys(modes))
 
 
-def _route_checks(table: Mapping[str, Any], p: str) -> RouteChecks | None:
+def _route_checks(table: Mapping[str, object], p: str) -> RouteChecks | None:
     raw = f.get_table(table, "checks", p, None)
     if raw is None:
         return None
@@ -686,7 +693,7 @@ def _route_checks(table: Mapping[str, Any], p: str) -> RouteChecks | None:
     return checks
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """A deep copy as plain dicts and lists, so the frozen config shares nothing with the caller."""
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}

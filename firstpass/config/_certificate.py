@@ -20,8 +20,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard, overload
 
+from firstpass._json import JSON
 from firstpass.errors import ConfigError
 
 __all__ = [
@@ -64,7 +65,7 @@ class Given:
     escalate_at: int = 0
     max_gate_candidates: int = 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         """As receipts and calibration files spell it."""
         return {
             "rung": self.rung,
@@ -75,21 +76,21 @@ class Given:
         }
 
     @classmethod
-    def from_dict(cls, g: Any) -> Given | None:
+    def from_dict(cls, g: object) -> Given | None:
         """The entry as receipts and calibration files spell it; None when it is malformed."""
         if not isinstance(g, dict):
             return None
-        rung: Any = g.get("rung")
-        cert, lam = g.get("certificate"), g.get("lambda")
-        esc, mgc = g.get("escalate_at", 0), g.get("max_gate_candidates", 1)
-        ok = (
+        entry: Mapping[str, object] = g
+        rung = entry.get("rung")
+        cert, lam = entry.get("certificate"), entry.get("lambda")
+        esc, mgc = entry.get("escalate_at", 0), entry.get("max_gate_candidates", 1)
+        if not (
             _int(rung, 0)
             and (cert is None or isinstance(cert, str))
             and (lam is None or _number(lam, 0.0, 1.0))
             and _int(esc, 0)
             and _int(mgc, 1)
-        )
-        if not ok:
+        ):
             return None
         return cls(
             rung=int(rung),
@@ -135,7 +136,7 @@ class Certificate:
     #: only); ``RouteConfig.visible_checks_digest``
     visible_checks: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JSON]:
         """The entry of the calibration file's ``certificates`` list (``id`` and ``path`` are
         the file's own)."""
         return {
@@ -208,20 +209,40 @@ def _bad(where: str, path: Path, message: str) -> ConfigError:
     return ConfigError(where, f"{path}: {message}")
 
 
-def _number(value: Any, lo: float, hi: float) -> bool:
+def _number(value: object, lo: float, hi: float) -> TypeGuard[int | float]:
     """A JSON number in [lo, hi] (compared exactly: a huge integer is simply out of range)."""
     if type(value) is float:
         return math.isfinite(value) and lo <= value <= hi
     return type(value) is int and lo <= value <= hi
 
 
-def _int(value: Any, lo: int) -> bool:
+def _int(value: object, lo: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= lo
 
 
+@overload
 def _optional(
-    c: dict[str, Any], key: str, where: str, path: Path, at: str, kind: type, hi: float = 2.0
-) -> Any:
+    c: Mapping[str, object], key: str, where: str, path: Path, at: str, kind: type[str]
+) -> str | None: ...
+@overload
+def _optional(
+    c: Mapping[str, object],
+    key: str,
+    where: str,
+    path: Path,
+    at: str,
+    kind: type[float],
+    hi: float = 2.0,
+) -> float | None: ...
+def _optional(
+    c: Mapping[str, object],
+    key: str,
+    where: str,
+    path: Path,
+    at: str,
+    kind: type[str] | type[float],
+    hi: float = 2.0,
+) -> str | float | None:
     value = c.get(key)
     if value is None:
         return None
@@ -233,7 +254,7 @@ def _optional(
     raise _bad(where, path, f"{at}.{key} must be {what} or null, got {value!r}")
 
 
-def _count(value: Any) -> int:
+def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
@@ -241,7 +262,7 @@ def _count(value: Any) -> int:
 _UNHASHED = ("id", "created_at")
 
 
-def calibration_id(doc: Mapping[str, Any]) -> str:
+def calibration_id(doc: Mapping[str, object]) -> str:
     """``cal_`` + 16 hex of SHA-256 over the canonical JSON of the file's content (all but
     ``id`` and ``created_at``): same data and settings, same id, and an edited file no longer
     matches its own id."""
@@ -257,7 +278,7 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: JSON = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(where, f"cannot read {path}: {exc}") from exc
     except json.JSONDecodeError as exc:
@@ -288,10 +309,11 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
             "again rather than editing a certificate",
         )
     uncertified: list[tuple[str | None, int]] = []
-    for entry in data.get("uncertified") or []:
-        if isinstance(entry, dict) and _int(entry.get("rung"), 0):
+    listed = data.get("uncertified") or []
+    for entry in listed if isinstance(listed, list) else ():
+        if isinstance(entry, dict) and _int(rung := entry.get("rung"), 0):
             route = entry.get("route")
-            uncertified.append((route if isinstance(route, str) else None, entry["rung"]))
+            uncertified.append((route if isinstance(route, str) else None, rung))
     source = data.get("source")
     if isinstance(source, dict) and source.get("verified") is False:
         # --allow-unverified: the receipts may have been altered, so nothing here is evidence
@@ -308,27 +330,50 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
     )
 
 
-def _certificate(where: str, path: Path, file_id: str, i: int, c: Any) -> Certificate:
+def _route_names(value: object) -> TypeGuard[list[str | None]]:
+    return isinstance(value, list) and all(r is None or isinstance(r, str) for r in value)
+
+
+def _certificate(where: str, path: Path, file_id: str, i: int, c: JSON) -> Certificate:
     at = f"certificates[{i}]"
     if not isinstance(c, dict):
         raise _bad(where, path, f"{at} must be an object")
 
-    def need(key: str, ok: bool, what: str) -> Any:
-        if not ok:
-            raise _bad(where, path, f"{at}.{key} must be {what}, got {c.get(key)!r}")
-        return c[key]
+    def wrong(key: str, what: str) -> ConfigError:
+        return _bad(where, path, f"{at}.{key} must be {what}, got {c.get(key)!r}")
 
-    method = need("method", c.get("method") in ("ltt", "crc"), '"ltt" or "crc"')
+    def need_int(key: str, lo: int, what: str) -> int:
+        value = c.get(key)
+        if not _int(value, lo):
+            raise wrong(key, what)
+        return value
+
+    def need_share(key: str) -> float:
+        value = c.get(key)
+        if not _number(value, 0.0, 1.0):
+            raise wrong(key, "a number in [0, 1]")
+        return float(value)
+
+    def need_str(key: str, what: str) -> str:
+        value = c.get(key)
+        if not isinstance(value, str):
+            raise wrong(key, what)
+        return value
+
+    method = c.get("method")
+    if not (isinstance(method, str) and method in ("ltt", "crc")):
+        raise wrong("method", '"ltt" or "crc"')
     delta = c.get("delta")
     if method == "ltt":
-        need("delta", _number(delta, 0.0, 1.0) and delta not in (0, 1), "a number in (0, 1)")
+        if not (_number(delta, 0.0, 1.0) and delta not in (0, 1)):
+            raise wrong("delta", "a number in (0, 1)")
     elif delta is not None:
         raise _bad(where, path, f"{at}.delta must be null under conformal risk control")
     route = c.get("route")
     if route is not None and not isinstance(route, str):
         raise _bad(where, path, f"{at}.route must be a string or null, got {route!r}")
     routes = c.get("routes", [])
-    if not isinstance(routes, list) or not all(r is None or isinstance(r, str) for r in routes):
+    if not _route_names(routes):
         raise _bad(where, path, f"{at}.routes must be a list of route names")
     raw_given = c.get("given") or []
     if not isinstance(raw_given, list):
@@ -349,17 +394,15 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: Any) -> Certif
         path=path,
         route=route,
         routes=tuple(routes),
-        rung=need("rung", _int(c.get("rung"), 0), "an integer ≥ 0"),
-        lambda_=float(need("lambda", _number(c.get("lambda"), 0.0, 1.0), "a number in [0, 1]")),
+        rung=need_int("rung", 0, "an integer ≥ 0"),
+        lambda_=need_share("lambda"),
         method=method,
-        alpha=float(need("alpha", _number(c.get("alpha"), 0.0, 1.0), "a number in [0, 1]")),
+        alpha=need_share("alpha"),
         delta=None if delta is None else float(delta),
-        score=need("score", isinstance(c.get("score"), str), "a score name"),
-        k=need("k", _int(c.get("k"), 1), "an integer ≥ 1"),
-        escalate_at=need("escalate_at", _int(c.get("escalate_at"), -1), "an integer ≥ -1"),
-        candidate_rule=need(
-            "candidate_rule", isinstance(c.get("candidate_rule"), str), "a rule name"
-        ),
+        score=need_str("score", "a score name"),
+        k=need_int("k", 1, "an integer ≥ 1"),
+        escalate_at=need_int("escalate_at", -1, "an integer ≥ -1"),
+        candidate_rule=need_str("candidate_rule", "a rule name"),
         model=_optional(c, "model", where, path, at, str),
         temperature=_optional(c, "temperature", where, path, at, float),
         top_p=_optional(c, "top_p", where, path, at, float, hi=1.0),
@@ -438,7 +481,7 @@ _RECALIBRATE = (
 )
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if value is None:
         return "none"
     if isinstance(value, tuple):
@@ -457,7 +500,7 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
     """The first way the running policy differs from the certificate's context: the key, what
     differs (both values), and what to do."""
     rule = candidate_rule(p.score)
-    pairs: list[tuple[str, Any, Any]] = [
+    pairs: list[tuple[str, object, object]] = [
         ("model", p.model, cert.model),
         ("temperature", p.temperature, cert.temperature),
         ("method", p.method, cert.method),

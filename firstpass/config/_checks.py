@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from firstpass.config._fields import check_keys, describe, join
 from firstpass.config._model import RouteChecks
 from firstpass.errors import ConfigError, SpecError
 
+if TYPE_CHECKING:
+    from firstpass.sandbox import TestSpec
+
 _SPEC_KEYS = ("asserts", "setup", "entry_point", "cases", "reference", "atol")
 _CASE_KEYS = ("args", "expected")
 
 
-def _sandbox_parse_spec() -> Callable[..., Any] | None:
+class _ParseSpec(Protocol):
+    """``firstpass.sandbox.parse_spec``."""
+
+    def __call__(
+        self, obj: object, /, *, setup: str | None = ..., entry_point: str | None = ...
+    ) -> TestSpec: ...
+
+
+def _sandbox_parse_spec() -> _ParseSpec | None:
     try:
         from firstpass.sandbox import parse_spec
     except ImportError:
@@ -97,7 +108,7 @@ def _check_asserts(asserts: object, path: str) -> None:
         _check_python(item, f"{path}[{i}]")
 
 
-def _check_cases(spec: Mapping[str, Any], path: str, entry_point: str | None) -> None:
+def _check_cases(spec: Mapping[str, object], path: str, entry_point: str | None) -> None:
     name = spec.get("entry_point", entry_point)
     if not isinstance(name, str) or not name.isidentifier():
         where = join(path, "entry_point")

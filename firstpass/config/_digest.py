@@ -7,7 +7,6 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from firstpass.checks import CheckDef
 from firstpass.config._model import Config, ReceiptsConfig, RouteConfig, SandboxSettings
@@ -22,16 +21,16 @@ def config_digest(config: Config) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def public_dict(config: Config) -> dict[str, Any]:
+def public_dict(config: Config) -> dict[str, object]:
     """The effective config as JSON-ready data without secrets (``api_key``, ``client_keys``)."""
 
-    def plain(value: Any) -> Any:
+    def plain(value: object) -> object:
         if isinstance(value, Path):
             return value.as_posix()
         if isinstance(value, Mapping):
             return {str(k): plain(v) for k, v in value.items()}
         if isinstance(value, frozenset | set):
-            return sorted(plain(v) for v in value)
+            return [plain(v) for v in sorted(value)]  # str members: plain() keeps them
         if isinstance(value, list | tuple):
             return [plain(v) for v in value]
         return value
@@ -60,23 +59,22 @@ def public_dict(config: Config) -> dict[str, Any]:
         row = dataclasses.asdict(provider)
         del row["api_key"]
         providers.append(row)
-    body: dict[str, Any] = plain(
-        {
-            "server": server,
-            "sandbox": sandbox,
-            "receipts": receipts,
-            "providers": providers,
-            "routes": [_route(r) for r in config.routes],
-            "prices": {k: dataclasses.asdict(v) for k, v in config.prices.items()},
-            "elastic": None if config.elastic is None else _elastic(config),
-        }
-    )
+    sections: dict[str, object] = {
+        "server": server,
+        "sandbox": sandbox,
+        "receipts": receipts,
+        "providers": providers,
+        "routes": [_route(r) for r in config.routes],
+        "prices": {k: dataclasses.asdict(v) for k, v in config.prices.items()},
+        "elastic": None if config.elastic is None else _elastic(config),
+    }
+    body = {key: plain(value) for key, value in sections.items()}
     if config.budgets is not None:
         body["budgets"] = plain(dataclasses.asdict(config.budgets))
     return body
 
 
-def _route(route: RouteConfig) -> dict[str, Any]:
+def _route(route: RouteConfig) -> dict[str, object]:
     """A route; the check lists and the revision loop only when set, so a route without them
     keeps the digest it had before they existed."""
     body = dataclasses.asdict(dataclasses.replace(route, visible_checks=(), gate_checks=()))
@@ -91,7 +89,7 @@ def _route(route: RouteConfig) -> dict[str, Any]:
     return body
 
 
-def _check_def(defn: CheckDef) -> dict[str, Any]:
+def _check_def(defn: CheckDef) -> dict[str, object]:
     """A check as written (not the object built from it)."""
     return {
         "kind": defn.kind,
@@ -101,12 +99,12 @@ def _check_def(defn: CheckDef) -> dict[str, Any]:
     }
 
 
-def _elastic(config: Config) -> dict[str, Any]:
+def _elastic(config: Config) -> dict[str, object]:
     """The elastic block; keys added later are left out at their defaults, so a config that does
     not use them keeps the digest it had before they existed (receipts stay comparable)."""
     assert config.elastic is not None
     e = config.elastic
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         field.name: getattr(e, field.name)
         for field in dataclasses.fields(e)
         if field.compare  # the files and licences are summarised below, not dumped

@@ -19,7 +19,6 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from firstpass.config import _fields as f
 from firstpass.config._certificate import (
@@ -39,10 +38,10 @@ _ELASTIC_KEYS = (
     "score", "method",
 )  # fmt: skip
 #: the probe scores: the config model's ``ProbeScore`` (``firstpass.policy.SCORES`` must equal it)
-SCORES: tuple[str, ...] = typing.get_args(ProbeScore)
+SCORES: tuple[ProbeScore, ...] = typing.get_args(ProbeScore)
 
 
-def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfig | None:
+def build_elastic(escalation: Mapping[str, object], base_dir: Path) -> ElasticConfig | None:
     """The elastic policy from ``[escalation]``; None (plain cascade) when the block is absent."""
     f.check_keys(escalation, "escalation", ("elastic",))
     table = f.get_table(escalation, "elastic", "escalation", None)
@@ -74,7 +73,7 @@ def build_elastic(escalation: Mapping[str, Any], base_dir: Path) -> ElasticConfi
     )
 
 
-def _calibration_paths(table: Mapping[str, Any], base_dir: Path) -> tuple[Path, ...]:
+def _calibration_paths(table: Mapping[str, object], base_dir: Path) -> tuple[Path, ...]:
     """``calibration``: one path or a list (one file per rung calibrated, say)."""
     raw = table.get("calibration")
     if raw is None:

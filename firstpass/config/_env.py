@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from firstpass.config import _fields as f
 from firstpass.config._model import (
@@ -53,11 +54,11 @@ def apply_env(
             raise ConfigError(ENV_REPLICA, f"{replica!r} is not a replica id: {REPLICA_RULE}")
         receipts = dataclasses.replace(receipts, replica=replica)
     if ENV_ELASTIC_MODE in env:
-        mode = f.check_choice(
+        mode: Literal["shadow", "enforce", "off"] = f.check_choice(
             env[ENV_ELASTIC_MODE].strip(), ENV_ELASTIC_MODE, ("shadow", "enforce", "off")
         )
         if mode == "off":
             elastic = None
         else:
-            elastic = dataclasses.replace(elastic or ElasticConfig(), mode=mode)  # type: ignore[arg-type]
+            elastic = dataclasses.replace(elastic or ElasticConfig(), mode=mode)
     return server, receipts, elastic

@@ -11,11 +11,16 @@ import json
 import math
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Final, TypeVar, overload
 
 from firstpass.errors import ConfigError
 
-T = TypeVar("T")
+#: a number checked against bounds (``int`` or ``float``)
+N = TypeVar("N", bound=float)
+#: the type of a getter's default: what it returns when the key is absent
+D = TypeVar("D")
+#: one of a getter's choices (a ``Literal`` when the caller's field is one)
+C = TypeVar("C", bound=str)
 
 
 class _Missing:
@@ -23,8 +28,9 @@ class _Missing:
         return "REQUIRED"
 
 
-#: marks a key that has no default
-REQUIRED: Any = _Missing()
+#: marks a key that has no default: a getter given it (or no default) returns the checked type;
+#: given any other default it returns the checked type or the default's
+REQUIRED: Final = _Missing()
 
 
 def join(path: str, key: str) -> str:
@@ -65,12 +71,16 @@ def _take(table: Mapping[str, object], key: str, path: str, default: object) -> 
     return default
 
 
-def get_any(table: Mapping[str, object], key: str, path: str, default: Any = REQUIRED) -> Any:
+def get_any(table: Mapping[str, object], key: str, path: str, default: object = REQUIRED) -> object:
     """The raw value, for shapes the caller checks itself."""
     return _take(table, key, path, default)
 
 
-def get_str(table: Mapping[str, object], key: str, path: str, default: Any = REQUIRED) -> Any:
+@overload
+def get_str(table: Mapping[str, object], key: str, path: str, default: _Missing = ...) -> str: ...
+@overload
+def get_str(table: Mapping[str, object], key: str, path: str, default: D) -> str | D: ...
+def get_str(table: Mapping[str, object], key: str, path: str, default: object = REQUIRED) -> object:
     """A non-empty string (or the default when absent)."""
     value = _take(table, key, path, default)
     if key not in table:
@@ -82,7 +92,13 @@ def get_str(table: Mapping[str, object], key: str, path: str, default: Any = REQ
     return value
 
 
-def get_bool(table: Mapping[str, object], key: str, path: str, default: Any = REQUIRED) -> Any:
+@overload
+def get_bool(table: Mapping[str, object], key: str, path: str, default: _Missing = ...) -> bool: ...
+@overload
+def get_bool(table: Mapping[str, object], key: str, path: str, default: D) -> bool | D: ...
+def get_bool(
+    table: Mapping[str, object], key: str, path: str, default: object = REQUIRED
+) -> object:
     """``true`` or ``false``."""
     value = _take(table, key, path, default)
     if key in table and not isinstance(value, bool):
@@ -90,15 +106,35 @@ def get_bool(table: Mapping[str, object], key: str, path: str, default: Any = RE
     return value
 
 
+@overload
 def get_int(
     table: Mapping[str, object],
     key: str,
     path: str,
-    default: Any = REQUIRED,
+    default: _Missing = ...,
     *,
     lo: int | None = None,
     hi: int | None = None,
-) -> Any:
+) -> int: ...
+@overload
+def get_int(
+    table: Mapping[str, object],
+    key: str,
+    path: str,
+    default: D,
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> int | D: ...
+def get_int(
+    table: Mapping[str, object],
+    key: str,
+    path: str,
+    default: object = REQUIRED,
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> object:
     """An integer within ``[lo, hi]`` (``true`` is not an integer here)."""
     value = _take(table, key, path, default)
     if key not in table:
@@ -108,16 +144,38 @@ def get_int(
     return check_range(value, join(path, key), lo=lo, hi=hi)
 
 
+@overload
 def get_float(
     table: Mapping[str, object],
     key: str,
     path: str,
-    default: Any = REQUIRED,
+    default: _Missing = ...,
     *,
     lo: float | None = None,
     hi: float | None = None,
     lo_open: bool = False,
-) -> Any:
+) -> float: ...
+@overload
+def get_float(
+    table: Mapping[str, object],
+    key: str,
+    path: str,
+    default: D,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+) -> float | D: ...
+def get_float(
+    table: Mapping[str, object],
+    key: str,
+    path: str,
+    default: object = REQUIRED,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+) -> object:
     """A finite number within the bounds; integers are accepted and become floats."""
     value = _take(table, key, path, default)
     if key not in table:
@@ -133,7 +191,7 @@ def get_float(
     return number
 
 
-def check_range(value: T, key_path: str, *, lo: Any = None, hi: Any = None) -> T:
+def check_range(value: N, key_path: str, *, lo: float | None = None, hi: float | None = None) -> N:
     """``value`` itself, or a ConfigError saying which bound it breaks."""
     if lo is not None and hi is not None and not lo <= value <= hi:
         raise ConfigError(key_path, f"must be between {lo:g} and {hi:g}, got {describe(value)}")
@@ -144,13 +202,29 @@ def check_range(value: T, key_path: str, *, lo: Any = None, hi: Any = None) -> T
     return value
 
 
+@overload
+def get_choice(
+    table: Mapping[str, object],
+    key: str,
+    path: str,
+    choices: Collection[C],
+    default: _Missing = ...,
+) -> C: ...
+@overload
+def get_choice(
+    table: Mapping[str, object],
+    key: str,
+    path: str,
+    choices: Collection[C],
+    default: D,
+) -> C | D: ...
 def get_choice(
     table: Mapping[str, object],
     key: str,
     path: str,
     choices: Collection[str],
-    default: Any = REQUIRED,
-) -> Any:
+    default: object = REQUIRED,
+) -> object:
     """One of ``choices``, spelled exactly."""
     value = _take(table, key, path, default)
     if key not in table:
@@ -158,32 +232,55 @@ def get_choice(
     return check_choice(value, join(path, key), choices)
 
 
-def check_choice(value: object, key_path: str, choices: Collection[str]) -> str:
+def check_choice(value: object, key_path: str, choices: Collection[C]) -> C:
     """``value`` when it is one of ``choices``; the message lists them all."""
     options = ", ".join(f'"{c}"' for c in choices)
     if not isinstance(value, str):
         raise ConfigError(key_path, f"expected one of {options}, got {describe(value)}")
-    if value not in choices:
-        raise ConfigError(key_path, f"expected one of {options}, got {describe(value)}")
-    return value
+    for choice in choices:  # the choice itself: it is the value, typed as the caller's choices
+        if value == choice:
+            return choice
+    raise ConfigError(key_path, f"expected one of {options}, got {describe(value)}")
 
 
-def get_str_list(table: Mapping[str, object], key: str, path: str, default: Any = REQUIRED) -> Any:
+@overload
+def get_str_list(
+    table: Mapping[str, object], key: str, path: str, default: _Missing = ...
+) -> tuple[str, ...]: ...
+@overload
+def get_str_list(
+    table: Mapping[str, object], key: str, path: str, default: D
+) -> tuple[str, ...] | D: ...
+def get_str_list(
+    table: Mapping[str, object], key: str, path: str, default: object = REQUIRED
+) -> object:
     """An array of non-empty strings, returned as a tuple."""
     value = _take(table, key, path, default)
     if key not in table:
         return value
     if not isinstance(value, list):
         raise ConfigError(join(path, key), f"expected an array of strings, got {describe(value)}")
+    items: list[str] = []
     for i, item in enumerate(value):
         if not isinstance(item, str) or not item.strip():
             raise ConfigError(
                 f"{join(path, key)}[{i}]", f"expected a non-empty string, got {describe(item)}"
             )
-    return tuple(value)
+        items.append(item)
+    return tuple(items)
 
 
-def get_table(table: Mapping[str, object], key: str, path: str, default: Any = REQUIRED) -> Any:
+@overload
+def get_table(
+    table: Mapping[str, object], key: str, path: str, default: _Missing = ...
+) -> Mapping[str, object]: ...
+@overload
+def get_table(
+    table: Mapping[str, object], key: str, path: str, default: D
+) -> Mapping[str, object] | D: ...
+def get_table(
+    table: Mapping[str, object], key: str, path: str, default: object = REQUIRED
+) -> object:
     """A sub-table (``[server]``)."""
     value = _take(table, key, path, default)
     if key not in table:
@@ -205,7 +302,17 @@ def get_tables(table: Mapping[str, object], key: str, path: str) -> list[Mapping
     return value
 
 
-def get_path(table: Mapping[str, Any], key: str, p: str, base_dir: Path, default: Any) -> Any:
+@overload
+def get_path(
+    table: Mapping[str, object], key: str, p: str, base_dir: Path, default: str | _Missing
+) -> Path: ...
+@overload
+def get_path(
+    table: Mapping[str, object], key: str, p: str, base_dir: Path, default: None
+) -> Path | None: ...
+def get_path(
+    table: Mapping[str, object], key: str, p: str, base_dir: Path, default: str | _Missing | None
+) -> Path | None:
     """A path string, resolved against ``base_dir`` (the config file's directory)."""
     raw = get_str(table, key, p, default)
     if raw is None:

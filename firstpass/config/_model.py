@@ -21,7 +21,7 @@ from typing import Literal
 from firstpass.checks import CheckDef, checks_digest
 from firstpass.config._certificate import CertificateFile, Licence
 from firstpass.errors import ConfigError
-from firstpass.sandbox._limits import Limits
+from firstpass.sandbox import Limits
 
 FsyncPolicy = Literal["durable", "always", "batch", "never"]
 ReceiptSinkKind = Literal["file", "postgresql"]

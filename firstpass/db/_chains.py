@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import psycopg
 
-from firstpass.config._model import REPLICA_RE, REPLICA_RULE
+from firstpass.config import REPLICA_RE, REPLICA_RULE
 from firstpass.db._prefetch import Prefetch
 from firstpass.errors import DatabaseError
 from firstpass.receipts import GENESIS_HASH, VerifyReport

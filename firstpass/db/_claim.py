@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from typing import Any
 
 import psycopg
+from psycopg.rows import TupleRow
 
 from firstpass.errors import ReceiptError
 
@@ -63,7 +63,11 @@ def process_token() -> str:
 
 
 async def claim(
-    conn: psycopg.AsyncConnection[Any], replica: str, *, first: bool, lease_s: float = LEASE_S
+    conn: psycopg.AsyncConnection[TupleRow],
+    replica: str,
+    *,
+    first: bool,
+    lease_s: float = LEASE_S,
 ) -> None:
     """Hold ``replica`` for this process, or raise. ``first``: at start (an id left by a dead or
     long-silent process is taken over); else a reconnect, where finding another holder means
@@ -103,7 +107,7 @@ async def claim(
         )
 
 
-async def heartbeat(conn: psycopg.AsyncConnection[Any], replica: str) -> None:
+async def heartbeat(conn: psycopg.AsyncConnection[TupleRow], replica: str) -> None:
     """Say this process still holds ``replica``; ``ReplicaTakenOver`` if it no longer does."""
     cursor = await conn.execute(
         "UPDATE firstpass_replicas SET seen = now() WHERE replica = %s AND owner = %s",
@@ -115,7 +119,9 @@ async def heartbeat(conn: psycopg.AsyncConnection[Any], replica: str) -> None:
         )
 
 
-def holder(conn: psycopg.Connection[Any], replica: str, *, lease_s: float = LEASE_S) -> str | None:
+def holder(
+    conn: psycopg.Connection[TupleRow], replica: str, *, lease_s: float = LEASE_S
+) -> str | None:
     """Who holds ``replica`` by ``claim``'s own rule (seen less than ``lease_s`` ago by a
     process that may be alive), as ``pid P on HOST, last seen N s ago``; ``None`` when the id
     is free (no row, or a holder that is gone or long silent). Reads only: claims nothing."""

@@ -14,7 +14,6 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from firstpass.errors import DatabaseError
 
@@ -47,7 +46,7 @@ class ReceiptRow:
 
 
 def receipt_row(
-    replica: str, seq: int, line: bytes, record: Mapping[str, Any] | None = None
+    replica: str, seq: int, line: bytes, record: Mapping[str, object] | None = None
 ) -> ReceiptRow:
     """The row for ``line`` at ``seq`` in ``replica``'s chain. ``record``: the line's parsed
     record when the caller has it (the writer does), else the line is parsed here."""

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from firstpass.errors import ReceiptError
+from firstpass.receipts import verify_chain
 from firstpass.receipts._aside import move_aside
-from firstpass.receipts._chain import verify_chain
 
 try:
     import fcntl

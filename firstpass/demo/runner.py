@@ -12,31 +12,68 @@ import json
 import socket
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, TextIO
+from typing import NotRequired, TextIO, TypedDict
 
 import aiohttp
 
-from firstpass.cli import invoked_as
+from firstpass._console import invoked_as
+from firstpass._json import JSON
 from firstpass.config import Config, config_from_dict
 from firstpass.receipts import verify_chain
 from firstpass.server import serve_forever
 
-__all__ = ["DemoRow", "demo_config", "load_demo_tasks", "run_demo"]
+__all__ = ["DemoRow", "DemoTask", "demo_config", "load_demo_tasks", "run_demo"]
 
 #: the model name demo requests ask for; the demo route matches it
 DEMO_MODEL = "firstpass-demo"
+
+
+class DemoTask(TypedDict):
+    """One line of the bundled ``tasks.jsonl``."""
+
+    task_id: str
+    prompt: str
+    entry_point: str
+    #: test specs as a request's ``firstpass.tests`` carries them
+    visible_tests: JSON
+    hidden_tests: JSON
+    setup: NotRequired[str]
+    demo_note: NotRequired[str]
+
+
+class _Visible(TypedDict):
+    passed: int
+    total: int
+
+
+class _Summary(TypedDict, total=False):
+    """The fields the demo prints of a response's ``firstpass`` object (docs/api.md)."""
+
+    action: str
+    regime: str
+    served_model: str | None
+    visible: _Visible | None
+    gate: str
+    cost_usd: float
+    overhead_ms: float
+    counterfactual: str | None
+    gate_label: bool | None
+
+
+class _Response(TypedDict, total=False):
+    firstpass: _Summary
 
 
 def _data_dir() -> Path:
     return Path(str(resources.files("firstpass.demo")))
 
 
-def load_demo_tasks() -> list[dict[str, Any]]:
-    """The bundled demo tasks (written by Firstpass itself; see firstpass/demo/dataset.py)."""
+def load_demo_tasks() -> list[DemoTask]:
+    """The bundled demo tasks (written by Firstpass itself; see tests/demo_dataset.py)."""
     path = _data_dir() / "tasks.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -48,7 +85,7 @@ def demo_config(receipts: Path, *, mode: str | None = None, k: int = 5, lam: flo
     records its counterfactual at ``lam``. The demo ships no certificate (a dozen tasks certify
     nothing), so enforce here never skips the gate: 0/k escalates at once, the rest is gated.
     """
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "server": {"host": "127.0.0.1", "port": 0},
         "receipts": {"path": str(receipts), "fsync": "batch"},
         # the demo prints its own table; a log line per request would interleave with it
@@ -69,7 +106,7 @@ def demo_config(receipts: Path, *, mode: str | None = None, k: int = 5, lam: flo
         ],
     }
     if mode in ("shadow", "enforce"):
-        block: dict[str, Any] = {"k": k, "escalate_at": 0, "mode": mode}
+        block: dict[str, object] = {"k": k, "escalate_at": 0, "mode": mode}
         if mode == "shadow":
             block["lambda"] = lam
         data["escalation"] = {"elastic": block}
@@ -94,8 +131,8 @@ class DemoRow:
     gate_label: bool | None = None
 
 
-def _request_body(task: dict[str, Any], mode: str | None) -> dict[str, Any]:
-    firstpass: dict[str, Any] = {
+def _request_body(task: DemoTask, mode: str | None) -> dict[str, JSON]:
+    firstpass: dict[str, JSON] = {
         "tests": {"visible": task["visible_tests"], "hidden": task["hidden_tests"]},
         "entry_point": task["entry_point"],
         "task_id": task["task_id"],
@@ -111,7 +148,7 @@ def _request_body(task: dict[str, Any], mode: str | None) -> dict[str, Any]:
     }
 
 
-def _row(task_id: str, status: int, body: dict[str, Any], headers: Any) -> DemoRow:
+def _row(task_id: str, status: int, body: _Response, headers: Mapping[str, str]) -> DemoRow:
     fp = body.get("firstpass") or {}
     visible = fp.get("visible")
     return DemoRow(
@@ -131,7 +168,7 @@ def _row(task_id: str, status: int, body: dict[str, Any], headers: Any) -> DemoR
 
 
 async def _run(
-    config: Config, tasks: Sequence[dict[str, Any]], mode: str | None, out: TextIO
+    config: Config, tasks: Sequence[DemoTask], mode: str | None, out: TextIO
 ) -> list[DemoRow]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))

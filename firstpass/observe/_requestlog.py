@@ -7,91 +7,77 @@ the receipt only under ``[receipts] store_content``, and the log never carries t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
+
+from firstpass.receipts import UNSET, Receipt, UnsetType
 
 __all__ = ["fault_events", "request_event"]
 
+#: a log event's fields: JSON data
+Fields = dict[str, object]
 
-def request_event(record: Mapping[str, Any]) -> dict[str, Any]:
+
+def request_event(receipt: Receipt) -> Fields:
     """The fields of the ``request`` event: what was done, for whom, how fast, at what cost."""
-    decision = _dict(record.get("decision"))
-    served = _dict(record.get("served"))
-    timings = _dict(record.get("timings_ms"))
-    probe = _dict(record.get("probe"))
-    error = _dict(record.get("error"))
-    request = _dict(record.get("request"))
-    revisions = record.get("revisions")
-    event: dict[str, Any] = {
-        "receipt_id": record.get("id"),
-        "route": record.get("route"),
-        "mode": record.get("mode"),
-        "action": decision.get("action"),
-        "regime": probe.get("regime"),
-        "model": served.get("model"),
-        "rung": served.get("rung"),
-        "verification": served.get("verification"),
-        "latency_ms": timings.get("total"),
-        "overhead_ms": timings.get("overhead"),
-        "upstream_ms": timings.get("upstream"),
+    served, timings, probe = receipt.served, receipt.timings_ms, receipt.probe
+    error, request = receipt.error, receipt.request
+    loops = [] if isinstance(receipt.revisions, UnsetType) else receipt.revisions
+    event: Fields = {
+        "receipt_id": receipt.id,
+        "route": receipt.route,
+        "mode": receipt.mode,
+        "action": receipt.decision.action,
+        "regime": _or_none(probe.regime) if probe is not None else None,
+        "model": served.model if served else None,
+        "rung": served.rung if served else None,
+        "verification": served.verification if served else None,
+        "latency_ms": timings.total,
+        "overhead_ms": timings.overhead,
+        "upstream_ms": timings.upstream,
         "checks": [
-            {
-                "stage": c.get("kind"),
-                "rung": c.get("rung"),
-                "passed": c.get("passed"),
-                "category": c.get("category"),
-            }
-            for c in _list(record.get("checks"))
-            if isinstance(c, dict)
+            {"stage": c.kind, "rung": c.rung, "passed": c.passed, "category": c.category}
+            for c in receipt.checks
         ],
-        "revisions": sum(
-            len(_list(loop.get("attempts"))) for loop in _list(revisions) if isinstance(loop, dict)
-        ),
-        "cost_usd": _dict(record.get("cost")).get("total_usd"),
-        "status": error.get("status", 200),
-        "prompt_sha256": request.get("prompt_sha256"),
+        "revisions": sum(len(loop.attempts) for loop in loops),
+        "cost_usd": receipt.cost.total_usd,
+        "status": error.status if error is not None else 200,
+        "prompt_sha256": _or_none(request.prompt_sha256),
     }
-    if request.get("client_key") is not None:  # the key's configured name, never the key
-        event["client_key"] = request.get("client_key")
-    if error:
-        event["error_type"] = error.get("type")
+    if not isinstance(request.client_key, UnsetType):  # the key's configured name, never the key
+        event["client_key"] = request.client_key
+    if error is not None:
+        event["error_type"] = error.type
     return event
 
 
-def fault_events(record: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+def fault_events(receipt: Receipt) -> Iterator[tuple[str, Fields]]:
     """``(event, fields)`` for each fault the receipt records: every failed upstream call, and a
     request that ran past its deadline. (Receipt write errors are logged where they happen.)"""
-    receipt_id = record.get("id")
-    for call in _list(record.get("upstream_calls")):
-        if isinstance(call, dict) and call.get("error") is not None:
+    for call in receipt.upstream_calls:
+        if call.error is not None:
             yield (
                 "upstream_failure",
                 {
-                    "receipt_id": receipt_id,
-                    "provider": call.get("provider"),
-                    "model": call.get("model"),
-                    "rung": call.get("rung"),
-                    "purpose": call.get("purpose"),
-                    "status": call.get("status"),
-                    "attempts": call.get("attempts"),
-                    "error": call.get("error"),
+                    "receipt_id": receipt.id,
+                    "provider": call.provider,
+                    "model": call.model,
+                    "rung": call.rung,
+                    "purpose": call.purpose,
+                    "status": call.status,
+                    "attempts": call.attempts,
+                    "error": call.error,
                 },
             )
-    decision = _dict(record.get("decision"))
-    if decision.get("action") == "timeout":
+    if receipt.decision.action == "timeout":
         yield (
             "request_timeout",
             {
-                "receipt_id": receipt_id,
-                "route": record.get("route"),
-                "latency_ms": _dict(record.get("timings_ms")).get("total"),
+                "receipt_id": receipt.id,
+                "route": receipt.route,
+                "latency_ms": receipt.timings_ms.total,
             },
         )
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+def _or_none(value: str | UnsetType | None) -> str | None:
+    return None if value is UNSET or value is None else str(value)

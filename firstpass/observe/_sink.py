@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from typing import Any
 
 import structlog
 
@@ -23,6 +21,7 @@ from firstpass.observe._metrics import RequestMetrics
 from firstpass.observe._record import observe_record
 from firstpass.observe._requestlog import fault_events, request_event
 from firstpass.pipeline import ReceiptSink
+from firstpass.receipts import Receipt
 
 __all__ = ["ObservedSink"]
 
@@ -33,11 +32,11 @@ log = structlog.get_logger("firstpass.requests")
 
 
 class ObservedSink:
-    """Wraps a ``ReceiptSink``: forwards every record, then counts it and logs it.
+    """Wraps a ``ReceiptSink``: forwards every receipt, then counts it and logs it.
 
     ``metrics`` ``None`` turns the metrics off, ``request_log`` ``False`` the per-request log
-    event (faults are logged either way). Records with a ``kind`` (gap markers, checkpoints) are
-    forwarded and neither counted nor logged: they are not requests.
+    event (faults are logged either way). Gap markers and checkpoints never pass here: the
+    writer adds them itself, and they are not requests.
     """
 
     def __init__(
@@ -52,7 +51,7 @@ class ObservedSink:
         self._last_write_error = 0.0
         self._suppressed = 0
 
-    async def write(self, record: dict[str, Any]) -> None:
+    async def write(self, record: Receipt) -> None:
         replaced = False
         try:
             await self.writer.write(record)
@@ -63,10 +62,10 @@ class ObservedSink:
             self._write_error(record, exc)
             raise
         finally:
-            if not replaced and "kind" not in record:
+            if not replaced:
                 asyncio.get_running_loop().call_soon(self.observe, record)
 
-    async def enqueue(self, record: dict[str, Any]) -> None:
+    async def enqueue(self, record: Receipt) -> None:
         """``write`` without waiting for the disk (``ReceiptWriter.enqueue``), counted alike."""
         try:
             await self.writer.enqueue(record)
@@ -74,34 +73,30 @@ class ObservedSink:
             self._write_error(record, exc)
             raise
         finally:
-            if "kind" not in record:
-                asyncio.get_running_loop().call_soon(self.observe, record)
+            asyncio.get_running_loop().call_soon(self.observe, record)
 
-    def observe(self, record: Mapping[str, Any]) -> None:
+    def observe(self, record: Receipt) -> None:
         """Count ``record`` and log it; never raises (observing must not break serving)."""
         try:
             if self._metrics is not None:
                 observe_record(self._metrics, record)
             if self._request_log:
                 fields = request_event(record)
-                stamp = record.get("time")
-                if not write_event(
-                    "request", fields, timestamp=stamp if isinstance(stamp, str) else None
-                ):
+                if not write_event("request", fields, timestamp=record.time or None):
                     self._log.info("request", **fields)
             for event, details in fault_events(record):
                 self._log.warning(event, **details)
         except Exception:
-            self._log.exception("observe_error", receipt_id=record.get("id"))
+            self._log.exception("observe_error", receipt_id=record.id)
 
-    def _write_error(self, record: Mapping[str, Any], exc: ReceiptError) -> None:
+    def _write_error(self, record: Receipt, exc: ReceiptError) -> None:
         now = time.monotonic()
         if now - self._last_write_error < WRITE_ERROR_LOG_INTERVAL_S:
             self._suppressed += 1
             return
         self._log.error(
             "receipt_write_error",
-            receipt_id=record.get("id"),
+            receipt_id=record.id,
             error=str(exc),
             suppressed_since_last=self._suppressed,
         )

@@ -2,6 +2,7 @@
 
 from firstpass.pipeline._run import (
     WITHHELD_ACTION,
+    Admitted,
     Checks,
     Outcome,
     Pipeline,
@@ -13,6 +14,7 @@ from firstpass.pipeline._verify import StageResult
 
 __all__ = [
     "WITHHELD_ACTION",
+    "Admitted",
     "Checks",
     "Outcome",
     "Pipeline",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping
-from typing import Any
 
 from firstpass.budgets import CURRENT_BUDGET, input_token_bound, output_token_bound
 from firstpass.config import Price
@@ -31,7 +30,7 @@ STAGE_REFUSALS: contextvars.ContextVar[list[BudgetExhausted] | None] = contextva
 
 def worst_case_usd(
     price: Price,
-    body: Mapping[str, Any],
+    body: Mapping[str, object],
     n: int,
     default_max_tokens: int,
     *,
@@ -69,7 +68,7 @@ class BudgetedGrader:
     async def complete(
         self,
         model: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         n: int = 1,
         request_key: str | None = None,

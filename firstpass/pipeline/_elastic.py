@@ -20,23 +20,33 @@ The decisions themselves are the pure functions of ``firstpass.policy``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
-from typing import Any
 
 from firstpass.budgets import budget_record
-from firstpass.config import Certificate, ElasticConfig, Given, Rung, candidate_rule
+from firstpass.config import (
+    ElasticConfig,
+    Given,
+    RequestDraw,
+    applicable,
+)
 from firstpass.errors import BudgetExhausted, FirstpassError, SandboxBusy, UpstreamError
 from firstpass.pipeline._cascade import CascadeRunner
+from firstpass.pipeline._probe import (
+    Labelled,
+    Probe,
+    cert_id,
+    given_record,
+    sample_view,
+    sampling,
+)
 from firstpass.pipeline._seams import SandboxVerdict
 from firstpass.pipeline._state import Answer, LadderResult, LadderState, RunRequest
-from firstpass.pipeline._steps import Concluded, Steps, summary_of
+from firstpass.pipeline._steps import Concluded, Endings, Steps, summary_of
+from firstpass.pipeline._trace import Counterfactuals, ShadowLabels
 from firstpass.pipeline._verify import StageResult
 from firstpass.policy import (
     Attempt,
-    Regime,
     behaviour_keys,
     candidate_order,
     cluster_sizes,
@@ -46,187 +56,12 @@ from firstpass.policy import (
     regime_for,
 )
 from firstpass.probe import ProbeInputs, cached_probe_inputs
-from firstpass.providers import Completion
+from firstpass.receipts import (
+    Counterfactual,
+    ProbeRecord,
+)
 
 __all__ = ["ElasticRunner", "Probe"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Probe:
-    """k samples from one rung, their visible results, and what the policy makes of them."""
-
-    rung_index: int
-    rung: Rung
-    k: int
-    answers: tuple[Answer, ...]  # one per sample, each holding its own choice
-    visible: tuple[StageResult, ...]  # one verdict per sample (tests and listed checks)
-    pass_count: int
-    regime: Regime
-    order: tuple[int, ...]  # passing samples, best candidate first
-    cost_usd: float
-    calls: int
-    score_name: str = "pass_share"
-    #: what a sample had to pass: ``tests`` and the listed visible checks, by name
-    visible_checks: tuple[str, ...] = ("tests",)
-    #: the route's listed visible checks' digest (certificates carry it; None: none listed)
-    checks_digest: str | None = None
-    #: the checks the request added itself (such a probe is never certified, nor calibrated on)
-    request_checks: tuple[str, ...] = ()
-    #: λ in force at this (route, rung) for this request's mode; None: no certificate, it gates
-    lam: float | None = None
-    #: the certificate λ comes from (None: uncertified, see ``licence_problem``)
-    certificate: Certificate | None = None
-    licence_problem: str | None = None
-    #: how the samples were drawn (part of a certificate's context)
-    temperature: float | None = None
-    top_p: float | None = None
-    logit_bias: bool = False
-    # behavioural scores only (None with the default pass_share: the receipt stays as it was)
-    scores: dict[str, float] | None = None
-    clusters: tuple[int, ...] = ()
-    inputs: ProbeInputs | None = None
-
-    @property
-    def candidate(self) -> int:
-        """The sample elastic would serve or gate: the best passing one, else the best failing."""
-        if self.order:
-            return self.order[0]
-        return max(
-            range(len(self.visible)),
-            key=lambda i: (_share(self.visible[i]), -i),
-        )
-
-    @property
-    def score(self) -> float:
-        """The value compared with λ: the configured score of this probe."""
-        if self.scores is None:
-            return self.pass_count / self.k
-        return self.scores[self.score_name]
-
-    def record(self, *, escalate_at: int, max_gate_candidates: int) -> dict[str, Any]:
-        """The receipt's view of this probe: what was drawn, what passed, the regime, and the
-        certificate (or its absence) that decided it."""
-        samples = [
-            {"n_passed": r.n_passed, "n_total": r.n_total, "category": r.category}
-            for r in self.visible
-        ]
-        behavioural: dict[str, Any] = {}
-        if self.scores is not None:
-            for row, result in zip(samples, self.visible, strict=True):
-                row["behaviour"] = getattr(result, "behaviour", None)
-            behavioural = {
-                "scores": dict(self.scores),
-                "g": self.clusters[0] if self.clusters else 0,
-                "clusters": list(self.clusters),
-                "probe_inputs": len(self.inputs) if self.inputs is not None else 0,
-                "probe_inputs_from_request": (
-                    self.inputs.from_request if self.inputs is not None else 0
-                ),
-            }
-        cert = self.certificate
-        return {
-            "rung": self.rung_index,
-            "provider": self.rung.provider,
-            "model": self.rung.model,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            **({"logit_bias": True} if self.logit_bias else {}),
-            "k": self.k,
-            **(
-                {"visible_checks": list(self.visible_checks)}
-                if self.visible_checks != ("tests",)
-                else {}
-            ),
-            **(
-                {"visible_checks_digest": self.checks_digest}
-                if self.checks_digest is not None
-                else {}
-            ),
-            **({"request_checks": list(self.request_checks)} if self.request_checks else {}),
-            "pass_count": self.pass_count,
-            "regime": self.regime,
-            "score": {"name": self.score_name, "value": self.score},
-            **behavioural,
-            "samples": samples,
-            "candidate": self.candidate,
-            "candidate_rule": candidate_rule(self.score_name),
-            "lambda": self.lam,
-            "escalate_at": escalate_at,
-            "max_gate_candidates": max_gate_candidates,
-            "certificate": None if cert is None else cert.id,
-            "uncertified_because": self.licence_problem if cert is None else None,
-            "calibration_id": None if cert is None else cert.id,
-            "alpha": None if cert is None else cert.alpha,
-            "delta": None if cert is None else cert.delta,
-            "calls": self.calls,
-            "cost_usd": self.cost_usd,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Labelled:
-    """What shadow learned from one probe: the gate's verdict on elastic's candidate, what
-    elastic would have done, whether it goes up the ladder, and the cascade's attempt."""
-
-    label: bool | None
-    counterfactual: str | None
-    escalates: bool
-    attempt: Attempt
-    #: the cascade's gate on sample 0 (what a revision of it would be told), if it ran
-    gate0: StageResult | None = None
-    #: why a label gate did not run (a budget cap, no sandbox slot): the label is then
-    #: absent, never guessed, and the request goes on as the cascade would
-    refused: BudgetExhausted | SandboxBusy | None = None
-
-    def note(self) -> dict[str, Any]:
-        """The receipt's reason for an absent label (empty when every label gate ran)."""
-        if isinstance(self.refused, BudgetExhausted):
-            return {"label_budget": budget_record(self.refused)}
-        if self.refused is not None:
-            return {"label_error": {"type": "sandbox_busy", "message": str(self.refused)}}
-        return {}
-
-
-def sampling(req: RunRequest) -> tuple[float | None, float | None]:
-    """The temperature and top_p the probe is drawn at (the route's temperature unless the
-    request sets its own), as ``Pipeline._call`` sends them."""
-    temperature = req.body.get("temperature", req.route.temperature)
-    top_p = req.body.get("top_p")
-    return (
-        None if temperature is None else float(temperature),
-        None if top_p is None else float(top_p),
-    )
-
-
-def _sampling_text(temperature: float | None, top_p: float | None) -> str:
-    shown = "the provider's default" if temperature is None else f"{temperature:g}"
-    return f"temperature {shown}" + ("" if top_p is None else f", top_p {top_p:g}")
-
-
-def _cert_id(cert: Certificate | None) -> str | None:
-    return None if cert is None else cert.id
-
-
-def _share(result: StageResult) -> float:
-    return result.n_passed / result.n_total if result.n_total else 0.0
-
-
-def sample_view(completion: Completion, i: int) -> Completion:
-    """The ``i``-th choice of an n-choice completion, as a one-choice completion.
-
-    Usage is split evenly: input tokens per call, output tokens per choice.
-    """
-    n = max(1, completion.n)
-    reasons = completion.finish_reasons
-    return dataclasses.replace(
-        completion,
-        texts=(completion.texts[i],),
-        finish_reasons=(reasons[i] if i < len(reasons) else None,),
-        input_tokens=completion.input_tokens // max(1, completion.calls),
-        output_tokens=completion.output_tokens // n,
-        calls=1,
-        raw=None,
-    )
 
 
 class ElasticRunner:
@@ -304,38 +139,26 @@ class ElasticRunner:
             # no probe inputs ran: samples agree when their extracted code is the same
             keys = [r.code_sha256 for r in results]
             scores, value = None, None
-        lam = elastic.lambda_for(req.route.name, index, req.mode)
-        licence = elastic.licence(req.route.name, index)
-        cert = licence.certificate if lam is not None else None
-        problem = licence.problem
         temperature, top_p = sampling(req)
         biased = bool(req.body.get("logit_bias"))
-        if cert is not None and req.checks.from_request:
-            # the request's own visible checks change what a passing sample means
-            problem = (
-                "this request adds visible checks ("
-                + ", ".join(req.checks.from_request)
-                + "), which no certificate is computed under"
-            )
-            cert = None
-            lam = None if req.mode == "enforce" else elastic.lambda_
-        if cert is not None and biased:
-            # a bias can make every draw the same: k agreeing samples would then be one sample
-            problem = "this request sets logit_bias, which no certificate is computed under"
-            cert = None
-            lam = None if req.mode == "enforce" else elastic.lambda_
-        if cert is not None and not cert.samples_like(temperature, top_p):
-            # the request changed how samples are drawn: the certified rate is another draw's
-            problem = (
-                f"this request samples at {_sampling_text(temperature, top_p)}; the "
-                f"certificate {cert.id} was computed at "
-                f"{_sampling_text(cert.temperature, cert.top_p)}"
-            )
-            cert = None
-            lam = None if req.mode == "enforce" else elastic.lambda_
+        applied = applicable(
+            lam=elastic.lambda_for(req.route.name, index, req.mode),
+            licence=elastic.licence(req.route.name, index),
+            draw=RequestDraw(
+                temperature=temperature,
+                top_p=top_p,
+                logit_bias=biased,
+                request_checks=req.checks.from_request,
+            ),
+            enforce=req.mode == "enforce",
+            shadow_lambda=elastic.lambda_,
+        )
+        lam, cert, problem = applied.lam, applied.certificate, applied.problem
         regime = regime_for(c, k, lam=lam, escalate_at=elastic.escalate_at, score=value)
         req.trace.step(f"regime:{regime}:{c}/{k}")
-        cost = req.trace.upstream_calls[-1]["cost_usd"]
+        made = req.trace.last_call()
+        assert made is not None  # the probe's own call, just recorded
+        cost = made.cost_usd
         probe = Probe(
             rung_index=index,
             rung=rung,
@@ -379,7 +202,7 @@ class ElasticRunner:
         self.steps.record_check(req, probe.rung_index, sample, "gate", result, purpose)
         return result
 
-    def _probe_record(self, probe: Probe) -> dict[str, Any]:
+    def _probe_record(self, probe: Probe) -> ProbeRecord:
         elastic = self.elastic
         return probe.record(
             escalate_at=elastic.escalate_at, max_gate_candidates=elastic.max_gate_candidates
@@ -402,17 +225,19 @@ class ElasticRunner:
 
         result = await self.steps.run_ladder(req, LadderState(), rung_runner=run_rung)
         if not probes:  # the probe call itself failed upstream
-            error = next((c["error"] for c in req.trace.upstream_calls if c["error"]), None)
-            return self.steps.conclude(req, result, probe={"rung": 0, "error": error})
+            failed = ProbeRecord(rung=0, error=req.trace.first_upstream_error())
+            return self.steps.conclude(req, result, Endings(probe=failed))
         record = self._probe_record(probes[0])
         if len(probes) > 1:
-            record["later"] = [self._probe_record(p) for p in probes[1:]]
+            record.later = [self._probe_record(p) for p in probes[1:]]
         escalated = result.served is None or result.served.rung > 0
         return self.steps.conclude(
             req,
             result,
-            probe=record,
-            extra_cost=self._cascade_estimate(req, probes[0], escalated=escalated),
+            Endings(
+                probe=record,
+                counterfactual=self._cascade_estimate(req, probes[0], escalated=escalated),
+            ),
         )
 
     async def _enforce_rung(
@@ -487,19 +312,19 @@ class ElasticRunner:
             # no probe, no label, and the client gets what the plain cascade makes of it
             req.trace.step("probe:0:budget")
             result = await self.steps.run_ladder(req, LadderState())
-            return self.steps.conclude(
-                req, result, probe={"rung": 0, "error": str(exc), "budget": budget_record(exc)}
-            )
+            refused = ProbeRecord(rung=0, error=str(exc), budget=budget_record(exc))
+            return self.steps.conclude(req, result, Endings(probe=refused))
         if probe is None:
             # no probe, no label: the cascade makes its own rung-0 call as it always would
             result = await self.steps.run_ladder(req, LadderState())
-            return self.steps.conclude(req, result, probe={"rung": 0, "error": str(error)})
+            failed = ProbeRecord(rung=0, error=str(error))
+            return self.steps.conclude(req, result, Endings(probe=failed))
         labelled = await self._label_probe(req, probe, cascade=True)
         state = LadderState(attempts=[labelled.attempt], answers=[probe.answers[0]])
         self.steps.note_verified(req, state)
         # the cascade's attempt is sample 0: it revises it as the cascade would
         await self.steps.revise(req, state, probe.visible[0], labelled.gate0)
-        later: list[dict[str, Any]] = []
+        later: list[ProbeRecord] = []
         reach: dict[int, bool] = {1: labelled.escalates}
         ran: dict[int, Given] = {0: self._given(probe)}  # the probed rungs as they ran
 
@@ -517,27 +342,30 @@ class ElasticRunner:
                 index += 1
         except BudgetExhausted as exc:
             # only labels were left to buy: the client still gets what the cascade decided
-            later.append({"rung": index, "error": str(exc), "budget": budget_record(exc)})
+            later.append(ProbeRecord(rung=index, error=str(exc), budget=budget_record(exc)))
             stopped = exc
         except SandboxBusy as exc:
             # the label's samples got no sandbox slot: likewise, the cascade's answer stands
-            later.append({"rung": index, "error": str(exc), "sandbox_busy": True})
-        decision = {
-            "counterfactual": labelled.counterfactual,
-            "gate_label": labelled.label,
-            "label_sample": probe.candidate if labelled.label is not None else None,
-            **labelled.note(),
-            **({"budget": budget_record(stopped)} if stopped is not None else {}),
-        }
+            later.append(ProbeRecord(rung=index, error=str(exc), sandbox_busy=True))
+        labels = ShadowLabels(
+            counterfactual=labelled.counterfactual,
+            gate_label=labelled.label,
+            label_sample=probe.candidate if labelled.label is not None else None,
+            label_budget=labelled.label_budget,
+            label_error=labelled.label_error,
+        )
         record = self._probe_record(probe)
         if later:
-            record["later"] = later
+            record.later = later
         return self.steps.conclude(
             req,
             result,
-            decision=decision,
-            probe=record,
-            extra_cost=self._elastic_estimate(req, probe, labelled.counterfactual),
+            Endings(
+                probe=record,
+                shadow=labels,
+                counterfactual=self._elastic_estimate(req, probe, labelled.counterfactual),
+                budget=budget_record(stopped) if stopped is not None else None,
+            ),
         )
 
     async def _shadow_rung(
@@ -546,7 +374,7 @@ class ElasticRunner:
         state: LadderState | None,
         index: int,
         reach: dict[int, bool],
-        later: list[dict[str, Any]],
+        later: list[ProbeRecord],
         ran: dict[int, Given],
     ) -> None:
         """Rung ``index`` in shadow: the cascade's attempt (``state``; None when only elastic
@@ -564,7 +392,7 @@ class ElasticRunner:
             # enforce runs a rung without k the cascade way: it goes on when the attempt fails
             reach[index + 1] = elastic_here and not attempt.verified
             return
-        given = [ran[j].to_dict() for j in sorted(ran) if j < index]
+        given = [given_record(ran[j]) for j in sorted(ran) if j < index]
         try:
             probe, error = await self._probe(req, index)
         except BudgetExhausted as exc:
@@ -573,13 +401,13 @@ class ElasticRunner:
             # the cascade's attempt still fits where k samples do not: made the cascade way
             req.trace.step(f"probe:{index}:budget")
             later.append(
-                {"rung": index, "error": str(exc), "budget": budget_record(exc), "given": given}
+                ProbeRecord(rung=index, error=str(exc), budget=budget_record(exc), given=given)
             )
             reach[index + 1] = False  # unknown: nothing above is labelled for this request
             await self.steps.attempt_rung(req, state, index)
             return
         if probe is None:
-            later.append({"rung": index, "error": str(error), "given": given})
+            later.append(ProbeRecord(rung=index, error=str(error), given=given))
             reach[index + 1] = False  # unknown: nothing above is labelled for this request
             if state is not None:
                 state.attempts.append(Attempt(rung=index, upstream_failed=True))
@@ -594,23 +422,23 @@ class ElasticRunner:
             self.steps.note_verified(req, state)
             await self.steps.revise(req, state, probe.visible[0], labelled.gate0)
         reach[index + 1] = labelled.escalates
-        later.append(
-            {
-                **self._probe_record(probe),
-                "gate_label": labelled.label,
-                **labelled.note(),
-                "counterfactual": labelled.counterfactual,
-                "cascade_reached": state is not None,
-                "given": given,
-            }
-        )
+        record = self._probe_record(probe)
+        record.gate_label = labelled.label
+        if labelled.label_budget is not None:
+            record.label_budget = labelled.label_budget
+        if labelled.label_error is not None:
+            record.label_error = labelled.label_error
+        record.counterfactual = labelled.counterfactual
+        record.cascade_reached = state is not None
+        record.given = given
+        later.append(record)
 
     def _given(self, probe: Probe) -> Given:
         """A probed rung as it ran for this request: what a higher rung's label depends on."""
         elastic = self.elastic
         return Given(
             rung=probe.rung_index,
-            certificate=_cert_id(probe.certificate),
+            certificate=cert_id(probe.certificate),
             lambda_=probe.lam,
             escalate_at=elastic.escalate_at,
             max_gate_candidates=elastic.max_gate_candidates,
@@ -639,7 +467,7 @@ class ElasticRunner:
                 refused.append(exc)
                 return None
 
-        jobs: list[Coroutine[Any, Any, StageResult | None]] = []
+        jobs: list[Coroutine[object, object, StageResult | None]] = []
         if cascade_gate:
             jobs.append(self._gate(req, probe, 0, purpose=None))
         if separate_label:
@@ -671,7 +499,7 @@ class ElasticRunner:
                     gate_any = True
                     break
         if probe.regime == "escalate":
-            counterfactual: str | None = "escalate"
+            counterfactual: Counterfactual | None = "escalate"
         elif probe.regime == "serve":
             counterfactual = "serve_without_gate"
         elif not has_gate:  # the visible tests were the whole check
@@ -697,30 +525,26 @@ class ElasticRunner:
 
     def _higher_rung_cost(self, req: RunRequest) -> float:
         """Cost of the calls this request made above rung 0; if none, an estimate of rung 1."""
-        made = [c["cost_usd"] for c in req.trace.upstream_calls if c["rung"] >= 1]
-        if made:
-            return float(sum(made))
+        if req.trace.called_above(0):
+            return req.trace.cost_above(0)
         if len(req.route.ladder) < 2:
             return 0.0
         return req.trace.estimate_call_cost(req.route.ladder[1])
 
     def _cascade_estimate(
         self, req: RunRequest, probe: Probe, *, escalated: bool
-    ) -> dict[str, Any]:
+    ) -> Counterfactuals:
         """Enforce: what the plain cascade would have cost (one cheap sample, plus what went up)."""
         one_sample = probe.cost_usd / max(1, probe.k)
         if not escalated:
-            return {"counterfactual_usd": one_sample, "counterfactual_policy": "cascade"}
-        return {
-            "counterfactual_usd": one_sample + self._higher_rung_cost(req),
-            "counterfactual_policy": "cascade",
-        }
+            return Counterfactuals(usd=one_sample, policy="cascade")
+        return Counterfactuals(usd=one_sample + self._higher_rung_cost(req), policy="cascade")
 
     def _elastic_estimate(
-        self, req: RunRequest, probe: Probe, counterfactual: str | None
-    ) -> dict[str, Any]:
+        self, req: RunRequest, probe: Probe, counterfactual: Counterfactual | None
+    ) -> Counterfactuals:
         """Shadow: what elastic would have cost (the probe, plus rung 1 when it escalates)."""
         cost = probe.cost_usd
         if counterfactual in ("escalate", "escalate_after_gate"):
             cost += self._higher_rung_cost(req)
-        return {"counterfactual_usd": cost, "counterfactual_policy": "elastic"}
+        return Counterfactuals(usd=cost, policy="elastic")

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
+import msgspec
 import structlog
 
 from firstpass.budgets import CURRENT_BUDGET, BudgetLedger, budget_record, ledger_for
 from firstpass.checks import Check, Grader, JudgeBinding, build_check
-from firstpass.config import BudgetsConfig, Config, RouteConfig
+from firstpass.config import BudgetsConfig, Config
 from firstpass.errors import (
     BudgetExhausted,
     FirstpassError,
@@ -31,13 +31,15 @@ from firstpass.pipeline._budget import BudgetedGrader
 from firstpass.pipeline._cascade import CascadeRunner
 from firstpass.pipeline._elastic import ElasticRunner
 from firstpass.pipeline._seams import ReceiptSink, SandboxRunner
-from firstpass.pipeline._state import Checks, Outcome, RunRequest
-from firstpass.pipeline._steps import Steps
+from firstpass.pipeline._state import Admitted, Checks, Outcome, RunRequest
+from firstpass.pipeline._steps import Concluded, Endings, Steps
 from firstpass.pipeline._trace import Trace
 from firstpass.providers import Provider
+from firstpass.receipts import Action, BudgetRecord, ErrorRecord, Receipt, RequestInfo
 
 __all__ = [
     "WITHHELD_ACTION",
+    "Admitted",
     "Checks",
     "Outcome",
     "Pipeline",
@@ -77,7 +79,7 @@ def route_checks(
 
 #: ``decision.action`` of a request whose answer was withheld because its receipt could not be
 #: made durable (``[receipts] fsync = "durable"`` on a failing disk)
-WITHHELD_ACTION = "receipts_unavailable"
+WITHHELD_ACTION: Action = "receipts_unavailable"
 
 
 def receipts_unavailable(exc: BaseException | None = None) -> RequestError:
@@ -92,15 +94,15 @@ def receipts_unavailable(exc: BaseException | None = None) -> RequestError:
     )
 
 
-def withheld(record: dict[str, Any], err: RequestError) -> dict[str, Any]:
-    """``record`` as it must read when its answer was not sent: everything done (calls, checks,
-    cost, the probe) kept, nothing served, the 503 stated."""
-    return {
-        **record,
-        "decision": {**record.get("decision", {}), "action": WITHHELD_ACTION},
-        "served": None,
-        "error": {"status": 503, "type": "receipts_unavailable", "message": str(err)},
-    }
+def withheld(receipt: Receipt, err: RequestError) -> Receipt:
+    """``receipt`` as it must read when its answer was not sent: everything done (calls,
+    checks, cost, the probe) kept, nothing served, the 503 stated."""
+    return msgspec.structs.replace(
+        receipt,
+        decision=msgspec.structs.replace(receipt.decision, action=WITHHELD_ACTION),
+        served=None,
+        error=ErrorRecord(status=503, type="receipts_unavailable", message=str(err)),
+    )
 
 
 class Pipeline:
@@ -130,21 +132,11 @@ class Pipeline:
 
     # -- entry point ---------------------------------------------------------------------------
 
-    async def handle(
-        self,
-        *,
-        receipt_id: str,
-        route: RouteConfig,
-        mode: str,
-        body: dict[str, Any],
-        n: int,
-        checks: Checks,
-        task_id: str | None,
-        request_info: dict[str, Any],
-        prompt_text: str = "",
-        started: float | None = None,
-        client_key: str | None = None,
-    ) -> Outcome:
+    async def handle(self, admitted: Admitted) -> Outcome:
+        """Run one admitted request; never raises for anything a client or an upstream can
+        cause, and has written its one receipt by the time it returns."""
+        receipt_id, mode = admitted.receipt_id, admitted.mode
+        route, checks = admitted.route, admitted.checks
         listed = self.route_checks.get(route.name)
         if listed is not None and mode != "passthrough":
             checks = dataclasses.replace(
@@ -157,54 +149,54 @@ class Pipeline:
             config=self.config,
             route=route,
             mode=mode,
-            request=request_info,
-            started=started,
+            request=admitted.request,
+            started=admitted.started,
         )
         req = RunRequest(
             receipt_id=receipt_id,
             route=route,
             mode=mode,
-            body=body,
-            n=n,
+            body=admitted.body,
+            n=admitted.n,
             checks=checks,
-            task_id=task_id,
+            task_id=admitted.task_id,
             trace=trace,
-            prompt_text=prompt_text,
-            budget=self.budgets.open(client_key) if self.budgets is not None else None,
+            prompt_text=admitted.prompt_text,
+            budget=self.budgets.open(admitted.client_key) if self.budgets is not None else None,
         )
         budget_token = CURRENT_BUDGET.set(req.budget)
         outcome: Outcome | None = None
-        record: dict[str, Any] | None = None
+        receipt: Receipt | None = None
         deadline = self.config.server.request_timeout_s
         try:
             async with asyncio.timeout(deadline):
-                outcome, record = await self._run(req)
+                outcome, receipt = await self._run(req)
         except TimeoutError:
             # one deadline for the whole request, however many rungs and retries it took
             late: FirstpassError = UpstreamTimeout(
                 f"no verified answer within the request deadline of {deadline:g} s "
                 "(server.request_timeout_s)"
             )
-            record = trace.record(
+            receipt = trace.record(
                 action="timeout",
                 served=None,
-                error={"status": 504, "type": "request_timeout", "message": str(late)},
+                error=ErrorRecord(status=504, type="request_timeout", message=str(late)),
             )
             outcome = Outcome(receipt_id=receipt_id, action="timeout", mode=mode, error=late)
         except asyncio.CancelledError:
             # the client went away: still one receipt, then let the cancellation through
-            record = trace.record(
+            receipt = trace.record(
                 action="cancelled",
                 served=None,
-                error={"status": 499, "type": "cancelled", "message": "client disconnected"},
+                error=ErrorRecord(status=499, type="cancelled", message="client disconnected"),
             )
             raise
         except SandboxBusy as exc:
             # no sandbox slot in time: a clean 503 the client may retry, stated on the receipt
-            record = trace.record(
+            receipt = trace.record(
                 action="sandbox_busy",
                 served=None,
-                error={"status": exc.http_status, "type": "sandbox_busy", "message": str(exc)},
+                error=ErrorRecord(status=exc.http_status, type="sandbox_busy", message=str(exc)),
             )
             outcome = Outcome(receipt_id=receipt_id, action="sandbox_busy", mode=mode, error=exc)
         except Exception as exc:  # a bug of ours: answer 500 without a traceback, keep the receipt
@@ -213,23 +205,23 @@ class Pipeline:
             if self.config.server.debug:  # name the exception, never the traceback
                 message += f" ({type(exc).__name__}: {exc})"
             err = FirstpassError(message)
-            record = trace.record(
+            receipt = trace.record(
                 action="internal_error",
                 served=None,
-                error={"status": 500, "type": "server_error", "message": type(exc).__name__},
+                error=ErrorRecord(status=500, type="server_error", message=type(exc).__name__),
             )
             outcome = Outcome(receipt_id=receipt_id, action="internal_error", mode=mode, error=err)
         finally:
             CURRENT_BUDGET.reset(budget_token)
-            if record is not None:
+            if receipt is not None:
                 try:
-                    await self.writer.write(record)
+                    await self.writer.write(receipt)
                 except ReceiptUnavailable as exc:
                     # durable receipts and the disk failed: withhold the answer (503) and
                     # write, without waiting, a receipt that says so instead of the one that
                     # claims it was sent
                     err = receipts_unavailable(exc)
-                    receipted = await self._enqueue(withheld(record, err), receipt_id)
+                    receipted = await self._enqueue(withheld(receipt, err), receipt_id)
                     outcome = Outcome(
                         receipt_id=receipt_id,
                         action=WITHHELD_ACTION,
@@ -250,7 +242,32 @@ class Pipeline:
                     )
         return outcome
 
-    async def _enqueue(self, record: dict[str, Any], receipt_id: str) -> bool:
+    async def refuse(
+        self,
+        *,
+        receipt_id: str,
+        request: RequestInfo,
+        error: ErrorRecord,
+        started: float | None = None,
+        budget: BudgetRecord | None = None,
+    ) -> bool:
+        """Write the one receipt of a request refused before it ran (``decision.action =
+        "rejected"``); ``False`` when the writer has failed for good and nothing was written
+        (the response must then name no receipt). A refusal acknowledges no answer, so its
+        receipt never waits for the disk."""
+        trace = Trace(
+            receipt_id=receipt_id,
+            config=self.config,
+            route=None,
+            mode="rejected",
+            request=request,
+            started=started,
+        )
+        trace.step("rejected")
+        receipt = trace.record(action="rejected", served=None, error=error, budget=budget)
+        return await self._enqueue(receipt, receipt_id)
+
+    async def _enqueue(self, record: Receipt, receipt_id: str) -> bool:
         """Queue a receipt that acknowledges no answer; ``False`` when the writer has failed
         for good (logged: the receipt is lost, the response must not name it)."""
         try:
@@ -260,28 +277,28 @@ class Pipeline:
             return False
         return True
 
-    async def _run(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+    async def _run(self, req: RunRequest) -> Concluded:
         """The request's runner; a budget that refuses a call ends it here (``_budget_stop``)."""
         try:
             return await self._runner(req)
         except BudgetExhausted as exc:
             return self._budget_stop(req, exc)
 
-    def _budget_stop(self, req: RunRequest, exc: BudgetExhausted) -> tuple[Outcome, dict[str, Any]]:
+    def _budget_stop(self, req: RunRequest, exc: BudgetExhausted) -> Concluded:
         """A call would have crossed a cap and was not made: serve the first answer that passed
         every check so far (``serve_best_verified``), else answer the 429; the receipt says
         which cap, its limit and what was spent (``decision.budget``)."""
-        decision = {"budget": budget_record(exc)}
+        stop = Endings(budget=budget_record(exc))
         on_exhausted = (self.config.budgets or BudgetsConfig()).on_exhausted
         if on_exhausted == "serve_best_verified" and req.verified:
             served = req.verified[0]
             req.trace.step(f"budget:serve:{served.rung}")
-            action = "served" if served.rung == 0 else "escalated"
-            return self.steps.finish(req, action=action, served=served, decision=decision)
+            action: Action = "served" if served.rung == 0 else "escalated"
+            return self.steps.finish(req, action=action, served=served, endings=stop)
         req.trace.step("budget:error")
-        return self.steps.error(req, action="budget_exhausted", error=exc, decision=decision)
+        return self.steps.error(req, action="budget_exhausted", error=exc, endings=stop)
 
-    async def _runner(self, req: RunRequest) -> tuple[Outcome, dict[str, Any]]:
+    async def _runner(self, req: RunRequest) -> Concluded:
         """The runner for the request's mode (the server has already checked it is allowed)."""
         if req.mode == "passthrough":
             return await self.cascade.passthrough(req)

@@ -8,16 +8,24 @@ way lets strict mypy check the request path without tying it to one implementati
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from firstpass.probe import ProbeInputs
+from firstpass.receipts import Receipt
 from firstpass.sandbox import TestSpec
 
-__all__ = ["ReceiptSink", "SandboxRunner", "SandboxService", "SandboxVerdict"]
+__all__ = [
+    "ReceiptSink",
+    "SandboxRunner",
+    "SandboxService",
+    "SandboxVerdict",
+    "StageVerdict",
+    "Verdict",
+]
 
 
-class SandboxVerdict(Protocol):
-    """One sample's verdict on one test spec (``firstpass.sandbox.SampleResult``)."""
+class Verdict(Protocol):
+    """What the trace and the policy read of a verdict: counts, category, isolation, time."""
 
     @property
     def passed(self) -> bool: ...
@@ -31,8 +39,22 @@ class SandboxVerdict(Protocol):
     def isolation(self) -> str: ...
     @property
     def wall_ms(self) -> float: ...
+
+
+class SandboxVerdict(Verdict, Protocol):
+    """One sample's verdict on one test spec (``firstpass.sandbox.SampleResult``)."""
+
     @property
     def code_sha256(self) -> str: ...
+
+
+class StageVerdict(Verdict, Protocol):
+    """A stage's verdict as the trace records it: the sandbox's ``SampleResult`` or the
+    pipeline's ``StageResult`` (tests and listed checks as one), with the hidden cases the
+    reference could not answer."""
+
+    @property
+    def dropped_cases(self) -> tuple[tuple[int, str], ...]: ...
 
 
 class SandboxRunner(Protocol):
@@ -48,9 +70,9 @@ class SandboxRunner(Protocol):
 class SandboxService(SandboxRunner, Protocol):
     """A sandbox the server starts and stops with the app (``async with``)."""
 
-    async def __aenter__(self) -> Any: ...
+    async def __aenter__(self) -> object: ...  # the server uses the sandbox it made, not this
 
-    async def __aexit__(self, *exc: object) -> Any: ...
+    async def __aexit__(self, *exc: object) -> None: ...
 
 
 class ReceiptSink(Protocol):
@@ -61,6 +83,6 @@ class ReceiptSink(Protocol):
     for the disk (for receipts that acknowledge no answer: refusals, a withheld answer's).
     """
 
-    async def write(self, record: dict[str, Any]) -> None: ...
+    async def write(self, record: Receipt) -> None: ...
 
-    async def enqueue(self, record: dict[str, Any]) -> None: ...
+    async def enqueue(self, record: Receipt) -> None: ...

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
+import msgspec
+
+from firstpass._json import JSON
 from firstpass.budgets import RequestBudget
 from firstpass.checks import Check, CheckRequest
 from firstpass.config import RouteConfig, Rung
@@ -12,9 +15,28 @@ from firstpass.errors import FirstpassError, UpstreamError
 from firstpass.pipeline._trace import Served, Trace
 from firstpass.policy import Attempt
 from firstpass.providers import Completion
+from firstpass.receipts import (
+    UNSET,
+    Action,
+    Counterfactual,
+    Mode,
+    RequestInfo,
+    UnsetType,
+    Verification,
+)
 from firstpass.sandbox import TestSpec
 
-__all__ = ["Answer", "Checks", "LadderResult", "LadderState", "Outcome", "RunRequest"]
+__all__ = [
+    "Admitted",
+    "Answer",
+    "Checks",
+    "LadderResult",
+    "LadderState",
+    "Outcome",
+    "ResponseSummary",
+    "RunRequest",
+    "VisibleCount",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,7 +54,7 @@ class Checks:
     n_hidden: int = 0
     #: the request's own probe inputs (``firstpass.probe_inputs``): one plain-JSON argument list
     #: per call of the entry point, run for behavioural agreement and never judged
-    probe_inputs: tuple[tuple[Any, ...], ...] = ()
+    probe_inputs: tuple[tuple[JSON, ...], ...] = ()
     visible_checks: tuple[Check, ...] = ()
     gate_checks: tuple[Check, ...] = ()
     #: names of the visible checks the request itself added (no certificate covers them)
@@ -61,18 +83,50 @@ class Checks:
         return (["tests"] if spec is not None else []) + [c.name for c in listed]
 
 
+class VisibleCount(msgspec.Struct):
+    passed: int
+    total: int
+
+
+class ResponseSummary(msgspec.Struct, kw_only=True):
+    """The ``firstpass`` object of a response (docs/api.md): the receipt's gist, no hashes.
+
+    ``counterfactual`` and ``gate_label`` appear in shadow mode only."""
+
+    receipt_id: str
+    mode: Mode
+    route: str | None
+    action: Action
+    regime: str
+    served_model: str | None
+    verification: Verification | None
+    visible: VisibleCount | None
+    gate: Literal["passed", "failed", "skipped"]
+    cost_usd: float
+    overhead_ms: float
+    counterfactual: Counterfactual | UnsetType | None = UNSET
+    gate_label: bool | UnsetType | None = UNSET
+
+    def to_json(self) -> dict[str, JSON]:
+        """As the response carries it."""
+        out: dict[str, JSON] = msgspec.to_builtins(self)  # a Struct's builtins: a JSON object
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     """What the server answers with: a served answer or an error, plus the receipt's gist."""
 
     receipt_id: str
-    action: str
-    mode: str
+    action: Action
+    mode: Mode
     served: Served | None = None
     error: FirstpassError | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
+    #: None when the pipeline concluded nothing (a timeout, a refusal): the response's
+    #: ``firstpass`` object is then empty
+    summary: ResponseSummary | None = None
     overhead_ms: float = 0.0
-    raw: dict[str, Any] | None = None  # pass-through: the upstream JSON as it came
+    raw: dict[str, JSON] | None = None  # pass-through: the upstream JSON as it came
     #: ``False`` only when the receipt writer had failed for good and nothing was written:
     #: the response then names no receipt
     receipted: bool = True
@@ -82,14 +136,37 @@ class Outcome:
         return 200 if self.error is None else self.error.http_status
 
 
+@dataclass(frozen=True, kw_only=True)
+class Admitted:
+    """A request admission let through, as the pipeline runs it: the one value that crosses
+    from the server (any API dialect) into the pipeline (``Pipeline.handle``)."""
+
+    receipt_id: str
+    route: RouteConfig
+    mode: Mode
+    #: what goes upstream: the chat body without Firstpass's own fields
+    body: dict[str, JSON]
+    n: int
+    checks: Checks
+    task_id: str | None
+    #: the receipt's ``request`` part: what was asked, hashed
+    request: RequestInfo
+    #: the prompt as text (on the receipt only with ``[receipts] store_content``)
+    prompt_text: str = ""
+    #: ``time.perf_counter()`` when the request arrived (None: when the pipeline starts)
+    started: float | None = None
+    #: the configured name of the client key it came with (its budgets)
+    client_key: str | None = None
+
+
 @dataclass(kw_only=True)
 class RunRequest:
     """One request as the pipeline sees it (built by the server from a parsed ChatRequest)."""
 
     receipt_id: str
     route: RouteConfig
-    mode: str
-    body: dict[str, Any]
+    mode: Mode
+    body: dict[str, JSON]
     n: int
     checks: Checks
     task_id: str | None
@@ -113,7 +190,7 @@ class Answer:
     #: 0 for the rung's first answer, n for its n-th revision
     revision: int = 0
 
-    def served(self, verification: str) -> Served:
+    def served(self, verification: Verification) -> Served:
         return Served(
             rung=self.rung_index,
             provider=self.rung.provider,
@@ -134,13 +211,13 @@ class LadderState:
     answers: list[Answer | None] = field(default_factory=list)
     last_error: UpstreamError | None = None
     first_rung: int = 0
-    served_action: str = "served"  # the action name for serving a verified rung-0 attempt
+    served_action: Action = "served"  # the action name for serving a verified rung-0 attempt
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LadderResult:
     """How the cascade ended: an answer to serve, or an error; ``action`` names which."""
 
-    action: str
+    action: Action
     served: Served | None = None
     error: FirstpassError | None = None

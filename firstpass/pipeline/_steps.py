@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal, cast
 
+import msgspec
 import structlog
 
+from firstpass._json import JSON
 from firstpass.budgets import Hold
 from firstpass.checks import CheckResult, run_all
 from firstpass.config import BudgetsConfig, Config, Rung
@@ -27,9 +30,11 @@ from firstpass.pipeline._state import (
     LadderResult,
     LadderState,
     Outcome,
+    ResponseSummary,
     RunRequest,
+    VisibleCount,
 )
-from firstpass.pipeline._trace import Served, usd
+from firstpass.pipeline._trace import Counterfactuals, Served, ShadowLabels, usd
 from firstpass.pipeline._verify import Stage, StageResult, feedback_for, stage_result
 from firstpass.policy import (
     Attempt,
@@ -42,8 +47,22 @@ from firstpass.policy import (
     next_step,
 )
 from firstpass.providers import Completion, Provider
+from firstpass.receipts import (
+    Action,
+    BudgetRecord,
+    CheckResultRecord,
+    Content,
+    ErrorRecord,
+    ProbeRecord,
+    Purpose,
+    Receipt,
+    RevisionAttempt,
+)
+from firstpass.receipts import (
+    Stage as StageName,
+)
 
-__all__ = ["RungRunner", "Steps", "summary_of"]
+__all__ = ["Concluded", "Endings", "RungRunner", "Steps", "summary_of"]
 
 log = structlog.get_logger("firstpass.pipeline")
 
@@ -57,7 +76,18 @@ REVISION_PROMPT = (
 )
 
 #: what ``conclude``, ``finish`` and ``error`` return: the response, and the receipt to write
-Concluded = tuple[Outcome, dict[str, Any]]
+Concluded = tuple[Outcome, Receipt]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Endings:
+    """What a runner adds to the receipt as it concludes: the probe it drew, shadow's labels,
+    the other policy's cost, and the budget cap that stopped it (each None when absent)."""
+
+    probe: ProbeRecord | None = None
+    shadow: ShadowLabels | None = None
+    counterfactual: Counterfactuals | None = None
+    budget: BudgetRecord | None = None
 
 
 class Steps:
@@ -128,7 +158,12 @@ class Steps:
             return LadderResult(action="exhausted_error", error=err)
 
     async def attempt_rung(
-        self, req: RunRequest, state: LadderState, index: int, *, purpose: str = "attempt"
+        self,
+        req: RunRequest,
+        state: LadderState,
+        index: int,
+        *,
+        purpose: Literal["attempt", "label"] = "attempt",
     ) -> None:
         """One cascade attempt: call the rung for one answer, check it, record the attempt; a
         failed answer is then revised on the same rung while the route allows
@@ -211,9 +246,9 @@ class Steps:
         if policy is None or answer is None or attempt.verified or attempt.upstream_failed:
             return
         index = attempt.rung
-        record: dict[str, Any] = {"rung": index, "attempts": [], "stopped": None}
-        req.trace.revisions.append(record)
-        messages = list(req.body.get("messages") or [])
+        loop = req.trace.revision_loop(index)
+        # a list of messages: admission checked it (``_chat._check_messages``)
+        messages = list(cast("list[JSON]", req.body.get("messages") or []))
         current = answer.completion.texts[0]
         for n in range(1, policy.max_revisions + 2):
             failed: tuple[Stage, StageResult] | None = (
@@ -226,15 +261,15 @@ class Steps:
             if failed is None:
                 return
             if n > policy.max_revisions:
-                record["stopped"] = "max_revisions"
+                loop.stopped = "max_revisions"
                 return
             stage, result = failed
             if not result.needs_revision:
-                record["stopped"] = "not_revisable"
+                loop.stopped = "not_revisable"
                 return
             stop = self._revision_room(req, policy.max_cost_usd)
             if stop is not None:
-                record["stopped"] = stop
+                loop.stopped = stop
                 return
             spec = req.checks.visible if stage == "visible" else req.checks.hidden
             feedback = feedback_for(
@@ -251,8 +286,8 @@ class Steps:
             rung = req.route.ladder[index]
             req.trace.step(f"revise:{index}:{n}")
             cost_before = req.trace.cost_usd
-            entry: dict[str, Any] = {"revision": n, "stage": stage, "feedback_chars": len(feedback)}
-            record["attempts"].append(entry)
+            entry = RevisionAttempt(revision=n, stage=stage, feedback_chars=len(feedback))
+            loop.attempts.append(entry)
             try:
                 completion, error = await self.call(
                     req,
@@ -263,28 +298,28 @@ class Steps:
                     body={**req.body, "messages": messages},
                 )
                 if completion is None:
-                    entry.update(error=str(error), passed=False)
-                    record["stopped"] = "upstream_error"
+                    entry.error, entry.passed = str(error), False
+                    loop.stopped = "upstream_error"
                     return
                 current = completion.texts[0]
                 visible, gate = await self.check(req, index, 0, current, purpose=f"revision:{n}")
             except asyncio.CancelledError:
                 # the request deadline (or shutdown) cut this revision off: the receipt says so
-                entry.update(passed=False, cost_usd=usd(req.trace.cost_usd - cost_before))
-                record["stopped"] = "interrupted"
+                entry.passed, entry.cost_usd = False, usd(req.trace.cost_usd - cost_before)
+                loop.stopped = "interrupted"
                 raise
             except BudgetExhausted:  # a budget cap: the revision (or its judge) was not run
-                entry.update(passed=False, cost_usd=usd(req.trace.cost_usd - cost_before))
-                record["stopped"] = "budget"
+                entry.passed, entry.cost_usd = False, usd(req.trace.cost_usd - cost_before)
+                loop.stopped = "budget"
                 raise
             self.record_attempt(state, index, rung, completion, visible, gate, revision=n)
             self.note_verified(req, state)
-            entry.update(
-                passed=state.attempts[-1].verified,
-                cost_usd=usd(req.trace.cost_usd - cost_before),
-            )
+            entry.passed = state.attempts[-1].verified
+            entry.cost_usd = usd(req.trace.cost_usd - cost_before)
 
-    def _revision_room(self, req: RunRequest, max_cost_usd: float | None) -> str | None:
+    def _revision_room(
+        self, req: RunRequest, max_cost_usd: float | None
+    ) -> Literal["deadline", "budget"] | None:
         """Why one more revision does not fit (``deadline``, ``budget``), or None when it does.
 
         The next call is assumed to take as long as the rung's last one and to cost one sample
@@ -292,46 +327,26 @@ class Steps:
         each probe, no label runs), so it revises exactly when the cascade would; the deadline
         is the request's own in every mode.
         """
-        last = req.trace.upstream_calls[-1] if req.trace.upstream_calls else None
+        last = req.trace.last_call()
         if last is None:
             return None
-        expected_s = (last["latency_ms"] + req.trace.last_check_ms) / 1000.0
+        expected_s = (last.latency_ms + req.trace.last_check_ms) / 1000.0
         left = self.config.server.request_timeout_s - req.trace.elapsed_ms() / 1000.0
         if expected_s >= left:
             return "deadline"
         spent = req.trace.cascade_spend() if req.mode == "shadow" else req.trace.cost_usd
-        one_more = last["cost_usd"] / max(1, last["n"])
+        one_more = last.cost_usd / max(1, last.n)
         if max_cost_usd is not None and spent + one_more > max_cost_usd:
             return "budget"
         return None
 
     def conclude(
-        self,
-        req: RunRequest,
-        result: LadderResult,
-        *,
-        decision: dict[str, Any] | None = None,
-        probe: dict[str, Any] | None = None,
-        extra_cost: dict[str, Any] | None = None,
-    ) -> tuple[Outcome, dict[str, Any]]:
+        self, req: RunRequest, result: LadderResult, endings: Endings | None = None
+    ) -> Concluded:
         if result.served is not None:
-            return self.finish(
-                req,
-                action=result.action,
-                served=result.served,
-                decision=decision,
-                probe=probe,
-                extra_cost=extra_cost,
-            )
+            return self.finish(req, action=result.action, served=result.served, endings=endings)
         assert result.error is not None
-        return self.error(
-            req,
-            action=result.action,
-            error=result.error,
-            decision=decision,
-            probe=probe,
-            extra_cost=extra_cost,
-        )
+        return self.error(req, action=result.action, error=result.error, endings=endings)
 
     async def call(
         self,
@@ -339,9 +354,9 @@ class Steps:
         rung_index: int,
         rung: Rung,
         *,
-        purpose: str,
+        purpose: Purpose,
         n: int,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, JSON] | None = None,
     ) -> tuple[Completion | None, UpstreamError | None]:
         provider = self.providers[rung.provider]
         # providers copy what they send; copy here only to change a field
@@ -400,7 +415,7 @@ class Steps:
         req: RunRequest,
         rung_index: int,
         rung: Rung,
-        body: Mapping[str, Any],
+        body: Mapping[str, JSON],
         n: int,
         *,
         same_prompt: bool,
@@ -416,7 +431,7 @@ class Steps:
             body,
             n,
             self.default_max_tokens,
-            input_tokens=self._prompt_tokens(req, rung_index) if same_prompt else None,
+            input_tokens=req.trace.prompt_tokens(rung_index) if same_prompt else None,
             calls=calls,
         )
         try:
@@ -424,22 +439,6 @@ class Steps:
         except BudgetExhausted:
             req.trace.step(f"budget_exhausted:{rung_index}")
             raise
-
-    @staticmethod
-    def _prompt_tokens(req: RunRequest, rung_index: int) -> int | None:
-        """The request's prompt in input tokens as this very rung counted them (its own
-        tokenizer), when a call of it to this rung answered with a count; else None (the byte
-        bound holds). Another rung's count bounds nothing here, and neither does a count of 0."""
-        for made in req.trace.upstream_calls:
-            if (
-                made["rung"] == rung_index
-                and made["purpose"] != "revision"
-                and made["error"] is None
-                and made["calls"] > 0
-                and made["input_tokens"] > 0
-            ):
-                return int(made["input_tokens"]) // int(made["calls"])
-        return None
 
     async def check(
         self, req: RunRequest, rung_index: int, sample: int, answer: str, purpose: str | None = None
@@ -512,10 +511,11 @@ class Steps:
         req: RunRequest,
         rung_index: int,
         sample: int,
-        kind: str,
+        kind: StageName,
         result: StageResult,
         purpose: str | None = None,
     ) -> None:
+        with_reasons = self.config.receipts.store_content
         req.trace.check(
             rung_index=rung_index,
             sample=sample,
@@ -523,34 +523,35 @@ class Steps:
             result=result,
             purpose=purpose,
             results=[
-                r.to_dict(with_reasons=self.config.receipts.store_content) for r in result.results
+                msgspec.convert(r.to_dict(with_reasons=with_reasons), CheckResultRecord)
+                for r in result.results
             ],
         )
         if result.cost_usd:
             req.trace.check_cost(result.cost_usd, label=purpose == "label")
 
-    def content(self, req: RunRequest, served: Served | None) -> dict[str, str] | None:
+    def content(self, req: RunRequest, served: Served | None) -> Content | None:
         if not self.config.receipts.store_content:
             return None
-        return {"prompt": req.prompt_text, "answer": served.text if served else ""}
+        return Content(prompt=req.prompt_text, answer=served.text if served else "")
 
     def finish(
         self,
         req: RunRequest,
         *,
-        action: str,
+        action: Action,
         served: Served,
-        raw: dict[str, Any] | None = None,
-        decision: dict[str, Any] | None = None,
-        probe: dict[str, Any] | None = None,
-        extra_cost: dict[str, Any] | None = None,
-    ) -> tuple[Outcome, dict[str, Any]]:
-        record = req.trace.record(
+        raw: dict[str, JSON] | None = None,
+        endings: Endings | None = None,
+    ) -> Concluded:
+        ends = endings or Endings()
+        receipt = req.trace.record(
             action=action,
             served=served,
-            decision=decision,
-            probe=probe,
-            extra_cost=extra_cost,
+            budget=ends.budget,
+            shadow=ends.shadow,
+            probe=ends.probe,
+            counterfactual=ends.counterfactual,
             content=self.content(req, served),
         )
         return (
@@ -559,48 +560,47 @@ class Steps:
                 action=action,
                 mode=req.mode,
                 served=served,
-                summary=_response_summary(record),
-                overhead_ms=record["timings_ms"]["overhead"],
+                summary=response_summary(req, receipt, served),
+                overhead_ms=float(receipt.timings_ms.overhead),
                 raw=raw,
             ),
-            record,
+            receipt,
         )
 
     def error(
         self,
         req: RunRequest,
         *,
-        action: str,
+        action: Action,
         error: FirstpassError,
-        decision: dict[str, Any] | None = None,
-        probe: dict[str, Any] | None = None,
-        extra_cost: dict[str, Any] | None = None,
-    ) -> tuple[Outcome, dict[str, Any]]:
-        outcome = Outcome(receipt_id=req.receipt_id, action=action, mode=req.mode, error=error)
-        record = req.trace.record(
+        endings: Endings | None = None,
+    ) -> Concluded:
+        ends = endings or Endings()
+        status = error.http_status
+        receipt = req.trace.record(
             action=action,
             served=None,
-            decision=decision,
-            probe=probe,
-            extra_cost=extra_cost,
-            error={
-                "status": outcome.status,
-                "type": getattr(error, "type", "upstream_error"),
-                "message": str(error),
-            },
+            budget=ends.budget,
+            shadow=ends.shadow,
+            probe=ends.probe,
+            counterfactual=ends.counterfactual,
+            error=ErrorRecord(
+                status=status,
+                type=getattr(error, "type", "upstream_error"),
+                message=str(error),
+            ),
             content=self.content(req, None),
         )
-        summary = _response_summary(record)
         return (
             Outcome(
                 receipt_id=req.receipt_id,
                 action=action,
                 mode=req.mode,
                 error=error,
-                summary=summary,
-                overhead_ms=record["timings_ms"]["overhead"],
+                summary=response_summary(req, receipt, None),
+                overhead_ms=float(receipt.timings_ms.overhead),
             ),
-            record,
+            receipt,
         )
 
 
@@ -611,51 +611,35 @@ def summary_of(result: SandboxVerdict | StageResult) -> CheckSummary:
     )
 
 
-def _response_summary(record: dict[str, Any]) -> dict[str, Any]:
-    """The ``firstpass`` object of the response: the receipt's gist, no hashes of content."""
-    served = record.get("served") or {}
-    where = (served.get("rung"), served.get("sample", 0))
-    revision = served.get("revision", 0)
-    purpose = f"revision:{revision}" if revision else None
-
-    def last(kind: str) -> dict[str, Any] | None:
-        found = [
-            c
-            for c in record["checks"]
-            if c["kind"] == kind
-            and (c["rung"], c["sample"]) == where
-            and c.get("purpose") == purpose
-        ]
-        return found[-1] if found else None
-
-    visible = last("visible")
-    gate = last("gate")
-    probe = record.get("probe")
-    decision = record["decision"]
-    summary = {
-        "receipt_id": record["id"],
-        "mode": record["mode"],
-        "route": record["route"],
-        "action": decision["action"],
+def response_summary(req: RunRequest, receipt: Receipt, served: Served | None) -> ResponseSummary:
+    """The ``firstpass`` object of the response: the receipt's gist, no hashes of content;
+    the stages it states are those run on exactly the served answer."""
+    visible = req.trace.stage_of("visible", served) if served is not None else None
+    gate = req.trace.stage_of("gate", served) if served is not None else None
+    probe = receipt.probe
+    action = receipt.decision.action
+    regime = probe.regime if probe is not None and probe.drawn else None
+    summary = ResponseSummary(
+        receipt_id=receipt.id,
+        mode=receipt.mode,
+        route=receipt.route,
+        action=action,
         # the elastic probe's regime; without one (no visible tests, or the probe call failed)
         # what ran instead: "cascade" (every served answer was checked) or "passthrough"
-        "regime": (probe.get("regime") if probe else None)
-        or ("passthrough" if decision["action"] == "passthrough" else "cascade"),
-        "served_model": f"{served['provider']}/{served['model']}" if served else None,
-        "verification": served.get("verification") if served else None,
-        "visible": {"passed": visible["n_passed"], "total": visible["n_total"]}
-        if visible
-        else None,
-        "gate": ("passed" if gate["passed"] else "failed") if gate else "skipped",
-        "cost_usd": record["cost"]["total_usd"],
-        "overhead_ms": record["timings_ms"]["overhead"],
-    }
-    if record["mode"] == "shadow":
-        summary["counterfactual"] = decision.get("counterfactual")
-        summary["gate_label"] = decision.get("gate_label")
+        regime=regime or ("passthrough" if action == "passthrough" else "cascade"),
+        served_model=f"{served.provider}/{served.model}" if served else None,
+        verification=served.verification if served else None,
+        visible=VisibleCount(passed=visible.n_passed, total=visible.n_total) if visible else None,
+        gate=("passed" if gate.passed else "failed") if gate else "skipped",
+        cost_usd=receipt.cost.total_usd,
+        overhead_ms=receipt.timings_ms.overhead,
+    )
+    if receipt.mode == "shadow":
+        summary.counterfactual = receipt.decision.counterfactual
+        summary.gate_label = receipt.decision.gate_label
     return summary
 
 
-def _bounds_output(body: Mapping[str, Any]) -> bool:
+def _bounds_output(body: Mapping[str, JSON]) -> bool:
     """The body caps the output tokens an upstream may bill."""
     return body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None

@@ -1,22 +1,51 @@
 """Everything that happened while answering one request, collected in order; it becomes the receipt.
 
-The trace is the only place that turns upstream calls and sandbox results into receipt fields,
-so the receipt schema (docs/receipts.md) has one writer.
+The trace keeps its working state as the receipt's own typed parts (``firstpass.receipts``:
+``UpstreamCall``, ``CheckEntry``, ``RevisionLoop``), answers the pipeline's questions about them
+(``last_call``, ``prompt_tokens``, ``cascade_spend``...) as typed values, and builds the
+``Receipt`` once, in ``record``. Nothing reads a receipt back to decide anything.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Literal
 
 from firstpass import __version__
 from firstpass.config import Config, RouteConfig, Rung
 from firstpass.errors import UpstreamError
+from firstpass.pipeline._seams import StageVerdict
 from firstpass.providers import Completion
-from firstpass.receipts import sha256_text
+from firstpass.receipts import (
+    SCHEMA_VERSION,
+    UNSET,
+    Action,
+    BudgetRecord,
+    CheckEntry,
+    CheckResultRecord,
+    Content,
+    Cost,
+    Counterfactual,
+    Decision,
+    DroppedCase,
+    ErrorBrief,
+    ErrorRecord,
+    Mode,
+    ProbeRecord,
+    Purpose,
+    Receipt,
+    RequestInfo,
+    RevisionLoop,
+    ServedRecord,
+    Stage,
+    Timings,
+    UpstreamCall,
+    Verification,
+    sha256_text,
+)
 
-__all__ = ["Served", "Trace"]
+__all__ = ["Counterfactuals", "Served", "ShadowLabels", "StageVerdict", "Trace", "usd"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -27,13 +56,34 @@ class Served:
     provider: str
     model: str
     text: str
-    verification: str  # "verified" | "unverified" | "unchecked" | "gate_skipped"
+    verification: Verification
     completion: Completion
     sample: int = 0  # which sample of the rung's call (the elastic probe draws several)
     revision: int = 0  # which revision of the rung's answer (0: the first answer)
 
 
-def usd(value: Any) -> Any:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShadowLabels:
+    """What shadow learned about rung 0: elastic's counterfactual and the gate's label on its
+    candidate (``decision`` on the receipt); a label that could not be bought says why."""
+
+    counterfactual: Counterfactual | None
+    gate_label: bool | None
+    label_sample: int | None
+    label_budget: BudgetRecord | None = None
+    label_error: ErrorBrief | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Counterfactuals:
+    """The other policy's estimated cost (docs/receipts.md, ``cost.counterfactual_usd``)."""
+
+    usd: float
+    #: the policy estimated: ``cascade`` on enforce's receipts, ``elastic`` on shadow's
+    policy: Literal["cascade", "elastic"]
+
+
+def usd(value: float) -> float:
     """Dollars to 12 decimals (a picodollar): sums of per-token prices carry binary float
     noise (0.30000000000000004) that a receipt or a summary should not show."""
     return round(value, 12) if isinstance(value, float) else value
@@ -61,43 +111,46 @@ def _utc_timestamp() -> str:
     return f"{text}.{millis:03d}Z"
 
 
-class Trace:
-    """Accumulates calls, checks and steps for one request; ``record()`` makes the receipt dict."""
+@dataclass(kw_only=True, slots=True)
+class _Spend:
+    """Running sums of what the request cost (dollars) and where its time went (ms)."""
 
-    def __init__(
-        self,
-        *,
-        receipt_id: str,
-        config: Config,
-        route: RouteConfig | None,
-        mode: str,
-        request: dict[str, Any],
-        started: float | None = None,
-    ) -> None:
-        self.receipt_id = receipt_id
-        self.config = config
-        self.route = route
-        self.mode = mode
-        self.request = request
-        self.started = time.perf_counter() if started is None else started
-        self.time = _utc_timestamp()
-        self.upstream_calls: list[dict[str, Any]] = []
-        self.checks: list[dict[str, Any]] = []
-        self.steps: list[str] = []
-        self.cost_usd = 0.0
-        self.probe_cost_usd = 0.0
-        self.upstream_ms = 0.0
-        self.sandbox_ms = 0.0
-        self.input_tokens_seen: int | None = None
-        #: one entry per rung the revision loop ran on (``Steps.revise``)
-        self.revisions: list[dict[str, Any]] = []
-        self.checks_cost_usd = 0.0
-        self.label_checks_usd = 0.0
-        #: how long the last stage verification took (a revision must fit another like it)
-        self.last_check_ms = 0.0
-        #: wall time of the elastic probes (call and visible checks) and of the gate runs
-        self.probe_ms = 0.0
-        self.gate_ms = 0.0
+    cost_usd: float = 0.0
+    probe_cost_usd: float = 0.0
+    checks_cost_usd: float = 0.0
+    label_checks_usd: float = 0.0
+    upstream_ms: float = 0.0
+    sandbox_ms: float = 0.0
+    probe_ms: float = 0.0
+    gate_ms: float = 0.0
+    #: how long the last stage verification took (a revision must fit another like it)
+    last_check_ms: float = 0.0
+
+
+@dataclass(kw_only=True, eq=False)
+class Trace:
+    """Accumulates calls, checks and steps for one request; ``record()`` makes the receipt."""
+
+    receipt_id: str
+    config: Config
+    route: RouteConfig | None
+    mode: Mode
+    request: RequestInfo
+    #: ``time.perf_counter()`` when the request arrived (None: now)
+    started: float | None = None
+    time: str = field(default_factory=_utc_timestamp)
+    upstream_calls: list[UpstreamCall] = field(default_factory=list)
+    checks: list[CheckEntry] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    #: one loop per rung the revision loop ran on (``Steps.revise``)
+    revisions: list[RevisionLoop] = field(default_factory=list)
+    spend: _Spend = field(default_factory=_Spend)
+    #: input tokens of the first call that answered (per call): prices the estimates
+    input_tokens_seen: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = time.perf_counter()
 
     # -- what happened -------------------------------------------------------------------------
 
@@ -109,52 +162,41 @@ class Trace:
         *,
         rung_index: int,
         rung: Rung,
-        purpose: str,
+        purpose: Purpose,
         n: int,
         latency_ms: float,
         completion: Completion | None = None,
         error: UpstreamError | None = None,
     ) -> float:
         """Record one logical upstream request; returns its cost in USD."""
-        self.upstream_ms += latency_ms
+        self.spend.upstream_ms += latency_ms
         cost = 0.0
-        entry: dict[str, Any] = {
-            "rung": rung_index,
-            "provider": rung.provider,
-            "model": rung.model,
-            "purpose": purpose,
-            "n": n,
-            "latency_ms": _round(latency_ms),
-        }
         if completion is not None:
             cost = self.config.price(rung.name).cost(
                 completion.input_tokens, completion.output_tokens
             )
             if self.input_tokens_seen is None:
                 self.input_tokens_seen = completion.input_tokens // max(1, completion.calls)
-            entry.update(
-                calls=completion.calls,
-                attempts=completion.attempts,
-                status=completion.status,
-                input_tokens=completion.input_tokens,
-                output_tokens=completion.output_tokens,
-                cost_usd=usd(cost),
-                error=None,
-            )
-        else:
-            entry.update(
-                calls=0,
-                attempts=error.attempts if error else 0,
-                status=error.status if error else None,
-                input_tokens=0,
-                output_tokens=0,
-                cost_usd=0.0,
-                error=str(error) if error else "unknown",
-            )
+        answered = completion is not None
+        entry = UpstreamCall(
+            rung=rung_index,
+            provider=rung.provider,
+            model=rung.model,
+            purpose=purpose,
+            n=n,
+            latency_ms=_round(latency_ms),
+            calls=completion.calls if completion else 0,
+            attempts=completion.attempts if completion else error.attempts if error else 0,
+            status=completion.status if completion else error.status if error else None,
+            input_tokens=completion.input_tokens if completion else 0,
+            output_tokens=completion.output_tokens if completion else 0,
+            cost_usd=usd(cost) if answered else 0.0,
+            error=None if answered else str(error) if error else "unknown",
+        )
         self.upstream_calls.append(entry)
-        self.cost_usd += cost
+        self.spend.cost_usd += cost
         if purpose == "probe":
-            self.probe_cost_usd += cost
+            self.spend.probe_cost_usd += cost
         return cost
 
     def check(
@@ -162,47 +204,99 @@ class Trace:
         *,
         rung_index: int,
         sample: int,
-        kind: str,
-        result: Any,
+        kind: Stage,
+        result: StageVerdict,
         purpose: str | None = None,
-        results: list[dict[str, Any]] | None = None,
-    ) -> None:
-        """Record one stage's verdict on one answer (``result``: a ``StageResult`` or the
-        sandbox's ``SampleResult``); ``results`` are its listed checks' own, when it has any.
+        results: list[CheckResultRecord] | None = None,
+    ) -> CheckEntry:
+        """Record one stage's verdict on one answer; ``results`` are its listed checks' own.
 
         ``purpose = "label"`` marks a gate run made only to label a shadow receipt,
-        ``"revision:N"`` the checks of a rung's N-th revision.
+        ``"revision:N"`` the checks of a rung's N-th revision. Hidden cases the reference
+        could not answer (``dropped_cases``: the verdict rests on fewer) are named too.
         """
-        entry: dict[str, Any] = {
-            "rung": rung_index,
-            "sample": sample,
-            "kind": kind,
-            "passed": bool(result.passed),
-            "n_passed": int(result.n_passed),
-            "n_total": int(result.n_total),
-            "category": result.category,
-            "isolation": result.isolation,
-            "ms": _round(float(result.wall_ms)),
-        }
-        if purpose is not None:
-            entry["purpose"] = purpose
-        dropped = getattr(result, "dropped_cases", ())
-        if dropped:  # hidden cases the reference could not answer: the verdict rests on fewer
-            entry["dropped_cases"] = [{"case": i, "reason": why} for i, why in dropped]
-        if results:
-            entry["results"] = results
-        self.last_check_ms = float(result.wall_ms)
+        entry = CheckEntry(
+            rung=rung_index,
+            sample=sample,
+            kind=kind,
+            passed=bool(result.passed),
+            n_passed=int(result.n_passed),
+            n_total=int(result.n_total),
+            category=result.category,
+            isolation=result.isolation,
+            ms=_round(float(result.wall_ms)),
+            purpose=UNSET if purpose is None else purpose,
+            dropped_cases=[DroppedCase(case=i, reason=why) for i, why in result.dropped_cases]
+            or UNSET,
+            results=results or UNSET,
+        )
+        self.spend.last_check_ms = float(result.wall_ms)
         if kind == "gate":
-            self.gate_ms += self.last_check_ms
+            self.spend.gate_ms += self.spend.last_check_ms
         self.checks.append(entry)
+        return entry
 
     def check_cost(self, usd_spent: float, *, label: bool = False) -> None:
         """What a check spent upstream (a judge's call): part of the request's cost;
         ``label``: spent only to label a shadow receipt."""
-        self.cost_usd += usd_spent
-        self.checks_cost_usd += usd_spent
+        self.spend.cost_usd += usd_spent
+        self.spend.checks_cost_usd += usd_spent
         if label:
-            self.label_checks_usd += usd_spent
+            self.spend.label_checks_usd += usd_spent
+
+    def revision_loop(self, rung: int) -> RevisionLoop:
+        """Start recording the revision loop on ``rung``."""
+        loop = RevisionLoop(rung=rung)
+        self.revisions.append(loop)
+        return loop
+
+    def probe_wall(self, ms: float) -> None:
+        """Wall time of one elastic probe: its k-sample call and its visible checks."""
+        self.spend.probe_ms += ms
+
+    def sandbox_wall(self, ms: float) -> None:
+        """Wall time spent waiting for the sandbox (a parallel batch counts once)."""
+        self.spend.sandbox_ms += ms
+
+    # -- what the pipeline asks of it ----------------------------------------------------------
+
+    @property
+    def cost_usd(self) -> float:
+        """What the request has spent so far (calls and checks)."""
+        return self.spend.cost_usd
+
+    @property
+    def last_check_ms(self) -> float:
+        return self.spend.last_check_ms
+
+    def last_call(self) -> UpstreamCall | None:
+        return self.upstream_calls[-1] if self.upstream_calls else None
+
+    def first_upstream_error(self) -> str | None:
+        """The first failed call's error (why a probe that was never drawn failed)."""
+        return next((c.error for c in self.upstream_calls if c.error is not None), None)
+
+    def cost_above(self, rung: int) -> float:
+        """What the calls this request made above ``rung`` cost."""
+        return float(sum(c.cost_usd for c in self.upstream_calls if c.rung > rung))
+
+    def called_above(self, rung: int) -> bool:
+        return any(c.rung > rung for c in self.upstream_calls)
+
+    def prompt_tokens(self, rung_index: int) -> int | None:
+        """The request's prompt in input tokens as this very rung counted them (its own
+        tokenizer), when a call of it to this rung answered with a count; else None (the byte
+        bound holds). Another rung's count bounds nothing here, and neither does a count of 0."""
+        for made in self.upstream_calls:
+            if (
+                made.rung == rung_index
+                and made.purpose != "revision"
+                and made.error is None
+                and made.calls > 0
+                and made.input_tokens > 0
+            ):
+                return made.input_tokens // made.calls
+        return None
 
     def cascade_spend(self) -> float:
         """What the plain cascade would have spent so far on the calls shadow made for it: its
@@ -210,21 +304,25 @@ class Trace:
         and the checks it ran; not the calls and checks made only to label the receipt."""
         calls = 0.0
         for c in self.upstream_calls:
-            if c["purpose"] == "probe":
-                calls += c["cost_usd"] / max(1, c["n"])
-            elif c["purpose"] in ("attempt", "revision", "passthrough"):
-                calls += c["cost_usd"]
-        return calls + self.checks_cost_usd - self.label_checks_usd
+            if c.purpose == "probe":
+                calls += c.cost_usd / max(1, c.n)
+            elif c.purpose in ("attempt", "revision", "passthrough"):
+                calls += c.cost_usd
+        return calls + self.spend.checks_cost_usd - self.spend.label_checks_usd
 
-    def probe_wall(self, ms: float) -> None:
-        """Wall time of one elastic probe: its k-sample call and its visible checks."""
-        self.probe_ms += ms
-
-    def sandbox_wall(self, ms: float) -> None:
-        """Wall time spent waiting for the sandbox (a parallel batch counts once)."""
-        self.sandbox_ms += ms
-
-    # -- the receipt ---------------------------------------------------------------------------
+    def stage_of(self, kind: Stage, served: Served) -> CheckEntry | None:
+        """The last ``kind`` stage run on exactly the served answer (its rung, sample and
+        revision; label runs excluded)."""
+        purpose = f"revision:{served.revision}" if served.revision else UNSET
+        for entry in reversed(self.checks):
+            if (
+                entry.kind == kind
+                and entry.rung == served.rung
+                and entry.sample == served.sample
+                and entry.purpose == purpose
+            ):
+                return entry
+        return None
 
     def top_rung_cost(self, served: Served | None) -> float:
         """What one call to the top rung would have cost for this request (an estimate).
@@ -237,8 +335,8 @@ class Trace:
         if served is not None:
             out = served.completion.output_tokens // max(1, served.completion.n)
         else:
-            answered = [c for c in self.upstream_calls if c["calls"]]
-            out = answered[-1]["output_tokens"] // max(1, answered[-1]["n"]) if answered else 0
+            answered = [c for c in self.upstream_calls if c.calls]
+            out = answered[-1].output_tokens // max(1, answered[-1].n) if answered else 0
         top = self.route.ladder[-1]
         return self.config.price(top.name).cost(self.input_tokens_seen, out)
 
@@ -246,77 +344,84 @@ class Trace:
         """One call to ``rung`` priced with this request's tokens (input seen, mean output seen)."""
         if self.input_tokens_seen is None:
             return 0.0
-        answered = [c for c in self.upstream_calls if c["calls"]]
-        outputs = sum(c["output_tokens"] for c in answered)
-        choices = sum(c["n"] for c in answered) or 1
+        answered = [c for c in self.upstream_calls if c.calls]
+        outputs = sum(c.output_tokens for c in answered)
+        choices = sum(c.n for c in answered) or 1
         return self.config.price(rung.name).cost(self.input_tokens_seen, outputs // choices)
 
     def elapsed_ms(self) -> float:
+        assert self.started is not None  # set in __post_init__
         return (time.perf_counter() - self.started) * 1000.0
+
+    # -- the receipt ---------------------------------------------------------------------------
 
     def record(
         self,
         *,
-        action: str,
+        action: Action,
         served: Served | None,
-        error: dict[str, Any] | None = None,
-        decision: dict[str, Any] | None = None,
-        probe: dict[str, Any] | None = None,
-        extra_cost: dict[str, Any] | None = None,
-        content: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
+        error: ErrorRecord | None = None,
+        budget: BudgetRecord | None = None,
+        shadow: ShadowLabels | None = None,
+        probe: ProbeRecord | None = None,
+        counterfactual: Counterfactuals | None = None,
+        content: Content | None = None,
+    ) -> Receipt:
+        """The receipt, built once from everything recorded."""
         total = self.elapsed_ms()
-        record: dict[str, Any] = {
-            "id": self.receipt_id,
-            "time": self.time,
-            "mode": self.mode,
-            "route": self.route.name if self.route else None,
-            "config_digest": self.config.digest,
-            "firstpass_version": __version__,
-            "request": self.request,
-            "upstream_calls": self.upstream_calls,
-            "checks": self.checks,
-            "decision": {
-                "action": action,
-                "steps": self.steps,
-                "counterfactual": None,
-                "gate_label": None,
-                **(decision or {}),
-            },
-            "probe": probe,
-            "served": None
+        spend = self.spend
+        decision = Decision(action=action, steps=self.steps, counterfactual=None, gate_label=None)
+        if shadow is not None:
+            decision.counterfactual = shadow.counterfactual
+            decision.gate_label = shadow.gate_label
+            decision.label_sample = shadow.label_sample
+            if shadow.label_budget is not None:
+                decision.label_budget = shadow.label_budget
+            if shadow.label_error is not None:
+                decision.label_error = shadow.label_error
+        if budget is not None:
+            decision.budget = budget
+        return Receipt(
+            schema_version=SCHEMA_VERSION,
+            id=self.receipt_id,
+            time=self.time,
+            mode=self.mode,
+            route=self.route.name if self.route else None,
+            config_digest=self.config.digest,
+            firstpass_version=__version__,
+            request=self.request,
+            upstream_calls=self.upstream_calls,
+            checks=self.checks,
+            decision=decision,
+            probe=probe,
+            served=None
             if served is None
-            else {
-                "rung": served.rung,
-                "sample": served.sample,
-                "provider": served.provider,
-                "model": served.model,
-                "answer_sha256": sha256_text(served.text),
-                "verification": served.verification,
-                **({"revision": served.revision} if served.revision else {}),
-            },
-            "cost": {
-                key: usd(value)
-                for key, value in {
-                    "total_usd": self.cost_usd,
-                    "top_rung_usd": self.top_rung_cost(served),
-                    "probe_usd": self.probe_cost_usd,
-                    **({"checks_usd": self.checks_cost_usd} if self.checks_cost_usd else {}),
-                    **(extra_cost or {}),
-                }.items()
-            },
-            "timings_ms": {
-                "total": _round(total),
-                "upstream": _round(self.upstream_ms),
-                "sandbox": _round(self.sandbox_ms),
-                "overhead": _round(max(0.0, total - self.upstream_ms)),
-                **({"probe": _round(self.probe_ms)} if self.probe_ms else {}),
-                **({"gate": _round(self.gate_ms)} if self.gate_ms else {}),
-            },
-            "error": error,
-        }
-        if self.revisions:
-            record["revisions"] = self.revisions
-        if content is not None:
-            record["content"] = content
-        return record
+            else ServedRecord(
+                rung=served.rung,
+                sample=served.sample,
+                provider=served.provider,
+                model=served.model,
+                answer_sha256=sha256_text(served.text),
+                verification=served.verification,
+                revision=served.revision or UNSET,
+            ),
+            cost=Cost(
+                total_usd=usd(spend.cost_usd),
+                top_rung_usd=usd(self.top_rung_cost(served)),
+                probe_usd=usd(spend.probe_cost_usd),
+                checks_usd=usd(spend.checks_cost_usd) if spend.checks_cost_usd else UNSET,
+                counterfactual_usd=UNSET if counterfactual is None else usd(counterfactual.usd),
+                counterfactual_policy=UNSET if counterfactual is None else counterfactual.policy,
+            ),
+            timings_ms=Timings(
+                total=_round(total),
+                upstream=_round(spend.upstream_ms),
+                sandbox=_round(spend.sandbox_ms),
+                overhead=_round(max(0.0, total - spend.upstream_ms)),
+                probe=_round(spend.probe_ms) if spend.probe_ms else UNSET,
+                gate=_round(spend.gate_ms) if spend.gate_ms else UNSET,
+            ),
+            error=error,
+            revisions=self.revisions or UNSET,
+            content=UNSET if content is None else content,
+        )

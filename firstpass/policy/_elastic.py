@@ -10,8 +10,8 @@ The score is one of ``SCORES`` (chosen per config): the pass share c/k; behaviou
 g/k, where g is the size of the largest cluster of passing samples with identical outputs on the
 probe inputs; or unanimous agreement, g/k when c = k and 0 otherwise.
 
-λ comes from the calibration script (``calibration/``), which certifies that among requests
-served without the gate the served-failure rate is at most α with confidence 1 − δ.
+λ comes from the calibration script (``firstpass.calibration``), which certifies that among
+requests served without the gate the served-failure rate is at most α with confidence 1 − δ.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Literal
+
+from firstpass.receipts import Counterfactual, Regime
 
 __all__ = [
     "COUNTERFACTUALS",
@@ -35,7 +37,7 @@ __all__ = [
     "regime_for",
 ]
 
-Regime = Literal["escalate", "gate", "serve"]
+# Regime (the probe's) and Counterfactual are the receipt's vocabulary: firstpass.receipts
 REGIMES: tuple[Regime, ...] = ("escalate", "gate", "serve")
 
 ScoreName = Literal["pass_share", "agreement", "unanimous_agreement"]
@@ -128,7 +130,7 @@ def candidate_order(passed: Sequence[bool], keys: Sequence[Hashable]) -> list[in
     return sorted(passing, key=lambda i: (-support[keys[i]], i))
 
 
-def counterfactual_action(regime: Regime, gate_label: bool | None) -> str:
+def counterfactual_action(regime: Regime, gate_label: bool | None) -> Counterfactual:
     """What the elastic policy would have done, given the gate's verdict on its candidate."""
     if regime == "escalate":
         return "escalate"

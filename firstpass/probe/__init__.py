@@ -8,14 +8,13 @@ The scores built on the recorded behaviour are pure functions of ``firstpass.pol
 
 from firstpass.probe._mutate import (
     DEFAULT_COUNT,
-    DEFAULT_PER_INPUT_S,
     MAX_COUNT,
-    ProbeInputs,
     build_probe_inputs,
     cached_probe_inputs,
     mutate_value,
     seed_calls,
 )
+from firstpass.sandbox import DEFAULT_PER_INPUT_S, ProbeInputs
 
 __all__ = [
     "DEFAULT_COUNT",

@@ -23,16 +23,23 @@ import random
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from firstpass.sandbox import NonData, WireError, from_json, from_wire, to_wire
+from firstpass._json import JSON
+from firstpass.sandbox import (
+    DEFAULT_PER_INPUT_S,
+    NonData,
+    ProbeInputs,
+    TestSpec,
+    WireError,
+    from_json,
+    from_wire,
+    to_wire,
+)
 
 __all__ = [
     "DEFAULT_COUNT",
-    "DEFAULT_PER_INPUT_S",
     "MAX_COUNT",
-    "ProbeInputs",
     "build_probe_inputs",
     "cached_probe_inputs",
     "mutate_value",
@@ -42,8 +49,6 @@ __all__ = [
 #: generated inputs per request (the issue asks for 10-20)
 DEFAULT_COUNT = 16
 MAX_COUNT = 20
-#: each probe input's time limit inside the sample's process
-DEFAULT_PER_INPUT_S = 0.05
 #: "a large value" for ints and floats
 LARGE_INT = 10_007
 LARGE_FLOAT = 1.0e6
@@ -52,40 +57,12 @@ MAX_SEED_CHARS = 4_096
 _BUILTINS = frozenset(dir(builtins))
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProbeInputs:
-    """The calls a probe makes of ``entry_point``: ``args`` holds one wire-form list per call.
-
-    ``from_request`` of them came from the request's ``firstpass.probe_inputs``, the rest were
-    generated. Outputs are recorded, never judged: they cannot make a sample pass.
-    """
-
-    entry_point: str
-    args: tuple[tuple[Any, ...], ...]
-    per_input_s: float = DEFAULT_PER_INPUT_S
-    from_request: int = 0
-
-    def __len__(self) -> int:
-        return len(self.args)
-
-    @property
-    def digest(self) -> str:
-        """``sha256:`` over the entry point and the calls (what the behaviour digests are over)."""
-        body = json.dumps(
-            [self.entry_point, [list(a) for a in self.args]],
-            separators=(",", ":"),
-            ensure_ascii=False,
-            sort_keys=True,
-        )
-        return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
-
-
 # --------------------------------------------------------------------------- seeds
 
 
 def seed_calls(
-    spec: Any, entry_point: str | None = None
-) -> tuple[str | None, list[tuple[Any, ...]]]:
+    spec: TestSpec | None, entry_point: str | None = None
+) -> tuple[str | None, list[tuple[object, ...]]]:
     """The entry point and the argument tuples (Python values) of the visible tests' calls.
 
     Asserts: every call ``entry_point(<literals>)`` anywhere in an assert (``set(f(...))``
@@ -96,7 +73,7 @@ def seed_calls(
     cases = getattr(spec, "cases", None)
     if cases is not None:
         name = entry_point or getattr(spec, "entry_point", None)
-        seeds = []
+        seeds: list[tuple[object, ...]] = []
         for case in cases:
             try:
                 seeds.append(tuple(from_wire(list(case.args))))
@@ -148,7 +125,7 @@ def _infer_entry_point(trees: Iterable[ast.Module]) -> str | None:
 # --------------------------------------------------------------------------- mutation
 
 
-def mutate_value(value: Any, rng: random.Random, depth: int = 0) -> list[Any]:
+def mutate_value(value: object, rng: random.Random, depth: int = 0) -> list[object]:
     """Type-preserving variants of ``value`` (never ``value`` itself; may hold duplicates).
 
     ints: 0, 1, -1, x±1, 2x, -x, a large value; floats likewise (and 0.5); strings: empty, one
@@ -156,14 +133,14 @@ def mutate_value(value: Any, rng: random.Random, depth: int = 0) -> list[Any]:
     reversed, duplicated, sorted, with negatives, one element mutated (recursively); sets the
     same where it makes sense; dicts: empty, one item, one value mutated (recursively).
     """
-    t = type(value)
-    if t is bool:
-        out: list[Any] = [not value]
-    elif t is int:
+    out: list[object]
+    if type(value) is bool:
+        out = [not value]
+    elif type(value) is int:
         out = [0, 1, -1, value + 1, value - 1, 2 * value, -value, LARGE_INT]
-    elif t is float:
+    elif type(value) is float:
         out = [0.0, 1.0, -1.0, 0.5, value + 1.0, value - 1.0, 2.0 * value, -value, LARGE_FLOAT]
-    elif t is str:
+    elif type(value) is str:
         out = [
             "",
             value[:1] or "a",
@@ -174,18 +151,20 @@ def mutate_value(value: Any, rng: random.Random, depth: int = 0) -> list[Any]:
             " ".join(value.split()) if " " in value else " ".join(value),
             value + value,
         ]
-    elif t is bytes:
+    elif type(value) is bytes:
         out = [b"", value[:1] or b"a", value[::-1], value + value]
-    elif t in (list, tuple):
-        out = [t(v) for v in _sequence_variants(list(value), rng, depth)]
-    elif t in (set, frozenset):
+    elif type(value) is list or type(value) is tuple:
+        seq = type(value)
+        out = [seq(v) for v in _sequence_variants(list(value), rng, depth)]
+    elif type(value) is set or type(value) is frozenset:
+        group = type(value)
         items = list(value)
-        out = [t(), *(t([v]) for v in items[:1])]
+        out = [group(), *(group([v]) for v in items[:1])]
         negated = [_negate(v) for v in items]
         if all(v is not None for v in negated):
             with contextlib.suppress(TypeError):
-                out.append(t(value) | t(negated))
-    elif t is dict:
+                out.append(group(value) | group(negated))
+    elif type(value) is dict:
         out = [{}]
         keys = list(value)
         if keys:
@@ -199,10 +178,13 @@ def mutate_value(value: Any, rng: random.Random, depth: int = 0) -> list[Any]:
     return [v for v in out if not _same(v, value)]
 
 
-def _sequence_variants(items: list[Any], rng: random.Random, depth: int) -> list[list[Any]]:
-    out: list[list[Any]] = [[], items[:1] if items else [0], items[::-1], items + items]
+def _sequence_variants(items: list[object], rng: random.Random, depth: int) -> list[list[object]]:
+    out: list[list[object]] = [[], items[:1] if items else [0], items[::-1], items + items]
     with contextlib.suppress(TypeError):
-        out.append(sorted(items))
+        # sorting is tried, and refused by a TypeError, when the items do not compare (a mix
+        # of types): whether they do is known only at run time, so the type is left open
+        comparable: list[Any] = items
+        out.append(sorted(comparable))
     negated = [_negate(v) for v in items]
     if items and all(v is not None for v in negated):
         out.append(items + negated)
@@ -213,20 +195,20 @@ def _sequence_variants(items: list[Any], rng: random.Random, depth: int) -> list
     return out
 
 
-def _negate(v: Any) -> Any:
-    if type(v) in (int, float):
+def _negate(v: object) -> int | float | None:
+    if type(v) is int or type(v) is float:
         return -v
     return None
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     try:
         return type(a) is type(b) and bool(a == b)
     except (TypeError, ValueError, RecursionError):  # plain data compares; be safe anyway
         return False
 
 
-def _key(value: Any) -> str | None:
+def _key(value: object) -> str | None:
     """Canonical text of a value's wire form (None when it is not plain data)."""
     try:
         return json.dumps(to_wire(value), sort_keys=True, separators=(",", ":"))
@@ -238,10 +220,10 @@ def _key(value: Any) -> str | None:
 
 
 def build_probe_inputs(
-    spec: Any,
+    spec: TestSpec | None,
     *,
     entry_point: str | None = None,
-    extra: Sequence[Sequence[Any]] = (),
+    extra: Sequence[Sequence[JSON]] = (),
     count: int = DEFAULT_COUNT,
     seed: int = 0,
     per_input_s: float = DEFAULT_PER_INPUT_S,
@@ -259,7 +241,7 @@ def build_probe_inputs(
     if name is None:
         return None
     seen: set[str] = set()
-    chosen: list[tuple[Any, ...]] = []
+    chosen: list[tuple[JSON, ...]] = []  # wire form (JSON: ``firstpass.sandbox``'s codec)
     for args in extra:
         wire = tuple(from_json(a) for a in args)
         key = json.dumps(list(wire), sort_keys=True, separators=(",", ":"))
@@ -267,10 +249,10 @@ def build_probe_inputs(
             seen.add(key)
             chosen.append(wire)
     n_request = len(chosen)
-    small = [s for s in seeds if (k := _key(list(s))) is not None and len(k) <= MAX_SEED_CHARS]
-    for s in small:
-        seen.add(_call_key(s))  # the visible calls are the tests' own: never probe inputs
-    material = json.dumps([_key(list(s)) for s in small], separators=(",", ":"))
+    keyed = [(s, k) for s in seeds if (k := _key(list(s))) is not None and len(k) <= MAX_SEED_CHARS]
+    small = [s for s, _ in keyed]
+    seen.update(k for _, k in keyed)  # the visible calls are the tests' own: never probe inputs
+    material = json.dumps([k for _, k in keyed], separators=(",", ":"))
     digest = hashlib.sha256(f"{seed}:{name}:{material}".encode()).digest()
     rng = random.Random(int.from_bytes(digest[:8], "big"))
     generated = 0
@@ -282,11 +264,11 @@ def build_probe_inputs(
         for call in candidates:
             if generated >= count:
                 break
-            key = _call_key(call)
-            if key is None or key in seen or len(key) > MAX_SEED_CHARS:
+            call_key = _call_key(call)
+            if call_key is None or call_key in seen or len(call_key) > MAX_SEED_CHARS:
                 continue
-            seen.add(key)
-            chosen.append(tuple(json.loads(key)))
+            seen.add(call_key)
+            chosen.append(tuple(json.loads(call_key)))
             generated += 1
     return ProbeInputs(
         entry_point=name, args=tuple(chosen), per_input_s=per_input_s, from_request=n_request
@@ -298,12 +280,15 @@ _CACHE_SIZE = 1024
 _CACHE_LOCK = threading.Lock()
 
 
-def cached_probe_inputs(spec: Any, *, extra: Sequence[Sequence[Any]] = ()) -> ProbeInputs | None:
+def cached_probe_inputs(
+    spec: TestSpec | None, *, extra: Sequence[Sequence[JSON]] = ()
+) -> ProbeInputs | None:
     """``build_probe_inputs`` with the defaults, remembered per (spec digest, extra inputs).
 
     Requests with the same tests and entry point (a benchmark, a retried prompt) then pay the
     mutation once; the result is the same either way, since the inputs are deterministic.
     """
+    assert spec is not None, "probe inputs are built for requests with visible tests"
     extra_key = json.dumps([list(a) for a in extra], sort_keys=True, default=repr)
     key = (f"{spec.digest}:{getattr(spec, 'entry_point', None)}", extra_key)
     with _CACHE_LOCK:  # callers may run this in worker threads (it is CPU work, off the loop)
@@ -318,9 +303,9 @@ def cached_probe_inputs(spec: Any, *, extra: Sequence[Sequence[Any]] = ()) -> Pr
     return value
 
 
-def _first_order(seeds: list[tuple[Any, ...]], rng: random.Random) -> list[tuple[Any, ...]]:
+def _first_order(seeds: list[tuple[object, ...]], rng: random.Random) -> list[tuple[object, ...]]:
     """Every seed with one argument replaced by one of its variants."""
-    out: list[tuple[Any, ...]] = []
+    out: list[tuple[object, ...]] = []
     for args in seeds:
         for j, value in enumerate(args):
             for variant in mutate_value(value, rng):
@@ -328,10 +313,10 @@ def _first_order(seeds: list[tuple[Any, ...]], rng: random.Random) -> list[tuple
     return out
 
 
-def _second_order(seeds: list[tuple[Any, ...]], rng: random.Random) -> list[tuple[Any, ...]]:
+def _second_order(seeds: list[tuple[object, ...]], rng: random.Random) -> list[tuple[object, ...]]:
     """To fill up when first-order calls are few (one small argument): seeds with every argument
     mutated at once, and with one argument mutated twice, drawn by ``rng``."""
-    out: list[tuple[Any, ...]] = []
+    out: list[tuple[object, ...]] = []
     for args in seeds:
         variants = [mutate_value(value, rng) for value in args]
         if len(args) > 1 and all(variants):
@@ -345,5 +330,5 @@ def _second_order(seeds: list[tuple[Any, ...]], rng: random.Random) -> list[tupl
     return out
 
 
-def _call_key(args: tuple[Any, ...]) -> Any:
+def _call_key(args: tuple[object, ...]) -> str | None:
     return _key(list(args))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
+
+from firstpass._json import JSON
 
 __all__ = ["Completion", "Provider", "merge_completions"]
 
@@ -29,7 +31,7 @@ class Completion:
     status: int
     calls: int
     model: str
-    raw: dict[str, Any] | None = field(default=None, repr=False)
+    raw: dict[str, JSON] | None = field(default=None, repr=False)
     topped_up: int = 0
 
     @property
@@ -58,7 +60,7 @@ class Provider(Protocol):
     async def complete(
         self,
         model: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         n: int = 1,
         request_key: str | None = None,
@@ -81,12 +83,14 @@ def merge_completions(parts: Sequence[Completion], *, latency_ms: float) -> Comp
         raise ValueError("merge_completions needs at least one part")
     input_tokens = sum(p.input_tokens for p in parts)
     output_tokens = sum(p.output_tokens for p in parts)
-    raw: dict[str, Any] | None = None
+    raw: dict[str, JSON] | None = None
     if all(p.raw is not None for p in parts):
-        choices: list[Any] = []
+        choices: list[JSON] = []
         for part in parts:
             assert part.raw is not None  # narrowed by the all() above
-            choices.extend(part.raw.get("choices") or [])
+            listed = part.raw.get("choices") or []
+            if isinstance(listed, list):  # a provider's raw JSON: its choices are a list
+                choices.extend(listed)
         raw = dict(parts[0].raw or {})
         raw["choices"] = [
             {**c, "index": i} if isinstance(c, dict) else c for i, c in enumerate(choices)

@@ -12,15 +12,16 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import aiohttp
 import structlog
 from multidict import CIMultiDict
 from yarl import URL
 
+from firstpass._json import JSON
 from firstpass.errors import ConfigError, UpstreamError, UpstreamTimeout
 from firstpass.providers._base import Completion, merge_completions
 from firstpass.providers._prompt import message_text
@@ -41,7 +42,7 @@ _DROPPED_KEYS = frozenset({"firstpass", "stream_options", "n"})
 _ERROR_SNIPPET_CHARS = 300
 
 
-def upstream_body(model: str, body: Mapping[str, Any], n: int) -> dict[str, Any]:
+def upstream_body(model: str, body: Mapping[str, object], n: int) -> dict[str, object]:
     """The JSON sent upstream: the client's body with our model, ``n`` and ``stream: false``.
 
     ``n`` is omitted when 1 (some OpenAI-compatible servers reject it); every other field
@@ -70,17 +71,25 @@ class _Failure:
     cause: BaseException | None = None
 
 
-def _parse_completion(obj: Any, n: int) -> tuple[list[str], list[str | None], int, int, Any]:
-    """Texts, finish reasons, prompt and completion tokens, and the choices list (at most ``n``)."""
+def _objects(items: list[JSON]) -> TypeGuard[list[dict[str, JSON]]]:
+    return all(isinstance(c, dict) for c in items)
+
+
+def _parse_completion(
+    obj: JSON, n: int
+) -> tuple[list[str], list[str | None], int, int, dict[str, JSON]]:
+    """Texts, finish reasons, prompt and completion tokens, and the response with its choices
+    list cut to at most ``n``."""
     if not isinstance(obj, dict):
         raise _Malformed(f"expected a JSON object, got {type(obj).__name__}")
-    choices = obj.get("choices")
-    if not isinstance(choices, list) or not choices:
+    listed = obj.get("choices")
+    if not isinstance(listed, list) or not listed:
         raise _Malformed("the response has no `choices`")
-    if not all(isinstance(c, dict) for c in choices):
+    if not _objects(listed):
         raise _Malformed("`choices` holds a non-object")
+    choices = listed
     if all(isinstance(c.get("index"), int) for c in choices):
-        choices = sorted(choices, key=lambda c: c["index"])
+        choices = sorted(choices, key=lambda c: cast(int, c["index"]))  # ints: checked above
     choices = choices[:n]
     texts: list[str] = []
     reasons: list[str | None] = []
@@ -94,12 +103,13 @@ def _parse_completion(obj: Any, n: int) -> tuple[list[str], list[str | None], in
     usage = usage if isinstance(usage, dict) else {}
     prompt_tokens = usage.get("prompt_tokens")
     completion_tokens = usage.get("completion_tokens")
+    kept: list[JSON] = list(choices)
     return (
         texts,
         reasons,
         prompt_tokens if isinstance(prompt_tokens, int) else 0,
         completion_tokens if isinstance(completion_tokens, int) else 0,
-        choices,
+        obj if len(kept) == len(listed) else {**obj, "choices": kept},
     )
 
 
@@ -194,7 +204,7 @@ class OpenAIProvider:
     async def complete(
         self,
         model: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         n: int = 1,
         request_key: str | None = None,
@@ -231,7 +241,7 @@ class OpenAIProvider:
         return merge_completions(parts, latency_ms=(time.perf_counter() - started) * 1000.0)
 
     async def _call(
-        self, model: str, body: Mapping[str, Any], n: int, *, started: float | None = None
+        self, model: str, body: Mapping[str, object], n: int, *, started: float | None = None
     ) -> Completion:
         """One logical HTTP call asking for ``n`` choices, retried per the policy.
 
@@ -293,14 +303,11 @@ class OpenAIProvider:
             )
         if 200 <= status <= 299:
             try:
-                obj = json.loads(raw)
-                texts, reasons, tokens_in, tokens_out, choices = _parse_completion(obj, n)
+                texts, reasons, tokens_in, tokens_out, obj = _parse_completion(json.loads(raw), n)
             except (ValueError, _Malformed) as exc:
                 return _Failure(
                     message=f"unusable response (HTTP {status}): {exc}", status=status, cause=exc
                 )
-            if len(choices) != len(obj["choices"]):
-                obj = {**obj, "choices": choices}
             return Completion(
                 texts=tuple(texts),
                 finish_reasons=tuple(reasons),
@@ -345,7 +352,7 @@ class OpenAIProvider:
         return text.replace(key, "***") if key else text
 
 
-async def _gather_all(coros: list[Coroutine[Any, Any, Completion]]) -> list[Completion]:
+async def _gather_all(coros: list[Awaitable[Completion]]) -> list[Completion]:
     """Run calls concurrently, results in order; a failure cancels the rest and is raised."""
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:

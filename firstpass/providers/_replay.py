@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from firstpass.errors import ConfigError, UpstreamError
 from firstpass.providers._base import Completion
@@ -85,7 +85,7 @@ class SampleSet:
         return None
 
 
-def _tokens(value: Any, count: int, name: str, where: str) -> tuple[int | None, ...]:
+def _tokens(value: object, count: int, name: str, where: str) -> tuple[int | None, ...]:
     """A per-sample token tuple from an integer, a list, or nothing."""
     if value is None:
         return (None,) * count
@@ -108,7 +108,7 @@ def _normalise_hash(value: str) -> str:
     return text.removeprefix("sha256:")
 
 
-def _parse_row(obj: Any, where: str, line: int) -> SampleRow:
+def _parse_row(obj: object, where: str, line: int) -> SampleRow:
     if not isinstance(obj, dict):
         raise ConfigError(_KEY_PATH, f"{where}: expected a JSON object")
     model = obj.get("model")
@@ -207,7 +207,7 @@ def _cycle_seed(seed: int, model: str, key: str) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
-def _estimate_prompt_tokens(body: Mapping[str, Any]) -> int:
+def _estimate_prompt_tokens(body: Mapping[str, object]) -> int:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return 1
@@ -256,7 +256,7 @@ class ReplayProvider:
     async def complete(
         self,
         model: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, object],
         *,
         n: int = 1,
         request_key: str | None = None,

@@ -10,6 +10,7 @@ The schema and the canonical form are documented in ``docs/receipts.md``.
 
 from __future__ import annotations
 
+from firstpass.receipts._batch import ReceiptBatch
 from firstpass.receipts._canonical import (
     GENESIS_HASH,
     canonical_bytes,
@@ -17,6 +18,7 @@ from firstpass.receipts._canonical import (
     sha256_text,
 )
 from firstpass.receipts._chain import Gap, VerifyReport, verify_chain
+from firstpass.receipts._core import WriterCore
 from firstpass.receipts._discover import (
     ChainFiles,
     ChainReport,
@@ -26,7 +28,44 @@ from firstpass.receipts._discover import (
 )
 from firstpass.receipts._ids import new_receipt_id
 from firstpass.receipts._log import ReceiptLog
-from firstpass.receipts._read import find_by_answer, find_receipt, iter_receipts
+from firstpass.receipts._read import find_by_answer, find_receipt, iter_lines, iter_receipts
+from firstpass.receipts._schema import (
+    ACTIONS,
+    MODES,
+    SCHEMA_VERSION,
+    UNSET,
+    Action,
+    BudgetRecord,
+    CheckEntry,
+    CheckResultRecord,
+    Content,
+    Cost,
+    Counterfactual,
+    Decision,
+    DroppedCase,
+    ErrorBrief,
+    ErrorRecord,
+    GivenRecord,
+    Mode,
+    ProbeRecord,
+    ProbeSample,
+    Purpose,
+    Receipt,
+    Regime,
+    RequestInfo,
+    RevisionAttempt,
+    RevisionLoop,
+    RevisionStop,
+    ScoreRecord,
+    ServedRecord,
+    Stage,
+    Timings,
+    UnsetType,
+    UpstreamCall,
+    Verdict,
+    Verification,
+    receipt_from_builtins,
+)
 from firstpass.receipts._signing import (
     CHECKPOINT_KIND,
     CheckpointSigner,
@@ -40,38 +79,87 @@ from firstpass.receipts._signing import (
     write_key_files,
 )
 from firstpass.receipts._special import is_special
-from firstpass.receipts._summary import CheckRate, ReceiptSummary, summarize
+from firstpass.receipts._store import ReceiptStore, StoreHead
+from firstpass.receipts._summary import (
+    CheckRate,
+    LineTally,
+    ReceiptSummary,
+    read_lines,
+    summarize,
+)
 from firstpass.receipts._writer import Checkpointer, FsyncPolicy, ReceiptWriter, WriterStats
 
 __all__ = [
+    "ACTIONS",
     "CHECKPOINT_KIND",
     "GENESIS_HASH",
+    "MODES",
+    "SCHEMA_VERSION",
+    "UNSET",
+    "Action",
+    "BudgetRecord",
     "ChainFiles",
     "ChainReport",
+    "CheckEntry",
     "CheckRate",
+    "CheckResultRecord",
     "CheckpointSigner",
     "Checkpointer",
+    "Content",
+    "Cost",
+    "Counterfactual",
+    "Decision",
+    "DroppedCase",
+    "ErrorBrief",
+    "ErrorRecord",
     "FileReport",
     "FsyncPolicy",
     "Gap",
+    "GivenRecord",
     "KeyFiles",
+    "LineTally",
+    "Mode",
+    "ProbeRecord",
+    "ProbeSample",
+    "Purpose",
+    "Receipt",
+    "ReceiptBatch",
     "ReceiptLog",
+    "ReceiptStore",
     "ReceiptSummary",
     "ReceiptWriter",
+    "Regime",
+    "RequestInfo",
+    "RevisionAttempt",
+    "RevisionLoop",
+    "RevisionStop",
+    "ScoreRecord",
+    "ServedRecord",
     "SignatureProblem",
     "SignatureReport",
+    "Stage",
+    "StoreHead",
+    "Timings",
+    "UnsetType",
+    "UpstreamCall",
+    "Verdict",
+    "Verification",
     "VerifyReport",
+    "WriterCore",
     "WriterStats",
     "canonical_bytes",
     "discover_chains",
     "find_by_answer",
     "find_receipt",
     "is_special",
+    "iter_lines",
     "iter_receipts",
     "key_id",
     "load_public_key",
     "load_signing_key",
     "new_receipt_id",
+    "read_lines",
+    "receipt_from_builtins",
     "record_hash",
     "sha256_text",
     "summarize",

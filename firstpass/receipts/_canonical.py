@@ -18,7 +18,6 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from firstpass.errors import ReceiptError
 
@@ -45,7 +44,7 @@ def sha256_text(text: str) -> str:
     return HASH_PREFIX + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def canonical_bytes(obj: Any) -> bytes:
+def canonical_bytes(obj: object) -> bytes:
     """The canonical JSON of ``obj`` as UTF-8 bytes; ``ReceiptError`` if it has none."""
     if not _keys_are_strings(obj):
         _check_keys(obj, "$")
@@ -55,7 +54,7 @@ def canonical_bytes(obj: Any) -> bytes:
         raise ReceiptError(f"a receipt value is not canonical JSON: {exc}") from exc
 
 
-def record_hash(record: Mapping[str, Any]) -> str:
+def record_hash(record: Mapping[str, object]) -> str:
     """The hash a receipt line carries: over the canonical record without its ``hash`` key."""
     body = {key: value for key, value in record.items() if key != "hash"}
     return HASH_PREFIX + hashlib.sha256(canonical_bytes(body)).hexdigest()
@@ -90,7 +89,7 @@ class EncodedRecord:
         return len(self.data) + 1
 
 
-def encode_record(record: Mapping[str, Any]) -> EncodedRecord:
+def encode_record(record: object) -> EncodedRecord:
     """Validate a receipt and encode it once, on the caller's side of the queue.
 
     It must be a dict with a string ``id`` and a ``mode``, must not carry the chain keys, and
@@ -123,7 +122,7 @@ def encode_record(record: Mapping[str, Any]) -> EncodedRecord:
     )
 
 
-def _keys_are_strings(obj: Any) -> bool:
+def _keys_are_strings(obj: object) -> bool:
     """Whether every object key anywhere in ``obj`` is a ``str``: the fast check of every write.
 
     Leaves (the common case) are recognised by exact type with one set lookup; only containers
@@ -150,7 +149,7 @@ def _keys_are_strings(obj: Any) -> bool:
     return True
 
 
-def _check_keys(obj: Any, path: str) -> None:
+def _check_keys(obj: object, path: str) -> None:
     """Refuse non-string object keys anywhere in ``obj`` (they do not survive a round trip)."""
     if isinstance(obj, dict):
         for key, value in obj.items():

@@ -16,11 +16,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import mmap
 import os
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypedDict, cast
 
+from firstpass._json import JSON, JSONObject
 from firstpass.errors import ReceiptError
 from firstpass.receipts._canonical import (
     GENESIS_HASH,
@@ -37,6 +39,17 @@ _HASH_MEMBER = b'"hash":"sha256:'
 _PREV_MEMBER = b'"prev_hash":"'
 _HEX_LEN = 64
 _READ_BUFFER = 1 << 20
+
+
+class _Digester(Protocol):
+    """A running hash, as ``hashlib.sha256(...)`` returns it."""
+
+    def update(self, data: memoryview, /) -> None: ...
+    def hexdigest(self) -> str: ...
+
+
+#: ``hashlib.sha256`` (passed in as a local: a line loop saves the global lookups)
+Sha256 = Callable[[memoryview], _Digester]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +106,15 @@ class VerifyReport:
         return not self.ok and (self.reason or "").startswith("truncated")
 
 
+class CheckedLine(TypedDict):
+    """A line as ``check_line`` returns it: a JSON object (``dict[str, JSON]``) whose ``hash``
+    and ``prev_hash`` it checked are well-formed hashes. Its other members are JSON values,
+    read with ``.get`` (typed ``object``) and narrowed where they are used."""
+
+    hash: str
+    prev_hash: str
+
+
 class BadLine(Exception):
     """Why one line does not verify (internal: becomes a ``VerifyReport`` or a ``ReceiptError``)."""
 
@@ -114,7 +136,7 @@ def link(encoded: EncodedRecord, prev_hash: str) -> tuple[bytes, str]:
     return bytes(line), digest
 
 
-def check_line(raw: bytes, *, strict: bool = False) -> dict[str, Any]:
+def check_line(raw: bytes, *, strict: bool = False) -> CheckedLine:
     """Parse one line and re-derive its own hash (not its link); ``BadLine`` says what is wrong."""
     if not raw.endswith(b"\n"):
         raise BadLine("truncated: the last line is incomplete (no newline; an interrupted write)")
@@ -141,11 +163,11 @@ def check_line(raw: bytes, *, strict: bool = False) -> dict[str, Any]:
         )
     if strict and canonical_bytes(record) != body:
         raise BadLine("not in canonical form (the content is intact but was re-serialised)")
-    return record
+    return cast(CheckedLine, record)  # its hash and prev_hash are strings: checked above
 
 
 def check_link(
-    record: dict[str, Any], prev_hash: str, line_no: int, genesis: bool | None = None
+    record: Mapping[str, object], prev_hash: str, line_no: int, genesis: bool | None = None
 ) -> None:
     """``BadLine`` unless ``record`` points at ``prev_hash``. ``genesis``: whether line 1 must
     link to the genesis hash (the default) or to a previous file's head."""
@@ -223,7 +245,7 @@ def verify_stream(
         prev_bytes = prev.encode()
         n_ok = 0
         for line_no, raw in enumerate(lines, 1):
-            record: dict[str, Any] | None = None
+            record: Mapping[str, object] | None = None
             digest = None if strict else _fast_check(raw, prev_bytes, sha256)
             try:
                 if digest is None:
@@ -305,14 +327,16 @@ def _may_be_special(raw: bytes) -> bool:
 def _prev_of(first: bytes) -> str:
     """Line 1's ``prev_hash`` (the genesis hash when it has none readable)."""
     try:
-        record = json.loads(first) if first else None
+        record: JSON = json.loads(first) if first else None
         value = record.get("prev_hash") if isinstance(record, dict) else None
     except (ValueError, RecursionError):
         value = None
     return value if isinstance(value, str) and HASH_RE.fullmatch(value) else GENESIS_HASH
 
 
-def _special_kind(raw: bytes, record: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
+def _special_kind(
+    raw: bytes, record: Mapping[str, object] | None
+) -> tuple[str | None, Mapping[str, object]]:
     """The top-level ``kind`` of a verified line that may carry one (parsed only then), and the
     parsed line. ``BadLine`` when its bytes hash and link but are not a JSON object (a line
     forged to pass the byte-level check: readers could not read it)."""
@@ -322,10 +346,10 @@ def _special_kind(raw: bytes, record: dict[str, Any] | None) -> tuple[str | None
     return (kind if isinstance(kind, str) else None), record
 
 
-def _parse_object(raw: bytes) -> dict[str, Any]:
+def _parse_object(raw: bytes) -> JSONObject:
     """A line's JSON object; ``BadLine`` saying why it is not one."""
     try:
-        record = json.loads(raw.decode("utf-8"))
+        record: JSON = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise BadLine(f"not UTF-8 text (byte {exc.start + 1})") from exc
     except json.JSONDecodeError as exc:
@@ -337,7 +361,7 @@ def _parse_object(raw: bytes) -> dict[str, Any]:
     return record
 
 
-def _gap(line_no: int, data: dict[str, Any]) -> Gap:
+def _gap(line_no: int, data: Mapping[str, object]) -> Gap:
 
     def number(key: str) -> int | None:
         value = data.get(key)
@@ -353,7 +377,7 @@ def _gap(line_no: int, data: dict[str, Any]) -> Gap:
     )
 
 
-def _fast_check(raw: bytes, prev: bytes, sha256: Any) -> bytes | None:
+def _fast_check(raw: bytes, prev: bytes, sha256: Sha256) -> bytes | None:
     """The line's hash if its bytes hash and link correctly, else ``None`` (then parse it)."""
     if raw[-1:] != b"\n":
         return None
@@ -364,12 +388,12 @@ def _fast_check(raw: bytes, prev: bytes, sha256: Any) -> bytes | None:
 
 
 def line_links(
-    buf: Any,
+    buf: bytes | mmap.mmap,
     start: int,
     end: int,
     *,
     view: memoryview | None = None,
-    sha256: Any = hashlib.sha256,
+    sha256: Sha256 = hashlib.sha256,
 ) -> tuple[bytes, bytes] | None:
     """``(hash, prev_hash)`` of the line ``buf[start:end]`` (no newline) when its bytes hash to
     the ``hash`` it carries, both as ``b"sha256:…"``; ``None`` when this byte-level check cannot

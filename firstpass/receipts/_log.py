@@ -6,7 +6,10 @@ Two implement it: ``ReceiptWriter`` (a JSONL file, the embedded default) and
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Protocol
+
+import msgspec
 
 from firstpass.receipts._writer import WriterStats
 
@@ -26,9 +29,9 @@ class ReceiptLog(Protocol):
 
     async def start(self) -> None: ...
 
-    async def write(self, record: dict[str, Any]) -> None: ...
+    async def write(self, record: Mapping[str, object] | msgspec.Struct) -> None: ...
 
-    async def enqueue(self, record: dict[str, Any]) -> None: ...
+    async def enqueue(self, record: Mapping[str, object] | msgspec.Struct) -> None: ...
 
     async def flush(self) -> None: ...
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
 
+from firstpass._json import JSON, JSONObject
 from firstpass.errors import ReceiptError
 from firstpass.receipts._discover import discover_chains
 
@@ -17,7 +17,7 @@ _READ_BUFFER = 1 << 20
 
 def iter_receipts(
     path: str | os.PathLike[str], *, include_special: bool = False
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[JSONObject]:
     """Yield each request receipt at ``path`` as a dict, in chain order, streaming.
 
     ``path`` is a log (read after its rotated siblings, oldest first) or a directory (every
@@ -34,7 +34,7 @@ def iter_receipts(
                     yield record
 
 
-def find_receipt(path: str | os.PathLike[str], receipt_id: str) -> dict[str, Any] | None:
+def find_receipt(path: str | os.PathLike[str], receipt_id: str) -> JSONObject | None:
     """The receipt with this ``id`` at ``path`` (a log with its rotated siblings, or a
     directory), or ``None``.
 
@@ -51,7 +51,7 @@ def find_receipt(path: str | os.PathLike[str], receipt_id: str) -> dict[str, Any
     return None
 
 
-def find_by_answer(path: str | os.PathLike[str], answer_sha256: str) -> list[dict[str, Any]]:
+def find_by_answer(path: str | os.PathLike[str], answer_sha256: str) -> list[JSONObject]:
     """Every receipt at ``path`` whose served answer hashes to ``answer_sha256``
     (``"sha256:" + hex`` of the answer's text as served, UTF-8; see ``sha256_text``)."""
     needle = json.dumps(answer_sha256).encode()
@@ -67,6 +67,17 @@ def find_by_answer(path: str | os.PathLike[str], answer_sha256: str) -> list[dic
     return found
 
 
+def iter_lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, bytes]]:
+    """``(where, line)`` for every line at ``path`` (a log with its rotated files, or a
+    directory), in chain order: ``where`` is ``line N``, with the file when there are several
+    (what ``read_lines`` names a line that is not a receipt by)."""
+    files = [file for chain in discover_chains(path) for file in chain.files]
+    for file in files:
+        prefix = f"{os.fspath(file)}: " if len(files) > 1 else ""
+        for line_no, raw in _lines(file):
+            yield f"{prefix}line {line_no}", raw
+
+
 def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
     try:
         with open(path, "rb", buffering=_READ_BUFFER) as fh:
@@ -75,9 +86,9 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
         raise ReceiptError(f"{os.fspath(path)}: cannot read the receipt log: {exc}") from exc
 
 
-def _parse(raw: bytes, line_no: int, path: str | os.PathLike[str]) -> dict[str, Any]:
+def _parse(raw: bytes, line_no: int, path: str | os.PathLike[str]) -> JSONObject:
     try:
-        record = json.loads(raw.decode("utf-8"))
+        record: JSON = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, nested too deeply
         raise ReceiptError(
             f"{os.fspath(path)}: line {line_no} is not JSON ({exc}); run"

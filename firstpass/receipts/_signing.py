@@ -33,12 +33,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from firstpass._json import JSON, JSONObject
 from firstpass.errors import ConfigError, ReceiptError
 from firstpass.receipts._canonical import GENESIS_HASH, HASH_RE, canonical_bytes
 from firstpass.receipts._chain import VerifyReport, verify_chain
@@ -105,12 +106,12 @@ class CheckpointSigner:
         signed."""
         self._since = head
 
-    def checkpoint(self, head: str) -> dict[str, Any]:
+    def checkpoint(self, head: str) -> JSONObject:
         """The checkpoint record signing ``head`` (the writer adds ``prev_hash`` = ``head``)
         and, after ``begin``, ``since``: the lines between ``since`` and ``head`` are the ones
         this checkpoint vouches for."""
         now = utc_now()
-        signed: dict[str, Any] = {
+        signed: JSONObject = {
             "head": head,
             "time": now,
             "key_id": self.key_id,
@@ -414,8 +415,13 @@ def verify_checkpoints(
                     if reason is not None:
                         problems.append(SignatureProblem(path=shown, line=line_no, reason=reason))
                         continue
-                    last_head, last_time = record["signed"]["head"], record["signed"].get("time")
-                    since = record["signed"].get("since")
+                    # the checkpoint holds up (``_checkpoint_problem``): ``signed`` is an object,
+                    # its ``head`` the head the line follows, its ``since`` None or a hash, and
+                    # its ``time`` what the key's holder signed (the writer's ``utc_now()``)
+                    signed = cast("JSONObject", record["signed"])
+                    last_head = cast(str, signed["head"])
+                    last_time = cast("str | None", signed.get("time"))
+                    since = cast("str | None", signed.get("since"))
                     vouches.append(
                         _Vouch(path=shown, line=line_no, at=offset + line_no, since=since)
                     )
@@ -445,16 +451,16 @@ def verify_checkpoints(
     )
 
 
-def _json_object(raw: bytes) -> dict[str, Any] | None:
+def _json_object(raw: bytes) -> JSONObject | None:
     try:
-        value = json.loads(raw)
+        value: JSON = json.loads(raw)
     except (ValueError, RecursionError):
         return None  # not a line the chain check would pass either
     return value if isinstance(value, dict) else None
 
 
 def _checkpoint_problem(
-    record: Mapping[str, Any], public_key: Ed25519PublicKey, expected_id: str, linked: str | None
+    record: Mapping[str, JSON], public_key: Ed25519PublicKey, expected_id: str, linked: str | None
 ) -> str | None:
     """Why this checkpoint record does not hold up under ``public_key``, or ``None``.
     ``linked``: the head the line follows in the verified chain (``None``: not known)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from firstpass.receipts._ids import new_receipt_id
 
@@ -29,7 +28,7 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
-def gap_record(reason: str, **fields: Any) -> dict[str, Any]:
+def gap_record(reason: str, **fields: object) -> dict[str, object]:
     """A gap marker saying what was lost (``fields``: ``lost_bytes``, ``lost_receipts``...)."""
     return {
         "id": new_receipt_id(),
@@ -41,6 +40,6 @@ def gap_record(reason: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def is_special(record: Mapping[str, Any]) -> bool:
+def is_special(record: Mapping[str, object]) -> bool:
     """Whether a line is one the writer added (a gap, a checkpoint), not a request's receipt."""
     return "kind" in record

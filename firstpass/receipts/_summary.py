@@ -1,8 +1,9 @@
 """Summary statistics over receipts: what was done, how often checks passed, what it cost.
 
-Pure: it takes records (any iterable of dicts, e.g. ``iter_receipts(path)``) and returns numbers.
-Only ``id`` and ``mode`` are guaranteed on a receipt, so every other field is optional here: a
-missing or non-numeric value is left out of the statistic it would feed, never guessed.
+Pure: it takes typed receipts (``firstpass.receipts.Receipt``) and returns numbers;
+``read_lines`` turns a log's lines into them. A line that is not a receipt of the schema (not
+JSON, a field missing or of the wrong type: a hand-edited line) is left out whole and counted
+as unreadable, and the summary's warning names the first one and why; nothing is guessed.
 
 Check runs are counted three ways. By stage (``visible``, ``gate``): one run per ``checks[]``
 entry, its ``passed``, and its ``category`` as the receipt has it (the sandbox's finer names for
@@ -21,16 +22,28 @@ says so, naming the first bad line.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+
+import msgspec
 
 from firstpass.checks import category_of_test_run
 from firstpass.receipts._chain import VerifyReport
+from firstpass.receipts._schema import (
+    CheckEntry,
+    Decision,
+    ProbeRecord,
+    Receipt,
+    RevisionLoop,
+    ServedRecord,
+    UnsetType,
+    receipt_from_builtins,
+)
 
 #: the bucket for receipts that lack the field being counted
 MISSING = "(missing)"
@@ -59,7 +72,8 @@ class ReceiptSummary:
     ``label_passed`` come from elastic-policy receipts and stay empty/zero without them.
 
     ``chain`` is the log's ``verify_chain`` report when the caller checked it (``None``: not
-    checked); ``unreadable`` counts lines left out because they are not JSON objects.
+    checked); ``unreadable`` counts lines left out because they are not receipts (not JSON, or
+    not of the schema), ``first_unreadable`` says where the first was and why.
 
     Inside an entry that has ``results``, its tests are read from the counts: ``n_total`` minus
     the listed checks is how many tests ran, ``n_passed`` minus the listed checks that passed how
@@ -85,6 +99,7 @@ class ReceiptSummary:
     label_passed: int = 0
     chain: VerifyReport | None = None
     unreadable: int = 0
+    first_unreadable: str | None = None
     #: per check kind, the failure categories of the runs that failed (``timeout``...)
     failures: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: how the served answers were vouched for (``verified``, ``gate_skipped``...)
@@ -181,10 +196,11 @@ class ReceiptSummary:
             )
         if self.unreadable:
             lines = "line was" if self.unreadable == 1 else "lines were"
-            parts.append(f"{self.unreadable} {lines} not a JSON object and left out")
+            first = f" (the first: {self.first_unreadable})" if self.first_unreadable else ""
+            parts.append(f"{self.unreadable} {lines} not a receipt and left out{first}")
         return "; ".join(parts) if parts else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready data (what ``summary --json`` prints)."""
         return {
             "n": self.n,
@@ -261,8 +277,11 @@ class ReceiptSummary:
         }
 
 
-def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
-    """Count and sum the receipts in ``records`` (streamed: one pass, latencies kept)."""
+def summarize(
+    receipts: Iterable[Receipt], *, markers: Mapping[str, int] | None = None
+) -> ReceiptSummary:
+    """Count and sum ``receipts`` (streamed: one pass, latencies kept); ``markers``: the lines
+    the writer added that are not requests, by ``kind`` (``read_lines`` counts them)."""
     n = 0
     modes: Counter[str] = Counter()
     actions: Counter[str] = Counter()
@@ -282,80 +301,65 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
     latencies: list[float] = []
     labelled = label_passed = 0
     errors: Counter[str] = Counter()
-    markers: Counter[str] = Counter()
     first_time: str | None = None
     last_time: str | None = None
     skip_labels = skip_label_failures = 0
-    for record in records:
-        if "kind" in record:  # a gap marker or a checkpoint: not a request
-            markers[_label(record.get("kind"))] += 1
-            continue
+    for receipt in receipts:
         n += 1
-        stamp = record.get("time")
-        if isinstance(stamp, str) and _TIME.fullmatch(stamp):
+        stamp = receipt.time
+        if _TIME.fullmatch(stamp):
             # the format sorts as text (fixed-width UTC); a log is in write order anyway
             first_time = stamp if first_time is None or stamp < first_time else first_time
             last_time = stamp if last_time is None or stamp > last_time else last_time
-        error = record.get("error")
-        if isinstance(error, dict):
-            errors[_label(error.get("type"))] += 1
-        modes[_label(record.get("mode"))] += 1
-        decision = _dict(record.get("decision"))
-        actions[_label(decision.get("action"))] += 1
-        counterfactual = decision.get("counterfactual")
-        if counterfactual is not None:
-            counterfactuals[_label(counterfactual)] += 1
-        gate_label = decision.get("gate_label")
-        if gate_label is not None:
+        if receipt.error is not None:
+            errors[receipt.error.type] += 1
+        modes[receipt.mode] += 1
+        decision = receipt.decision
+        actions[decision.action] += 1
+        if decision.counterfactual is not None:
+            counterfactuals[decision.counterfactual] += 1
+        if decision.gate_label is not None:
             labelled += 1
-            label_passed += gate_label is True
-        raw_checks = record.get("checks")
-        for check in raw_checks if isinstance(raw_checks, list) else ():
-            if not isinstance(check, dict):
-                continue
-            kind = check.get("kind")
-            if kind not in ("visible", "gate"):
-                continue
-            per_name = by_check_label if check.get("purpose") == "label" else by_check
-            for name, passed, category in _runs(check, str(kind)):
+            label_passed += decision.gate_label
+        for check in receipt.checks:
+            kind = check.kind
+            per_name = by_check_label if check.purpose == "label" else by_check
+            for name, passed, category in _runs(check):
                 rate = per_name.setdefault(name, [0, 0])
                 rate[0] += passed
                 rate[1] += 1
                 if not passed:
-                    taxonomy[str(kind)][category] += 1
-            if not isinstance(check.get("passed"), bool):
-                continue
-            tally = checks[str(kind)]
-            tally[0] += check["passed"]
+                    taxonomy[kind][category] += 1
+            tally = checks[kind]
+            tally[0] += check.passed
             tally[1] += 1
-            if not check["passed"]:
-                failures[str(kind)][_label(check.get("category"))] += 1
-        attempted, passed_attempts, stops = _revisions(record.get("revisions"))
-        revised += attempted > 0
-        revision_attempts += attempted
-        revision_attempts_passed += passed_attempts
-        revision_stops.update(stops)
-        costs = _dict(record.get("cost"))
-        cost += _number(costs.get("total_usd")) or 0.0
-        top += _number(costs.get("top_rung_usd")) or 0.0
-        probe_cost += _number(costs.get("probe_usd")) or 0.0
-        checks_usd += _number(costs.get("checks_usd")) or 0.0
-        total_ms = _number(_dict(record.get("timings_ms")).get("total"))
-        if total_ms is not None:
-            latencies.append(total_ms)
-        probe = record.get("probe")
-        if isinstance(probe, dict):
-            regimes[_label(probe.get("regime"))] += 1
+            if not check.passed:
+                failures[kind][_label(check.category)] += 1
+        if not isinstance(receipt.revisions, UnsetType):
+            attempted, passed_attempts, stops = _revisions(receipt.revisions)
+            revised += attempted > 0
+            revision_attempts += attempted
+            revision_attempts_passed += passed_attempts
+            revision_stops.update(stops)
+        costs = receipt.cost
+        cost += _number(costs.total_usd)
+        top += _number(costs.top_rung_usd)
+        probe_cost += _number(costs.probe_usd)
+        if not isinstance(costs.checks_usd, UnsetType):
+            checks_usd += _number(costs.checks_usd)
+        latencies.append(float(receipt.timings_ms.total))
+        probe = receipt.probe
+        if probe is not None:
+            regimes[_label(None if isinstance(probe.regime, UnsetType) else probe.regime)] += 1
             for label in _skip_labels(probe, decision):
                 skip_labels += 1
                 skip_label_failures += label is False
-        served = record.get("served")
-        if isinstance(served, dict):
-            verification = _label(served.get("verification"))
-            verifications[verification] += 1
-            if verification == "gate_skipped":
-                skips[_label(_skip_certificate(record, served))] += 1
-            served_revised += (_count(served.get("revision")) or 0) > 0
+        served = receipt.served
+        if served is not None:
+            verifications[served.verification] += 1
+            if served.verification == "gate_skipped":
+                skips[_label(_skip_certificate(probe, served))] += 1
+            served_revised += not isinstance(served.revision, UnsetType) and served.revision > 0
     latencies.sort()
     return ReceiptSummary(
         n=n,
@@ -390,24 +394,60 @@ def summarize(records: Iterable[Mapping[str, Any]]) -> ReceiptSummary:
         first_time=first_time,
         last_time=last_time,
         errors=dict(errors.most_common()),
-        markers=dict(markers.most_common()),
+        markers=dict(Counter(markers or {}).most_common()),
         skip_labels=skip_labels,
         skip_label_failures=skip_label_failures,
     )
 
 
-def _skip_labels(probe: Mapping[str, Any], decision: Mapping[str, Any]) -> list[bool]:
+@dataclass(kw_only=True)
+class LineTally:
+    """What ``read_lines`` left out of a summary: the writer's own lines (by ``kind``), and
+    the lines that are not receipts (not JSON, or not of the schema: the first one's reason)."""
+
+    markers: Counter[str] = field(default_factory=Counter)
+    unreadable: int = 0
+    first_unreadable: str | None = None
+
+    def bad(self, where: str) -> None:
+        self.unreadable += 1
+        if self.first_unreadable is None:
+            self.first_unreadable = where
+
+
+def read_lines(lines: Iterable[tuple[str, bytes]], tally: LineTally) -> Iterator[Receipt]:
+    """The request receipts among ``(where, line)`` pairs, typed; gap markers and checkpoints
+    are counted in ``tally.markers``, lines that are not receipts in ``tally.unreadable``."""
+    for where, raw in lines:
+        try:
+            record = json.loads(raw)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deeply
+            tally.bad(f"{where}: not JSON")
+            continue
+        if not isinstance(record, dict):
+            tally.bad(f"{where}: not a JSON object")
+            continue
+        if "kind" in record:  # a gap marker or a checkpoint: not a request
+            tally.markers[_label(record.get("kind"))] += 1
+            continue
+        try:
+            receipt = receipt_from_builtins(record)
+        except msgspec.ValidationError as exc:
+            tally.bad(f"{where}: not a receipt ({exc})")
+            continue
+        except UnicodeEncodeError:  # a lone surrogate ("\udc00" escapes decode to one)
+            tally.bad(f"{where}: not a receipt (a lone UTF-16 surrogate is not text)")
+            continue
+        yield receipt
+
+
+def _skip_labels(probe: ProbeRecord, decision: Decision) -> list[bool]:
     """The gate labels of the probed rungs whose regime was ``serve`` (rung 0's label is on
     ``decision``, a later rung's on its own entry)."""
-    first = {**probe, "gate_label": decision.get("gate_label")}
-    later = probe.get("later")
-    return [
-        entry["gate_label"]
-        for entry in [first, *(later if isinstance(later, list) else ())]
-        if isinstance(entry, dict)
-        and entry.get("regime") == "serve"
-        and isinstance(entry.get("gate_label"), bool)
-    ]
+    rungs: list[tuple[ProbeRecord, bool | UnsetType | None]] = [(probe, decision.gate_label)]
+    if not isinstance(probe.later, UnsetType):
+        rungs += [(entry, entry.gate_label) for entry in probe.later]
+    return [label for entry, label in rungs if entry.regime == "serve" and isinstance(label, bool)]
 
 
 #: a receipt ``time``: fixed-width UTC, so such strings sort as the instants they name
@@ -428,75 +468,55 @@ def _parse_time(stamp: str | None) -> float | None:
 _TESTS_NAME = {"visible": "tests", "gate": "hidden tests"}
 
 
-def _runs(check: Mapping[str, Any], kind: str) -> list[tuple[str, bool, str]]:
+def _runs(check: CheckEntry) -> list[tuple[str, bool, str]]:
     """The check runs one ``checks[]`` entry stands for: ``(name, passed, category)``, the
     category in the taxonomy (meaningful only on a failure). Without ``results`` the entry is
     its tests alone; with them, the tests (when the counts say any ran) and each listed check.
     """
-    results = check.get("results")
-    if results is None or results == []:
-        passed = check.get("passed")
-        if not isinstance(passed, bool):
-            return []
-        return [(_TESTS_NAME[kind], passed, _test_category(check.get("category")))]
-    if not isinstance(results, list):
-        return []
-    listed = [r for r in results if isinstance(r, dict) and isinstance(r.get("passed"), bool)]
+    tests_name = _TESTS_NAME[check.kind]
+    if isinstance(check.results, UnsetType) or not check.results:
+        return [(tests_name, check.passed, _test_category(check.category))]
+    listed = check.results
     runs: list[tuple[str, bool, str]] = []
-    n_total, n_passed = _count(check.get("n_total")), _count(check.get("n_passed"))
-    if len(listed) == len(results) and n_total is not None and n_passed is not None:
-        tests_total = n_total - len(listed)
-        tests_passed = n_passed - sum(r["passed"] for r in listed)
-        if tests_total > 0 and 0 <= tests_passed <= tests_total:
-            passed = tests_passed == tests_total
-            runs.append((_TESTS_NAME[kind], passed, _test_category(check.get("category"))))
-    runs.extend((_label(r.get("name")), r["passed"], _label(r.get("category"))) for r in listed)
+    tests_total = check.n_total - len(listed)
+    tests_passed = check.n_passed - sum(r.passed for r in listed)
+    if tests_total > 0 and 0 <= tests_passed <= tests_total:
+        passed = tests_passed == tests_total
+        runs.append((tests_name, passed, _test_category(check.category)))
+    runs.extend((r.name, r.passed, _label(r.category)) for r in listed)
     return runs
 
 
-def _test_category(sandbox_category: Any) -> str:
+def _test_category(sandbox_category: str | None) -> str:
     """A failed test run's sandbox category in the taxonomy (``MISSING`` when there is none)."""
-    return category_of_test_run(sandbox_category) if isinstance(sandbox_category, str) else MISSING
+    return category_of_test_run(sandbox_category) if sandbox_category is not None else MISSING
 
 
-def _revisions(loops: Any) -> tuple[int, int, Counter[str]]:
+def _revisions(loops: list[RevisionLoop]) -> tuple[int, int, Counter[str]]:
     """Of a receipt's ``revisions``: attempts made, attempts that passed, loops by why they
     stopped (a loop that stopped on a pass, ``stopped: null``, is not counted)."""
     attempts = passed = 0
     stops: Counter[str] = Counter()
-    for loop in loops if isinstance(loops, list) else ():
-        if not isinstance(loop, dict):
-            continue
-        tries = loop.get("attempts")
-        for attempt in tries if isinstance(tries, list) else ():
-            if isinstance(attempt, dict):
-                attempts += 1
-                passed += attempt.get("passed") is True
-        stopped = loop.get("stopped")
-        if stopped is not None:
-            stops[_label(stopped)] += 1
+    for loop in loops:
+        attempts += len(loop.attempts)
+        passed += sum(a.passed is True for a in loop.attempts)
+        if loop.stopped is not None:
+            stops[loop.stopped] += 1
     return attempts, passed, stops
 
 
-def _rate_dict(rate: CheckRate) -> dict[str, Any]:
+def _rate_dict(rate: CheckRate) -> dict[str, object]:
     return {"passed": rate.passed, "total": rate.total, "rate": rate.rate}
 
 
-def _count(value: Any) -> int | None:
-    """A non-negative integer count, else ``None``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
-
-
-def _skip_certificate(record: Mapping[str, Any], served: Mapping[str, Any]) -> Any:
+def _skip_certificate(probe: ProbeRecord | None, served: ServedRecord) -> str | None:
     """The certificate of the probe whose rung served the answer without the gate."""
-    probe = _dict(record.get("probe"))
-    rung = served.get("rung")
-    later = probe.get("later")
-    for entry in [probe, *(later if isinstance(later, list) else ())]:
-        if isinstance(entry, dict) and entry.get("rung") == rung:
-            return entry.get("certificate")
+    if probe is None:
+        return None
+    later = [] if isinstance(probe.later, UnsetType) else probe.later
+    for entry in [probe, *later]:
+        if entry.rung == served.rung:
+            return None if isinstance(entry.certificate, UnsetType) else entry.certificate
     return None
 
 
@@ -512,24 +532,16 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, dict) else {}
+def _label(value: str | None) -> str:
+    return MISSING if value is None else value
 
 
-def _label(value: Any) -> str:
-    if value is None:
-        return MISSING
-    return value if isinstance(value, str) else str(value)
-
-
-#: a cost or a latency beyond this is no measurement: left out, so sums stay finite (and
-#: ``--json`` valid JSON) whatever a hand-edited log holds
+#: a cost beyond this is no measurement: left out, so sums stay finite (and ``--json`` valid
+#: JSON) whatever a hand-edited log holds
 _IMPLAUSIBLE = 1e200
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if isinstance(value, int):
-        return float(value) if abs(value) <= _IMPLAUSIBLE else None
-    return value if math.isfinite(value) and abs(value) <= _IMPLAUSIBLE else None
+def _number(value: float) -> float:
+    """A cost as a float, 0 when it is not finite or implausibly large."""
+    value = float(value)
+    return value if math.isfinite(value) and abs(value) <= _IMPLAUSIBLE else 0.0

@@ -3,21 +3,32 @@
 See docs/sandbox.md for what is isolated, the spec shape and the threat model.
 """
 
-from ._codec import NonData, WireError, from_json, from_wire, to_wire
+from ._child.codec import NonData, WireError, from_json, from_wire, to_wire
 from ._extract import Extraction, extract_code
-from ._limits import Limits
+from ._limits import MAX_SECONDS, Limits
 from ._result import CATEGORIES, SampleResult, TestResult
 from ._runner import Sandbox
-from ._spec import AssertSpec, Case, CasesSpec, TestSpec, parse_spec
+from ._spec import (
+    DEFAULT_PER_INPUT_S,
+    AssertSpec,
+    Case,
+    CasesSpec,
+    ProbeInputs,
+    TestSpec,
+    parse_spec,
+)
 
 __all__ = [
     "CATEGORIES",
+    "DEFAULT_PER_INPUT_S",
+    "MAX_SECONDS",
     "AssertSpec",
     "Case",
     "CasesSpec",
     "Extraction",
     "Limits",
     "NonData",
+    "ProbeInputs",
     "SampleResult",
     "Sandbox",
     "TestResult",

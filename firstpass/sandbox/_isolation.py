@@ -18,14 +18,18 @@ import shutil
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from firstpass.errors import SandboxError
+
+if TYPE_CHECKING:
+    from ._child.frames import ZygoteConfig
 
 __all__ = ["Isolation", "detect_isolation"]
 
 LEVELS = ("netns+uid", "netns", "uid", "none")
-ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_zygote.py")
+#: how a zygote starts: ``python -I -S ZYGOTE <cfg>`` (see _child/boot.py)
+ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child", "boot.py")
 
 #: hidden from samples unless a kept path is inside: homes hold keys and configs
 #: covered by default: home directories, and the host's pty pool (a sample opening /dev/ptmx
@@ -108,7 +112,7 @@ async def detect_isolation(requested: str = "auto") -> Isolation:
     for iso in candidates:
         if requested not in ("auto", iso.level):
             continue
-        cfg: dict[str, Any] = {"probe": True}
+        cfg: ZygoteConfig = {"probe": True}
         if iso.private_tmp:
             cfg["mounts"] = {"hide": [], "keep": []}
         probe = iso.command([sys.executable, "-I", "-S", ZYGOTE, json.dumps(cfg)])

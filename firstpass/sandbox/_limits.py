@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from firstpass.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._child.frames import WireLimits
 
 __all__ = ["Limits"]
 
@@ -68,6 +71,6 @@ class Limits:
         if not isinstance(self.site_packages, bool):
             raise ConfigError("limits.site_packages", "must be true or false")
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> WireLimits:
         """The form the zygote reads."""
-        return asdict(self)
+        return cast("WireLimits", asdict(self))  # its fields are the record's keys

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from . import _harness
+from ._child.verdicts import CATEGORIES  # defined once: the zygote checks verdicts against it
 
 __all__ = ["CATEGORIES", "SampleResult", "TestResult"]
-
-#: failure categories, in no particular order; a sample's category is its first failing test's.
-#: Defined once, in the harness, which the sandbox side checks every verdict against.
-CATEGORIES = _harness.CATEGORIES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +20,7 @@ class TestResult:
     error_type: str | None
     message: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "index": self.index,
             "passed": self.passed,
@@ -64,9 +59,9 @@ class SampleResult:
     sandbox_restarts: int = 0
     dropped_cases: tuple[tuple[int, str], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready data with exactly the fields above (the behaviour ones only when set)."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "passed": self.passed,
             "n_passed": self.n_passed,
             "n_total": self.n_total,

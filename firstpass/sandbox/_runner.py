@@ -1,8 +1,9 @@
 """The async front: :class:`Sandbox` keeps a zygote running and hands it samples.
 
 The proxy's event loop only ever writes a request frame and awaits the answer: all process
-work (forks, rlimits, pipes, cleanup) happens in the zygote (``_zygote.py``), and the few
-blocking steps here (uid-block lock file) run in a thread.
+work (forks, rlimits, pipes, cleanup) happens in the zygote (``_child/``), and the few
+blocking steps here (uid-block lock file) run in a thread. Beside it: ``_client.py`` (one
+zygote process), ``_requests.py`` (what a request holds), ``_reference.py`` (``resolve``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import contextvars
 import dataclasses
 import fcntl
-import functools
 import hashlib
 import itertools
 import json
@@ -23,24 +23,26 @@ import secrets
 import sys
 import time
 from collections import OrderedDict, deque
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from firstpass.errors import SandboxBusy, SandboxError, SpecError
 
-from . import _contain, _harness, _judge
+from ._child.mounts import keep_paths
+from ._child.uids import UIDS_PER_SLOT
+from ._client import ZygoteDied, ZygoteProcess
 from ._extract import extract_code
-from ._isolation import DEFAULT_HIDE, Isolation, detect_isolation
+from ._isolation import DEFAULT_HIDE, ZYGOTE, Isolation, detect_isolation
 from ._limits import WALL_STRETCH, Limits
+from ._reference import References
+from ._requests import build_request, read_behaviour, read_tests
 from ._result import SampleResult, TestResult
-from ._spec import AssertSpec, Case, CasesSpec, TestSpec
+from ._spec import CasesSpec, ProbeInputs, TestSpec
 
-if TYPE_CHECKING:  # firstpass.probe imports the sandbox's codec: no import cycle at run time
-    from firstpass.probe import ProbeInputs
+if TYPE_CHECKING:
+    from ._child.frames import Mounts, Response, RunRequest, ZygoteConfig
 
 __all__ = ["Sandbox"]
 
-_ZYGOTE = str(Path(__file__).with_name("_zygote.py"))
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 #: per-sandbox uid blocks; in a block, each zygote lane has 2 uids (worker, judge) per slot
 UID_START = 61_000_000
@@ -49,155 +51,14 @@ UID_BLOCKS = 256
 #: zygote lanes: (site_packages, alt) -> lane; one-shot interpreters use LANES - 1
 LANES = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
 N_LANES = len(LANES) + 1
-MAX_CONCURRENCY = UID_BLOCK // (_contain.UIDS_PER_SLOT * N_LANES)
-#: how many resolved reference specs to keep
-RESOLVED_CACHE = 4096
+MAX_CONCURRENCY = UID_BLOCK // (UIDS_PER_SLOT * N_LANES)
 #: the run_many call a run() belongs to: its samples may share a judge (see judge_key in
-#: _zygote), no other call's may
+#: _child/sharing.py), no other call's may
 _REQUEST: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "firstpass_sandbox_request", default=None
 )
-#: runs of a reference before a case it gave no answer on (timeouts...) fails the resolution
-RESOLVE_TRIES = 3
 _LOCK_DIR = "/run/firstpass-sandbox"
-#: how many bytes of return values (as JSON) a reference solution may produce over all its
-#: cases; each later run of the spec carries them, so they cost every run of it
-REFERENCE_ALLOWANCE = 16 << 20
-#: the stdout+stderr a reference may print (a sample's default is 1 MB)
-REFERENCE_OUTPUT_BYTES = 16 << 20
 _log = logging.getLogger("firstpass.sandbox")
-
-
-class _ZygoteDied(Exception):
-    """The zygote ended; ``started`` says whether it had begun running the request."""
-
-    def __init__(self, started: bool = False) -> None:
-        self.started = started
-        super().__init__("the sandbox process died")
-
-
-class _Zygote:
-    """One zygote process and the requests in flight on it."""
-
-    def __init__(self, argv: list[str]) -> None:
-        self.argv = argv
-        self.proc: asyncio.subprocess.Process | None = None
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.acked: set[int] = set()
-        self.reader: asyncio.Task[None] | None = None
-        self.errlog: asyncio.Task[None] | None = None
-        self.pid = 0
-        self.root = ""
-        self.memory_bound = "per-process"
-        self.alive = False
-        self.stderr_tail = b""
-
-    async def start(self) -> None:
-        try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env={},
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise SandboxError(f"cannot start the sandbox interpreter: {exc}") from exc
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self.errlog = asyncio.create_task(self._drain_stderr(self.proc.stderr))
-        try:
-            hello = await asyncio.wait_for(self._read_frame(), 20)
-        except (TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
-            await self.kill()
-            tail = self.stderr_tail.decode(errors="replace").strip()[-500:]
-            raise SandboxError(f"the sandbox did not start: {tail or exc!r}") from exc
-        if not hello.get("ready"):
-            await self.kill()
-            raise SandboxError(f"the sandbox refused to start: {hello.get('error')}")
-        self.pid, self.root, self.alive = int(hello["pid"]), str(hello["root"]), True
-        self.memory_bound = str(hello.get("memory_bound") or "per-process")
-        self.reader = asyncio.create_task(self._read_loop())
-
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(1 << 16):
-            self.stderr_tail = (self.stderr_tail + chunk)[-4096:]
-
-    async def _read_raw(self) -> bytes:
-        assert self.proc is not None and self.proc.stdout is not None
-        head = await self.proc.stdout.readexactly(_harness.FRAME.size)
-        (size,) = _harness.FRAME.unpack(head)
-        if size > _harness.MAX_FRAME:
-            raise ValueError("oversized frame from the zygote")
-        return await self.proc.stdout.readexactly(size)
-
-    async def _read_frame(self) -> Any:
-        raw = await self._read_raw()
-        if len(raw) > 1 << 20:  # a large answer is decoded off the event loop
-            return await asyncio.to_thread(json.loads, raw)
-        return json.loads(raw)
-
-    async def _read_loop(self) -> None:
-        try:
-            while True:
-                msg = await self._read_frame()
-                if msg.get("has_outputs"):  # reference outputs follow in their own frame
-                    msg["outputs"] = await self._read_frame()
-                if msg.get("ack"):
-                    self.acked.add(msg.get("id"))
-                    continue
-                self.acked.discard(msg.get("id"))
-                fut = self.pending.pop(msg.get("id"), None)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg)
-        except (asyncio.IncompleteReadError, ValueError, ConnectionError):
-            pass
-        finally:
-            self.alive = False
-            for key, fut in self.pending.items():
-                if not fut.done():
-                    fut.set_exception(_ZygoteDied(started=key in self.acked))
-            self.pending.clear()
-
-    async def request(self, req: dict[str, Any]) -> dict[str, Any]:
-        if not self.alive or self.proc is None or self.proc.stdin is None:
-            raise _ZygoteDied()
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[req["id"]] = fut
-        try:
-            self.proc.stdin.write(_harness.encode_frame(req))
-            await self.proc.stdin.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            self.pending.pop(req["id"], None)
-            raise _ZygoteDied() from exc
-        return await fut
-
-    async def close(self, timeout: float = 10.0) -> None:
-        if self.proc is None:
-            return
-        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
-            self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), timeout)
-        except TimeoutError:
-            await self.kill()
-        await self._finish_tasks()
-
-    async def kill(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, 9)
-            await self.proc.wait()
-        self.alive = False
-        await self._finish_tasks()
-
-    async def _finish_tasks(self) -> None:
-        for task in (self.reader, self.errlog):
-            if task is not None and not task.done():
-                try:
-                    await asyncio.wait_for(task, 5)
-                except TimeoutError:
-                    task.cancel()
 
 
 def _lock_uid_block() -> tuple[int, IO[str]]:
@@ -224,12 +85,13 @@ class SandboxStats:
     zygote_restarts: int
 
 
-class Sandbox:
+class Sandbox(References):
     """Run untrusted answers against test specs, isolated, in parallel (``concurrency`` at once).
 
     Use as ``async with Sandbox() as sb: await sb.run(answer, spec)``. ``isolation`` forces a
     level (``"auto"`` picks the strongest available); ``hide`` lists host paths mounted over
     with an empty read-only tmpfs inside the sandbox (data sets with reference answers, say).
+    ``resolve`` (expected values from a reference solution) is :class:`~._reference.References`'.
     """
 
     def __init__(
@@ -257,7 +119,7 @@ class Sandbox:
         self._uid_base: int | None = None
         self._uid_lock: IO[str] | None = None
         #: (site_packages, alt) -> zygote; the alt one has another hash seed (see resolve)
-        self._zygotes: dict[tuple[bool, bool], _Zygote] = {}
+        self._zygotes: dict[tuple[bool, bool], ZygoteProcess] = {}
         self._zygote_lock = asyncio.Lock()
         self._deaths: list[float] = []
         self._restarts = 0
@@ -270,7 +132,7 @@ class Sandbox:
         self._resolving: dict[str, asyncio.Lock] = {}
         self._started = False
         self._closing = False
-        self._mounts: dict[bool, dict[str, list[str]]] = {}
+        self._mounts: dict[bool, Mounts] = {}
         #: spec digest -> why its reference failed (a failure is not re-run per sample)
         self._resolve_failed: OrderedDict[str, SpecError] = OrderedDict()
 
@@ -297,7 +159,7 @@ class Sandbox:
             sp: {
                 "hide": list(self.hide),
                 "default_hide": list(DEFAULT_HIDE),
-                "keep": list(await asyncio.to_thread(_contain.keep_paths, hide, sp, _PACKAGE_DIR)),
+                "keep": list(await asyncio.to_thread(keep_paths, hide, sp, _PACKAGE_DIR)),
             }
             for sp in (False, True)
         }
@@ -340,7 +202,7 @@ class Sandbox:
         """The uids this sandbox's samples and judges run as (empty without uid isolation)."""
         if self._uid_base is None:
             return range(0)
-        n = _contain.UIDS_PER_SLOT * self.concurrency * N_LANES
+        n = UIDS_PER_SLOT * self.concurrency * N_LANES
         return range(self._uid_base, self._uid_base + n)
 
     @property
@@ -357,7 +219,7 @@ class Sandbox:
         ``uid_range`` are judges', some of which live across jobs by design."""
         if self._uid_base is None:
             return frozenset()
-        return frozenset(self.uid_range[:: _contain.UIDS_PER_SLOT])
+        return frozenset(self.uid_range[::UIDS_PER_SLOT])
 
     @property
     def zygote_pid(self) -> int | None:
@@ -367,7 +229,7 @@ class Sandbox:
 
     def _argv(self, site_packages: bool, *, alt: bool = False, oneshot: bool = False) -> list[str]:
         assert self._iso is not None
-        cfg: dict[str, Any] = {
+        cfg: ZygoteConfig = {
             "lane": N_LANES - 1 if oneshot else LANES[(site_packages, alt)],
             "uid_base": self._uid_base,
             "slots": self.concurrency,
@@ -383,9 +245,9 @@ class Sandbox:
             cfg["keep"] = self._mounts[site_packages]["keep"]
             cfg["sample_ns"] = True
         flags = ["-I"] if site_packages else ["-I", "-S"]
-        return self._iso.command([sys.executable, *flags, _ZYGOTE, json.dumps(cfg)])
+        return self._iso.command([sys.executable, *flags, ZYGOTE, json.dumps(cfg)])
 
-    async def _zygote(self, site_packages: bool, alt: bool = False) -> _Zygote:
+    async def _zygote(self, site_packages: bool, alt: bool = False) -> ZygoteProcess:
         async with self._zygote_lock:
             key = (site_packages, alt)
             zyg = self._zygotes.get(key)
@@ -395,7 +257,7 @@ class Sandbox:
                 self._deaths.append(time.monotonic())
                 self._restarts += 1
                 await zyg.kill()
-            zyg = _Zygote(self._argv(site_packages, alt=alt))
+            zyg = ZygoteProcess(self._argv(site_packages, alt=alt))
             await zyg.start()
             self._zygotes[key] = zyg
             return zyg
@@ -447,7 +309,7 @@ class Sandbox:
                 for i in range(spec.n_tests)
             )
         else:
-            req = self._request(found.code, spec, ep)
+            req = build_request(found.code, spec, ep)
             if judge_key is not None:
                 req["judge_key"] = judge_key
             if probe is not None:
@@ -455,8 +317,8 @@ class Sandbox:
                 req["probe_s"] = float(probe.per_input_s)
                 req["probe_entry"] = probe.entry_point
             resp = await self._submit(req, limits)
-            tests = self._tests(resp, spec.n_tests)
-            behaviour = _behaviour(resp, len(probe.args)) if probe is not None else None
+            tests = read_tests(resp, spec.n_tests)
+            behaviour = read_behaviour(resp, len(probe.args)) if probe is not None else None
             restarts = int(resp.get("sandbox_restarts") or 0)
         return SampleResult.build(
             tests,
@@ -506,59 +368,7 @@ class Sandbox:
                 task.cancel()
             raise
 
-    @staticmethod
-    def _request(code: str, spec: TestSpec, entry_point: str | None) -> dict[str, Any]:
-        if isinstance(spec, AssertSpec):
-            # no entry point: a spec naming only builtins may test the sample's `sum`
-            ep = (
-                entry_point
-                or spec.entry_point
-                or _judge.infer_entry_point(spec.asserts, spec.setup, code)
-            )
-            return {
-                "op": "run",
-                "mode": "asserts",
-                "code": code,
-                "setup": spec.setup,
-                "setup_imports": _setup_imports(spec.setup),
-                "prefetch": _prefetch(spec.asserts, ep),
-                "entry_point": ep,
-                "tests": list(spec.asserts),
-                # judged by the shared judge of cases jobs when its evaluation cannot change
-                # that process (the judge checks again); else by its request's own
-                "closed": _judge.closed_spec(spec.asserts, spec.setup),
-            }
-        return {
-            "op": "run",
-            "mode": "cases",
-            "code": code,
-            "setup": spec.setup,
-            "setup_imports": _setup_imports(spec.setup),
-            "prefetch": [entry_point or spec.entry_point],
-            "entry_point": entry_point or spec.entry_point,
-            "atol": spec.atol,
-            "tests": [list(c.args) for c in spec.cases],
-            "expected": [c.expected for c in spec.cases],
-        }
-
-    @staticmethod
-    def _tests(resp: dict[str, Any], n: int) -> tuple[TestResult, ...]:
-        verdicts = resp.get("tests")
-        if not isinstance(verdicts, list) or len(verdicts) != n:
-            raise SandboxError("the sandbox answered with the wrong number of test results")
-        return tuple(
-            TestResult(
-                index=i,
-                passed=bool(v["passed"]),
-                error_type=v.get("error_type"),
-                message=v.get("message"),
-            )
-            for i, v in enumerate(verdicts)
-        )
-
-    async def _submit(
-        self, req: dict[str, Any], limits: Limits, *, alt: bool = False
-    ) -> dict[str, Any]:
+    async def _submit(self, req: RunRequest, limits: Limits, *, alt: bool = False) -> Response:
         """Run ``req`` on a free slot. If the caller is cancelled, the slot stays taken until
         the zygote answers: its uid must not be reused while the sample may still run."""
         slot = await self._take_slot(limits)
@@ -622,14 +432,12 @@ class Sandbox:
                 return
         self._slots.put_nowait(slot)
 
-    def _release(self, slot: int, task: asyncio.Future[Any]) -> None:
+    def _release(self, slot: int, task: asyncio.Future[Response]) -> None:
         self._free(slot)
         if not task.cancelled():
             task.exception()  # retrieved: nobody awaits an abandoned run
 
-    async def _submit_on(
-        self, slot: int, req: dict[str, Any], limits: Limits, alt: bool
-    ) -> dict[str, Any]:
+    async def _submit_on(self, slot: int, req: RunRequest, limits: Limits, alt: bool) -> Response:
         req = {
             **req,
             "id": next(self._ids),
@@ -654,7 +462,7 @@ class Sandbox:
                         "zygote's stderr says more)"
                     )
                 return {**resp, "sandbox_restarts": restarts} if restarts else resp
-            except _ZygoteDied:
+            except ZygoteDied:
                 if self._closing:
                     raise SandboxError(
                         "the sandbox was closed while this sample ran: no verdict"
@@ -678,15 +486,15 @@ class Sandbox:
             "no verdict was reached"
         )
 
-    async def _oneshot(self, req: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    async def _oneshot(self, req: RunRequest, limits: Limits) -> Response:
         """A fresh interpreter for one request: the fallback while zygotes keep dying."""
-        zyg = _Zygote(self._argv(limits.site_packages, oneshot=True))
+        zyg = ZygoteProcess(self._argv(limits.site_packages, oneshot=True))
         await zyg.start()
         try:
             return await asyncio.wait_for(
                 zyg.request({**req, "sweep_first": True}), _answer_within(limits)
             )
-        except _ZygoteDied:
+        except ZygoteDied:
             raise SandboxError(
                 "a one-shot sandbox interpreter died while running this sample"
             ) from None
@@ -696,221 +504,8 @@ class Sandbox:
         finally:
             await zyg.close()
 
-    # ---- reference outputs
-
-    async def resolve(self, spec: CasesSpec, limits: Limits | None = None) -> CasesSpec:
-        """Fill in expected values by running ``spec.reference`` (cached per spec digest).
-
-        The reference runs twice, in two zygotes (two interpreters, so two string-hash seeds:
-        set-order-dependent outputs differ). A case is dropped (listed in ``dropped``, the
-        reason in ``dropped_why``) only for a property of the reference: it raised, exited,
-        returned non-data, answered differently in the two runs, or went over the output
-        allowance. A case that failed by accident (a timeout or the memory limit on a loaded
-        host, a worker killed, a sandbox restart) is run again, up to ``RESOLVE_TRIES`` times;
-        if it still has no answer, ``SpecError`` says so and nothing is cached, so the next
-        use tries again. Only a reference that fails every case for reasons of its own is a
-        failure remembered for the spec.
-        """
-        if spec.resolved:
-            return spec
-        if spec.reference is None:
-            raise SpecError("reference", "cases without expected values need a reference solution")
-        key = spec.digest
-        if key in self._resolved:
-            self._resolved.move_to_end(key)
-            return self._resolved[key]
-        if key in self._resolve_failed:
-            raise self._resolve_failed[key]
-        lock = self._resolving.setdefault(key, asyncio.Lock())
-        try:
-            async with lock:
-                if key in self._resolved:
-                    return self._resolved[key]
-                if key in self._resolve_failed:
-                    raise self._resolve_failed[key]
-                limits = limits or self.limits
-                limits = dataclasses.replace(
-                    limits, output_bytes=max(limits.output_bytes, REFERENCE_OUTPUT_BYTES)
-                )
-                req = {
-                    "op": "run",
-                    "mode": "outputs",
-                    "code": spec.reference,
-                    "setup": spec.setup,
-                    "setup_imports": _setup_imports(spec.setup),
-                    "entry_point": spec.entry_point,
-                    "tests": [list(c.args) for c in spec.cases],
-                    "allowance": REFERENCE_ALLOWANCE,
-                }
-                outcome = await self._reference_outcomes(spec, req, limits)
-                unsettled = [i for i, o in outcome.items() if isinstance(o, _Transient)]
-                if unsettled:  # never cached: a loaded host must not weaken a spec for good
-                    raise SpecError(
-                        "reference",
-                        f"the reference gave no answer on {len(unsettled)} case(s) (first: "
-                        f"case {unsettled[0]}, {outcome[unsettled[0]]}) in {RESOLVE_TRIES} "
-                        "tries; the host may be overloaded: nothing was cached, the next use "
-                        "tries again",
-                    )
-                cases, dropped, why = [], [], []
-                for i, case in enumerate(spec.cases):
-                    got = outcome[i]
-                    if isinstance(got, _Value):
-                        cases.append(Case(args=case.args, expected=got.value))
-                    else:  # dropped (no case is still unsettled here)
-                        dropped.append(i)
-                        why.append(str(got))
-                if not cases:
-                    failed = SpecError(
-                        "reference",
-                        f"the reference solution failed on every case (first: {why[0]})",
-                    )
-                    self._resolve_failed[key] = failed
-                    while len(self._resolve_failed) > RESOLVED_CACHE:
-                        self._resolve_failed.popitem(last=False)
-                    raise failed
-                done = CasesSpec(
-                    entry_point=spec.entry_point,
-                    cases=tuple(cases),
-                    atol=spec.atol,
-                    reference=None,
-                    setup=spec.setup,
-                    dropped=tuple(dropped),
-                    dropped_why=tuple(why),
-                )
-                self._resolved[key] = done
-                while len(self._resolved) > RESOLVED_CACHE:
-                    self._resolved.popitem(last=False)
-                return done
-        finally:  # a failed reference too: one lock per spec must not outlive its resolution
-            self._resolving.pop(key, None)
-
-    async def _reference_outcomes(
-        self, spec: CasesSpec, req: dict[str, Any], limits: Limits
-    ) -> dict[int, _Resolved]:
-        """Each case's outcome, running the reference (in both interpreters) on the cases not
-        settled yet until every case is, or ``RESOLVE_TRIES`` runs in a row settle nothing.
-
-        Only the unsettled cases run again, so a spec whose cases together need more CPU than
-        one process may use is resolved over several runs. A case that ran out of its own
-        CPU-time budget in ``RESOLVE_TRIES`` runs is the reference's property (it needs more
-        than a sample may use), so it is dropped; any other missing answer stays unsettled.
-        """
-        outcome: dict[int, _Resolved] = {}
-        slow: dict[int, int] = {}
-        todo = list(range(len(spec.cases)))
-        idle = 0
-        while todo and idle < RESOLVE_TRIES:
-            sub = {**req, "tests": [req["tests"][i] for i in todo]}
-            first, second = await asyncio.gather(
-                self._submit(sub, limits), self._submit(sub, limits, alt=True)
-            )
-            settled = 0
-            for j, i in enumerate(todo):
-                got = _resolve_case(_output(first, j), _output(second, j))
-                if isinstance(got, _Slow):
-                    slow[i] = slow.get(i, 0) + 1
-                    got = (
-                        _Dropped(f"the reference ran out of its CPU-time budget ({got})")
-                        if slow[i] >= RESOLVE_TRIES
-                        else _Transient(str(got))
-                    )
-                outcome[i] = got
-                settled += not isinstance(got, _Transient)
-            todo = [i for i in todo if isinstance(outcome[i], _Transient)]
-            idle = 0 if settled else idle + 1
-        return outcome
-
 
 def _answer_within(limits: Limits) -> float:
     """How long the zygote may take to answer one request: its hard deadline (the wall limit
     stretched for waiting on a CPU), the judge's grace, and a margin."""
     return (WALL_STRETCH + 1) * limits.wall_s + 15
-
-
-@functools.lru_cache(maxsize=1024)
-def _setup_imports(setup: str | None) -> str | None:
-    """The setup's import lines, which the sample may use (its helpers stay the judge's)."""
-    return _judge.setup_imports(setup)
-
-
-@functools.lru_cache(maxsize=1024)
-def _prefetch(asserts: tuple[str, ...], entry: str | None) -> list[str]:
-    """What the worker reports with its load record (see ``_judge.prefetch_names``)."""
-    return _judge.prefetch_names(asserts, entry)
-
-
-def _behaviour(resp: dict[str, Any], n: int) -> tuple[str, tuple[str, ...]] | None:
-    """The verifier's behaviour record: (digest of the output vector, one digest per input)."""
-    rec = resp.get("behaviour")
-    if not isinstance(rec, dict):
-        return None
-    digest, outputs = rec.get("digest"), rec.get("outputs")
-    if not isinstance(digest, str) or not isinstance(outputs, list) or len(outputs) != n:
-        return None
-    return digest, tuple(str(o) for o in outputs)
-
-
-def _output(resp: dict[str, Any], i: int) -> tuple[Any] | str | _Slow | None:
-    """Case ``i`` of a reference run: ``(value,)``, the reason it failed for a reason of the
-    reference's own (a str), ``_Slow`` (it used up its own CPU-time budget), or None (no
-    answer: an accident of the host, or the process's CPU ran out on earlier cases)."""
-    outputs = resp.get("outputs")
-    tests = resp.get("tests")
-    if not isinstance(outputs, list) or not isinstance(tests, list) or i >= len(outputs):
-        return None
-    out = outputs[i]
-    if tests[i].get("passed"):  # a value came back: None too is a value (null on the wire)
-        return (out,)
-    if isinstance(out, dict) and set(out) == {_judge.DROP}:
-        return str(out[_judge.DROP])
-    if isinstance(out, dict) and set(out) == {_judge.SLOW}:
-        return _Slow(str(out[_judge.SLOW]))
-    return None
-
-
-@dataclasses.dataclass(frozen=True)
-class _Value:
-    value: Any
-
-
-@dataclasses.dataclass(frozen=True)
-class _Dropped:
-    why: str
-
-    def __str__(self) -> str:
-        return self.why
-
-
-@dataclasses.dataclass(frozen=True)
-class _Transient:
-    why: str
-
-    def __str__(self) -> str:
-        return self.why
-
-
-@dataclasses.dataclass(frozen=True)
-class _Slow:
-    why: str
-
-    def __str__(self) -> str:
-        return self.why
-
-
-_Resolved = _Value | _Dropped | _Transient | _Slow
-_Run = tuple[Any] | str | _Slow | None
-
-
-def _resolve_case(a: _Run, b: _Run) -> _Resolved:
-    """One case from the reference's two runs (two hash seeds)."""
-    for got in (a, b):
-        if isinstance(got, str):
-            return _Dropped(f"the reference failed: {got}")
-    if isinstance(a, _Slow) and isinstance(b, _Slow):
-        return a
-    if not isinstance(a, tuple) or not isinstance(b, tuple):
-        return _Transient("no answer: a timeout, the memory limit or a killed worker")
-    if a != b:
-        return _Dropped("the reference answered differently in two runs (two hash seeds)")
-    return _Value(a[0])

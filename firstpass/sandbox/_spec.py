@@ -5,6 +5,9 @@
     {"entry_point": "f", "cases": [{"args": [1, 2], "expected": 3}], "atol": 0}
     {"entry_point": "f", "cases": [{"args": [1, 2]}], "reference": "def f(a, b): ..."}
 
+``ProbeInputs`` sits beside them: the extra calls of the entry point a probe makes (built by
+``firstpass.probe``, run by the sandbox after a sample's tests).
+
 Every error is a :class:`~firstpass.errors.SpecError` whose ``field`` names the bad part.
 """
 
@@ -15,13 +18,20 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from firstpass.errors import SpecError
 
-from ._codec import from_json
+from ._child.codec import Wire, from_json
 
-__all__ = ["AssertSpec", "Case", "CasesSpec", "TestSpec", "parse_spec"]
+__all__ = [
+    "DEFAULT_PER_INPUT_S",
+    "AssertSpec",
+    "Case",
+    "CasesSpec",
+    "ProbeInputs",
+    "TestSpec",
+    "parse_spec",
+]
 
 _NO_EXPECTED = object()
 
@@ -45,10 +55,10 @@ class AssertSpec:
 
 @dataclass(frozen=True, kw_only=True, eq=True)
 class Case:
-    """One call of the entry point; ``args``/``expected`` are in wire form (see ``_codec``)."""
+    """One call of the entry point; ``args``/``expected`` in wire form (``_child/codec.py``)."""
 
-    args: tuple[Any, ...]
-    expected: Any = _NO_EXPECTED
+    args: tuple[Wire, ...]
+    expected: object = _NO_EXPECTED  # wire form too, unless it is _NO_EXPECTED
 
     @property
     def has_expected(self) -> bool:
@@ -98,13 +108,46 @@ class CasesSpec:
 
 TestSpec = AssertSpec | CasesSpec
 
+#: each probe input's time limit inside the sample's process
+DEFAULT_PER_INPUT_S = 0.05
 
-def _digest(obj: Any) -> str:
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeInputs:
+    """The calls a probe makes of ``entry_point``: ``args`` holds one wire-form list per call.
+
+    ``from_request`` of them came from the request's ``firstpass.probe_inputs``, the rest were
+    generated. Outputs are recorded, never judged: they cannot make a sample pass.
+    """
+
+    entry_point: str
+    args: tuple[tuple[Wire, ...], ...]
+    per_input_s: float = DEFAULT_PER_INPUT_S
+    from_request: int = 0
+
+    def __len__(self) -> int:
+        return len(self.args)
+
+    @property
+    def digest(self) -> str:
+        """``sha256:`` over the entry point and the calls (what the behaviour digests are over)."""
+        body = json.dumps(
+            [self.entry_point, [list(a) for a in self.args]],
+            separators=(",", ":"),
+            ensure_ascii=False,
+            sort_keys=True,
+        )
+        return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def _digest(obj: object) -> str:
     data = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
 
 
-def parse_spec(obj: Any, *, setup: str | None = None, entry_point: str | None = None) -> TestSpec:
+def parse_spec(
+    obj: object, *, setup: str | None = None, entry_point: str | None = None
+) -> TestSpec:
     """Validate a JSON-decoded spec (dict or list) into an AssertSpec or a CasesSpec.
 
     ``setup`` and ``entry_point`` fill in what the object itself does not say.
@@ -140,12 +183,12 @@ def parse_spec(obj: Any, *, setup: str | None = None, entry_point: str | None = 
     raise SpecError("", "a spec needs 'asserts' or 'cases'")
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
     return names.get(type(value), type(value).__name__)
 
 
-def _only(obj: dict[str, Any], allowed: set[str]) -> None:
+def _only(obj: dict[str, object], allowed: set[str]) -> None:
     for key in obj:
         if key not in allowed:
             raise SpecError(
@@ -153,7 +196,7 @@ def _only(obj: dict[str, Any], allowed: set[str]) -> None:
             )
 
 
-def _code(obj: dict[str, Any], key: str, default: str | None) -> str | None:
+def _code(obj: dict[str, object], key: str, default: str | None) -> str | None:
     value = obj.get(key, default)
     if value is None:
         return None
@@ -166,7 +209,7 @@ def _code(obj: dict[str, Any], key: str, default: str | None) -> str | None:
     return value or None
 
 
-def _ident(value: Any, key: str) -> str | None:
+def _ident(value: object, key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.isidentifier():
@@ -174,7 +217,7 @@ def _ident(value: Any, key: str) -> str | None:
     return value
 
 
-def _asserts(value: Any) -> tuple[str, ...]:
+def _asserts(value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise SpecError("asserts", "must be a non-empty list of assert statements")
     out = []
@@ -192,7 +235,7 @@ def _asserts(value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _cases(value: Any, *, need_expected: bool) -> tuple[Case, ...]:
+def _cases(value: object, *, need_expected: bool) -> tuple[Case, ...]:
     if not isinstance(value, list) or not value:
         raise SpecError("cases", 'must be a non-empty list of {"args": [...], "expected": ...}')
     out = []

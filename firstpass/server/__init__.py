@@ -1,15 +1,8 @@
-"""The OpenAI-compatible HTTP endpoint (aiohttp): routes, errors, streaming, wiring."""
+"""The OpenAI-compatible HTTP endpoint (aiohttp): routes, errors, streaming, wiring.
+
+What a request may do and as what is ``firstpass.admission``'s; this package is its HTTP side.
+"""
 
 from firstpass.server._app import create_app, run_server, serve_forever
-from firstpass.server._handlers import resolve_mode
-from firstpass.server._request import MODES, ChatRequest, parse_chat_body
 
-__all__ = [
-    "MODES",
-    "ChatRequest",
-    "create_app",
-    "parse_chat_body",
-    "resolve_mode",
-    "run_server",
-    "serve_forever",
-]
+__all__ = ["create_app", "run_server", "serve_forever"]

@@ -12,12 +12,13 @@ import gc
 import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 import structlog
 from aiohttp import web
 
+from firstpass.admission import SpecParser
 from firstpass.budgets import BudgetLedger, Ledger, ledger_for, spend_on
 from firstpass.config import Config
 from firstpass.errors import ConfigError
@@ -26,11 +27,13 @@ from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider, build_provider
 from firstpass.receipts import CheckpointSigner, ReceiptLog, ReceiptWriter
 from firstpass.server._auth import KeyRing
+from firstpass.server._door import auth_middleware, capacity_middleware, refusal_middleware
 from firstpass.server._errors import error_middleware
 from firstpass.server._handlers import chat_completions, healthz, list_models, readyz
 from firstpass.server._keys import (
     CLIENT_KEYS,
     CONFIG,
+    ENDPOINTS,
     PARSE_SPEC,
     PIPELINE,
     PROVIDERS,
@@ -39,6 +42,8 @@ from firstpass.server._keys import (
     SANDBOX,
     SESSION,
     STATE,
+    Endpoint,
+    Handler,
     ServerState,
 )
 from firstpass.server._observe import install_observability, observed_sink
@@ -48,6 +53,7 @@ __all__ = ["RECEIPT_WRITER", "create_app", "run_server", "serve_forever"]
 
 if TYPE_CHECKING:
     from firstpass.db import SharedLedger
+    from firstpass.sandbox import TestSpec
 
 log = structlog.get_logger("firstpass.server")
 
@@ -116,7 +122,7 @@ async def _seeded_ledger(config: Config) -> Ledger | None:
     return ledger
 
 
-def _route_checks(config: Config, parse_spec: Any) -> dict[str, Checks]:
+def _route_checks(config: Config, parse_spec: SpecParser) -> dict[str, Checks]:
     """Each route's configured checks, parsed once at start (they were validated at load)."""
     out: dict[str, Checks] = {}
     for route in config.routes:
@@ -142,7 +148,7 @@ def _route_checks(config: Config, parse_spec: Any) -> dict[str, Checks]:
     return out
 
 
-def _n(spec: Any) -> int:
+def _n(spec: TestSpec | None) -> int:
     if spec is None:
         return 0
     return int(getattr(spec, "n_tests", 0))
@@ -163,10 +169,15 @@ def create_app(
 
     app = web.Application(
         client_max_size=config.server.max_body_bytes,
-        middlewares=[error_middleware],
+        # outermost first: no traceback ever reaches a client; a receipted endpoint's refusals
+        # are answered with their receipt; the client key; the receipt log's health and the
+        # concurrency bound (see _door)
+        middlewares=[error_middleware, refusal_middleware, auth_middleware, capacity_middleware],
         handler_args={"max_field_size": 16384},
     )
     app[CONFIG] = config
+    endpoints: dict[Handler, Endpoint] = {chat_completions: "receipted", list_models: "keyed"}
+    app[ENDPOINTS] = endpoints
     app[STATE] = ServerState()
     app[CLIENT_KEYS] = KeyRing(config.server.client_key)
     app[PARSE_SPEC] = parse_spec
@@ -308,14 +319,16 @@ async def serve_forever(
     started: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
     app: web.Application | None = None,
-    **app_kwargs: Any,
+    sandbox_factory: SandboxFactory | None = None,
+    providers: Mapping[str, Provider] | None = None,
 ) -> None:
     """Run the server until ``stop`` is set (or forever); ``started(url)`` is called once ready.
 
-    ``app`` is an application already made by :func:`create_app` (tests keep a handle on it).
+    ``app`` is an application already made by :func:`create_app` (tests keep a handle on it);
+    without one, ``sandbox_factory`` and ``providers`` go to the :func:`create_app` it makes.
     """
     if app is None:
-        app = create_app(config, **app_kwargs)
+        app = create_app(config, sandbox_factory=sandbox_factory, providers=providers)
     # a stopping server waits as long as a request may take before cancelling what is left
     # (each cancelled request still writes its `cancelled` receipt)
     runner = web.AppRunner(

@@ -7,12 +7,12 @@ anything unexpected (500 with a message pointing at the server log, never the tr
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import math
 
 import structlog
 from aiohttp import web
 
+from firstpass._json import JSON
 from firstpass.errors import (
     FirstpassError,
     RequestError,
@@ -20,13 +20,21 @@ from firstpass.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from firstpass.server._keys import CONFIG
+from firstpass.server._keys import CONFIG, Handler
 
-__all__ = ["error_body", "error_middleware", "error_response", "request_error_for"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "error_body",
+    "error_middleware",
+    "error_response",
+    "request_error_for",
+    "retry_headers",
+]
 
 log = structlog.get_logger("firstpass.server")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: ``Retry-After`` (seconds) on a 429 or a 503: the writer retries a failing disk about this often
+RETRY_AFTER_S = "1"
 
 _TYPES = {
     400: "invalid_request_error",
@@ -44,7 +52,7 @@ _TYPES = {
 
 def error_body(
     message: str, *, type: str, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, JSON]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
@@ -86,6 +94,18 @@ def request_error_for(exc: BaseException) -> RequestError:
     return RequestError(
         "internal error; the server log has the details", status=500, type="server_error"
     )
+
+
+def retry_headers(err: RequestError, headers: dict[str, str]) -> None:
+    """``Retry-After`` from the error itself when it knows (a daily budget: the next UTC
+    midnight; a busy sandbox: about one sample's run); an exhausted quota also tells the openai
+    SDK not to retry at once (``X-Should-Retry: false``), as a retry would only be refused."""
+    if err.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    if err.type == "insufficient_quota":
+        headers["X-Should-Retry"] = "false"
+        if err.retry_after_s is None:
+            headers.pop("Retry-After", None)  # a per-request cap: retrying does not help
 
 
 @web.middleware

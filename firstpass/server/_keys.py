@@ -7,22 +7,24 @@ Kept apart from the handlers and the wiring so that each imports the keys, not t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import aiohttp
 from aiohttp import web
 
+from firstpass.admission import SpecParser
 from firstpass.config import Config
 from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider
 from firstpass.receipts import ReceiptLog
-from firstpass.sandbox import TestSpec
 from firstpass.server._auth import KeyRing
 
 __all__ = [
     "CLIENT_KEYS",
     "CONFIG",
+    "ENDPOINTS",
     "PARSE_SPEC",
     "PIPELINE",
     "PROVIDERS",
@@ -31,6 +33,8 @@ __all__ = [
     "SANDBOX",
     "SESSION",
     "STATE",
+    "Endpoint",
+    "Handler",
     "ServerState",
     "SpecParser",
 ]
@@ -45,8 +49,12 @@ class ServerState:
     started_at: float = field(default_factory=time.time)
 
 
-#: the sandbox's spec parser (``firstpass.sandbox.parse_spec``): raw JSON, setup, entry point
-SpecParser = Callable[..., TestSpec]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: how the API's middlewares (``_door``) treat an endpoint: ``keyed`` takes a client key;
+#: ``receipted`` also gives every request its one receipt, a refused one included (a request
+#: the pipeline would have run)
+Endpoint = Literal["keyed", "receipted"]
 
 CONFIG = web.AppKey("config", Config)
 #: the accepted client keys (``firstpass.server._auth.KeyRing``), built once at start
@@ -59,4 +67,7 @@ PROVIDERS: web.AppKey[dict[str, Provider]] = web.AppKey("providers", dict)
 SANDBOX = web.AppKey("sandbox", SandboxService)
 #: route name -> the checks of its [route.checks], parsed at start
 ROUTE_CHECKS: web.AppKey[dict[str, Checks]] = web.AppKey("route_checks", dict)
+#: the API's endpoints, by handler; any other (health, metrics, an unknown path) is open
+ENDPOINTS: web.AppKey[dict[Handler, Endpoint]] = web.AppKey("endpoints", dict)
+#: the sandbox's spec parser (``firstpass.sandbox.parse_spec``), as admission takes it
 PARSE_SPEC: web.AppKey[SpecParser] = web.AppKey("parse_spec", object)  # type: ignore[arg-type]

@@ -1,19 +1,24 @@
 """OpenAI response bodies: ``chat.completion`` objects and ``chat.completion.chunk`` SSE events.
 
 A verified answer is only known whole, after the checks, so streaming replays the chosen answer
-as chunks; nothing is streamed before the decision (see ``_handlers.stream_outcome``).
+as chunks; nothing is streamed before the decision (see ``_handlers._stream``).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
 
+from firstpass._json import JSON
 from firstpass.pipeline import Outcome
 
-__all__ = ["completion_body", "sse_chunks", "usage_of"]
+__all__ = ["completion_body", "sse_chunks", "summary_json", "usage_of"]
+
+
+def summary_json(outcome: Outcome) -> dict[str, JSON]:
+    """The response's ``firstpass`` object: the outcome's summary, ``{}`` when it has none."""
+    return outcome.summary.to_json() if outcome.summary is not None else {}
 
 
 def usage_of(outcome: Outcome) -> dict[str, int]:
@@ -31,14 +36,14 @@ def usage_of(outcome: Outcome) -> dict[str, int]:
     }
 
 
-def completion_body(outcome: Outcome) -> dict[str, Any]:
+def completion_body(outcome: Outcome) -> dict[str, object]:
     """The ``chat.completion`` for an outcome that served an answer."""
     served = outcome.served
     assert served is not None
     if outcome.raw is not None and outcome.action == "passthrough":
-        body = dict(outcome.raw)
+        body: dict[str, object] = dict(outcome.raw)
         body.setdefault("object", "chat.completion")
-        body["firstpass"] = outcome.summary
+        body["firstpass"] = summary_json(outcome)
         return body
     finish = served.completion.finish_reasons[0] if served.completion.finish_reasons else "stop"
     return {
@@ -56,11 +61,11 @@ def completion_body(outcome: Outcome) -> dict[str, Any]:
         ],
         "usage": usage_of(outcome),
         "system_fingerprint": None,
-        "firstpass": outcome.summary,
+        "firstpass": summary_json(outcome),
     }
 
 
-def _event(obj: dict[str, Any]) -> bytes:
+def _event(obj: Mapping[str, object]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -125,7 +130,7 @@ def sse_chunks(outcome: Outcome, *, include_usage: bool) -> Iterator[bytes]:
             "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}],
         }
         if index == len(texts) - 1:
-            last["firstpass"] = outcome.summary
+            last["firstpass"] = summary_json(outcome)
         yield _event(last)
     if include_usage:
         usage = usage_of(outcome)

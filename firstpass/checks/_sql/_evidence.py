@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from firstpass.errors import CheckSpecError
 
@@ -92,7 +91,7 @@ def evidence_from_list(raw: object) -> tuple[Evidence, ...]:
     return tuple(_item(item, f"[{i}]") for i, item in enumerate(raw))
 
 
-def _arguments(call: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _arguments(call: Mapping[str, object]) -> Mapping[str, object] | None:
     function = call.get("function")
     if not isinstance(function, Mapping):
         return None
@@ -106,19 +105,20 @@ def _arguments(call: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def evidence_from_messages(
-    messages: Sequence[Mapping[str, Any]], *, tool: str, argument: str = "sql"
+    messages: Sequence[Mapping[str, object]], *, tool: str, argument: str = "sql"
 ) -> tuple[Evidence, ...]:
     """Every call to ``tool`` in the conversation, with the ``tool`` message that answered it
     (matched by ``tool_call_id``). A result is used when it is JSON with ``columns``/``rows``
     (and optionally ``elapsed_ms``, ``truncated``); otherwise the query counts without rows."""
     calls: dict[str, str] = {}
     order: list[str] = []
-    results: dict[str, Mapping[str, Any]] = {}
+    results: dict[str, Mapping[str, object]] = {}
     for message in messages:
         if not isinstance(message, Mapping):
             continue
-        if message.get("role") == "assistant" and isinstance(message.get("tool_calls"), list):
-            for call in message["tool_calls"]:
+        tool_calls = message.get("tool_calls")
+        if message.get("role") == "assistant" and isinstance(tool_calls, list):
+            for call in tool_calls:
                 if not isinstance(call, Mapping):
                     continue
                 function = call.get("function")
@@ -129,14 +129,16 @@ def evidence_from_messages(
                 if name == tool and isinstance(sql, str) and isinstance(call_id, str):
                     calls[call_id] = sql
                     order.append(call_id)
-        elif message.get("role") == "tool" and isinstance(message.get("tool_call_id"), str):
+        elif message.get("role") == "tool" and isinstance(
+            answered := message.get("tool_call_id"), str
+        ):
             content = message.get("content")
             try:
                 doc = json.loads(content) if isinstance(content, str) else None
             except ValueError:
                 doc = None
             if isinstance(doc, Mapping):
-                results[message["tool_call_id"]] = doc
+                results[answered] = doc
     out: list[Evidence] = []
     for call_id in order[:MAX_ITEMS]:
         doc = results.get(call_id, {})

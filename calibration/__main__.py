@@ -1,7 +1,0 @@
-"""``python -m calibration ...``"""
-
-import sys
-
-from calibration.cli import main
-
-sys.exit(main())

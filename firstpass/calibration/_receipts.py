@@ -1,0 +1,351 @@
+"""Shadow receipts: each log's hash chain verified, its labelled rows read (in one pass where
+the chain verifies that way, else sequentially), then split by the context they were drawn in."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
+
+import numpy as np
+
+from firstpass._json import JSON
+from firstpass.calibration._columns import (
+    Columns,
+    LevelSets,
+    Routes,
+    concat_columns,
+    rows_to_columns,
+)
+from firstpass.calibration._labelled import Labelled, RouteContext, Source
+from firstpass.calibration._lines import (
+    CHUNK_LINES,
+    UNPARSEABLE,
+    Progress,
+    file_sha256,
+    json_error,
+    nonblank,
+    parse_chunk,
+)
+from firstpass.calibration._onepass import LogRows, Pool, scan_log
+from firstpass.calibration._rows import OTHER_SCORE, PASS_SHARE, ContextKey, receipt_values
+from firstpass.calibration._window import RowWindow
+from firstpass.errors import CalibrationError, ReceiptError
+from firstpass.receipts import GENESIS_HASH
+
+if TYPE_CHECKING:
+    from firstpass.receipts import VerifyReport
+
+__all__ = ["ReadOptions", "read_receipts"]
+
+
+class ReadOptions(TypedDict, total=False):
+    """``read_receipts``' keyword arguments, as a caller gathers them to pass on."""
+
+    allow_unverified: bool
+    score: str
+    rung: int
+    model: str | None
+    temperature: float | None
+    progress: Progress | None
+    window: RowWindow | None
+
+
+def _verify_chain(path: Path, start: str = GENESIS_HASH) -> VerifyReport:
+    """``firstpass.receipts.verify_chain``: the proxy's own check of its log is the reference."""
+    from firstpass import receipts
+
+    try:
+        if start == GENESIS_HASH:
+            return receipts.verify_chain(path)
+        return receipts.verify_chain(path, prev=start)
+    except ReceiptError as exc:
+        raise CalibrationError(str(exc)) from exc
+
+
+def _chain_start(path: Path, previous_head: str | None) -> str:
+    """The hash ``path``'s first line must link to: the genesis hash, or, for a rotated file
+    (``receipts.000002.jsonl``...) given right after the file it continues, that file's head.
+    Anything else is checked against the genesis hash, and fails naming the broken link."""
+    if previous_head is None:
+        return GENESIS_HASH
+    try:
+        with open(path, "rb") as fh:
+            first = json.loads(fh.readline() or b"null")
+    except (OSError, ValueError, RecursionError):
+        return GENESIS_HASH
+    if isinstance(first, dict) and first.get("prev_hash") == previous_head:
+        return previous_head
+    return GENESIS_HASH
+
+
+def read_receipts(
+    paths: Iterable[str | Path],
+    *,
+    allow_unverified: bool = False,
+    score: str = PASS_SHARE,
+    rung: int = 0,
+    model: str | None = None,
+    temperature: float | None = None,
+    progress: Progress | None = None,
+    window: RowWindow | None = None,
+) -> Labelled:
+    """Read shadow receipts into labelled rows, after verifying each file's hash chain.
+
+    ``rung`` 0 reads each receipt's probe of the cheapest rung; a higher rung reads the probe
+    shadow drew there when elastic would have reached it (``probe.later``), labelled the same
+    way. A log holding receipts recorded under another score than ``score`` is refused: their
+    labels belong to that score's candidate, which may be another sample. So is a higher rung
+    whose receipts were collected under different lower-rung policies (``given``), and a route
+    whose rows were drawn from several models or temperatures, unless ``model`` and
+    ``temperature`` pick one (the other rows are counted as skipped).
+
+    A broken chain raises ``CalibrationError`` unless ``allow_unverified``; then every line that
+    parses is used and ``source.chain_problems`` says what was wrong. Receipts that are not
+    shadow, carry no probe, or carry no gate label are skipped and counted by reason. ``score``
+    names the score: ``pass_share`` (c/k) or a key of ``probe.scores`` (levels i/k).
+
+    Each log is verified and read in one pass (``_onepass``, ``_scan``), a large one by a
+    process pool, one span of lines per task. The pool's workers are forked when this process has a
+    single thread, else spawned; spawned workers need the caller's script to have the
+    ``if __name__ == "__main__":`` guard, as any ``multiprocessing`` use does (without it the
+    pool fails and the log is read in this process). A log whose chain verified is identified
+    by its chain head (which commits to every line), so its ``file_sha256`` is ``None``; an
+    unverified one gets the SHA-256 of its bytes.
+
+    ``window`` keeps only the labelled rows of one route and time window (the rest are skipped,
+    by reason); each chain is still verified whole, sequentially, then every line parsed.
+    """
+    if window is not None and not window.active:
+        window = None
+    files = [Path(p) for p in paths]
+    if not files:
+        raise CalibrationError("no receipt files given")
+    sets = LevelSets()
+    routes: Routes[ContextKey] = Routes()
+    skipped: dict[str, int] = {}
+    heads: list[str | None] = []
+    digests: list[str | None] = []
+    problems: list[str] = []
+    columns: list[Columns] = []
+    n_lines = 0
+    with Pool() as pool:
+        for path in files:
+            _check_receipt_file(path)
+            start = _chain_start(path, heads[-1] if heads else None)
+            log = LogRows(path, score, rung)
+            head = None
+            if window is None:  # the one-pass read keeps every row: a window reads parsed lines
+                head = scan_log(path, score, rung, pool, log, progress, start)
+            if head is not None:
+                n_lines += log.commit(sets, routes, skipped, columns)
+                heads.append(head)
+                digests.append(None)
+                continue
+            chain = _verify_chain(path, start)  # sequential: names the first bad line exactly
+            if not chain.ok:
+                where = f"line {chain.first_bad_line}"
+                problem = f"{path}: hash chain does not verify at {where} ({chain.reason})"
+                if not allow_unverified:
+                    raise CalibrationError(
+                        f"{problem}; refusing to calibrate on a log that may have been altered "
+                        "(pass --allow-unverified to use its lines anyway)"
+                    )
+                problems.append(f"{problem}; {chain.n_lines} lines verified before it")
+            n_lines += _read_parsed(
+                path, chain.ok, score, rung, sets, routes, skipped, columns, progress, window
+            )
+            heads.append(chain.head)
+            digests.append(None if chain.ok else file_sha256(path))
+    other = {r: n for r, n in skipped.items() if r.startswith(OTHER_SCORE)}
+    if other:
+        named = ", ".join(f"{n} {r}" for r, n in sorted(other.items()))
+        raise CalibrationError(
+            f"{named} in {', '.join(map(str, files))}, calibrating score {score!r}: a receipt's "
+            "gate label belongs to the candidate of the score it was recorded under, which can "
+            "be another sample. Calibrate with --score set to the score the shadow run used, "
+            "or collect shadow receipts under the score you want to certify (one score per log)"
+        )
+    cols = concat_columns(columns) if columns else None
+    keys = tuple(routes.names)
+    if cols is not None and (model is not None or temperature is not None):
+        cols, keys = _only_drawn_with(cols, keys, model, temperature, skipped)
+    if cols is None or not cols[0].size:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "no lines"
+        raise CalibrationError(
+            f"no labelled shadow receipts in {', '.join(map(str, files))} ({why}); "
+            'run the proxy with [escalation.elastic] mode = "shadow" to collect labels'
+        )
+    source = Source(
+        kind="receipts",
+        paths=tuple(str(p) for p in files),
+        file_sha256=tuple(digests),
+        lines=n_lines,
+        used=int(cols[0].size),
+        skipped=skipped,
+        chain_heads=tuple(heads),
+        verified=not problems,
+        chain_problems=tuple(problems),
+    )
+    route_names, contexts, given = _split_context(keys, rung)
+    return Labelled(
+        score=cols[0],
+        failed=cols[1],
+        k=cols[2],
+        pass_count=cols[3],
+        route=cols[4],
+        route_names=route_names,
+        level_set=cols[5],
+        level_sets=tuple(sets.sets),
+        score_name=score,
+        source=source,
+        rung=rung,
+        given=given,
+        contexts=contexts,
+    )
+
+
+def _only_drawn_with(
+    cols: Columns,
+    keys: tuple[ContextKey, ...],
+    model: str | None,
+    temperature: float | None,
+    skipped: dict[str, int],
+) -> tuple[Columns, tuple[ContextKey, ...]]:
+    """Keep the rows drawn from ``model`` at ``temperature`` (either may be None: any), count the
+    rest as skipped, and renumber the slice keys that remain."""
+    keep = [
+        i
+        for i, key in enumerate(keys)
+        if (model is None or key[1] == model)
+        and (temperature is None or key[2] == float(temperature))
+    ]
+    codes = np.full(len(keys), -1, dtype=np.int64)
+    codes[keep] = np.arange(len(keep), dtype=np.int64)
+    mapped = codes[cols[4]]
+    mask = mapped >= 0
+    dropped = int((~mask).sum())
+    if dropped:
+        reason = "drawn from another model or temperature (--model/--temperature)"
+        skipped[reason] = skipped.get(reason, 0) + dropped
+    score, failed, k, c, _, level_set = cols
+    out = (score[mask], failed[mask], k[mask], c[mask], mapped[mask], level_set[mask])
+    return out, tuple(keys[i] for i in keep)
+
+
+def _split_context(
+    keys: tuple[ContextKey, ...], rung: int
+) -> tuple[tuple[str | None, ...], tuple[RouteContext, ...], tuple[dict[str, JSON], ...]]:
+    """Receipt rows are keyed by (route, model, temperature, top_p, given, visible checks):
+    split them into the routes, each route's one context (model, sampling, the digest of its
+    listed visible checks), and the one lower-rung policy.
+
+    A route whose rows mix models, sampling settings or visible checks is refused (a certified
+    rate is one model's at one setting, scored one way), and so is a higher rung whose rows
+    were collected under different lower-rung policies (they reached the rung by different
+    rules: no one population)."""
+    routes: dict[str | None, set[tuple[str | None, float | None, float | None, str | None]]] = {}
+    givens: set[str] = set()
+    for route, model, temperature, top_p, given, checks in keys:
+        routes.setdefault(route, set()).add((model, temperature, top_p, checks))
+        givens.add(given)
+    for route, seen in routes.items():
+        if len({c for *_, c in seen}) > 1:
+            raise CalibrationError(
+                f"route {route!r} rung {rung}: the receipts were scored by "
+                f"{len({c for *_, c in seen})} different sets of visible checks (the route's "
+                "[[route.visible_checks]] changed while they were collected); a certified rate "
+                "holds for one. Calibrate the receipts written since the last change"
+            )
+        if len(seen) > 1:
+            shown = "; ".join(
+                f"{m} at temperature {t}, top_p {p}" for m, t, p, _ in sorted(seen, key=str)
+            )
+            raise CalibrationError(
+                f"route {route!r} rung {rung}: the receipts mix {len(seen)} models or sampling "
+                f"settings ({shown}); a certified failure rate is one model's at one setting. "
+                "Calibrate one of them: --model PROVIDER/MODEL and --temperature T keep only "
+                "the rows drawn that way"
+            )
+    if len(givens) > 1:
+        shown = "; ".join(sorted(givens))
+        raise CalibrationError(
+            f"the rung-{rung} receipts were collected under {len(givens)} different lower-rung "
+            f"policies ({shown}): who reaches rung {rung} depends on them. Calibrate receipts "
+            "collected under one (the config the lower rungs now run), e.g. only the log "
+            "written since their certificate was cited"
+        )
+    if len(routes) != len(keys):  # one context per route: keys and routes are 1:1
+        raise CalibrationError(f"rung {rung}: a route appears under two keys")
+    names = tuple(key[0] for key in keys)
+    contexts = tuple(
+        RouteContext(route=key[0], model=key[1], temperature=key[2], top_p=key[3], checks=key[5])
+        for key in keys
+    )
+    lower: list[dict[str, JSON]] = json.loads(givens.pop()) if givens else []
+    return names, contexts, tuple(lower)
+
+
+def _check_receipt_file(path: Path) -> None:
+    """Refuse, with what to do instead, a log that cannot be verified where it lies: a
+    compressed one (the chain covers the bytes the proxy wrote) or a pipe (it is read twice)."""
+    if path.suffix == ".gz":
+        raise CalibrationError(
+            f"{path}: a compressed receipt log cannot be verified; decompress it first "
+            "(the hash chain covers the lines as the proxy wrote them)"
+        )
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # the chain check reports a missing or unreadable file
+    if not stat.S_ISREG(mode):
+        raise CalibrationError(
+            f"{path}: not a regular file; give the path of a receipt log (a pipe, a directory or "
+            "a device cannot be verified and read)"
+        )
+
+
+def _read_parsed(
+    path: Path,
+    verified: bool,
+    score: str,
+    rung: int,
+    sets: LevelSets,
+    routes: Routes[ContextKey],
+    skipped: dict[str, int],
+    columns: list[Columns],
+    progress: Progress | None,
+    window: RowWindow | None = None,
+) -> int:
+    """Read a log by parsing every line with ``json`` (a log the one-pass read could not vouch
+    for); returns its non-blank line count. An unverified log may hold a truncated line: it is
+    skipped and counted."""
+    lines, numbers = nonblank(path)
+    unparseable = "unparseable line (unverified log)"
+    for start in range(0, len(lines), CHUNK_LINES):
+        chunk_numbers = numbers[start : start + CHUNK_LINES]
+        chunk = lines[start : start + CHUNK_LINES]
+        records = parse_chunk(chunk)
+        rows: list[tuple[float, bool, int, int, int, int]] = []
+        for lineno, record, text in zip(chunk_numbers, records, chunk, strict=True):
+            if record is UNPARSEABLE:
+                if verified:  # a verified log parses; only an unverified one may not
+                    raise json_error(path, lineno, text)
+                skipped[unparseable] = skipped.get(unparseable, 0) + 1
+                continue
+            outcome = receipt_values(path, lineno, record, score, rung)
+            if not isinstance(outcome, str) and window is not None and isinstance(record, dict):
+                # (a receipt is an object, or receipt_values has refused it)
+                outcome = window.skip_reason(record, outcome[4][0]) or outcome
+            if isinstance(outcome, str):
+                skipped[outcome] = skipped.get(outcome, 0) + 1
+            else:
+                value, failed, k, c, name = outcome
+                rows.append((value, failed, k, c, routes.code(name), sets.for_k(k)))
+        if rows:
+            columns.append(rows_to_columns(rows))
+        if progress is not None and len(lines) > CHUNK_LINES:
+            progress(str(path), chunk_numbers[-1])
+    return len(lines)

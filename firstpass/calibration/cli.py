@@ -1,0 +1,313 @@
+"""``python -m firstpass.calibration`` and ``firstpass calibrate``: flags in, report, JSON and
+TOML out.
+
+The parser builder is shared with ``firstpass.commands.calibrate``; numpy and scipy are imported
+only when a calibration runs, so building the ``firstpass`` parser stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from firstpass._console import quiet_broken_pipe
+from firstpass.errors import CalibrationError, FirstpassError
+
+if TYPE_CHECKING:
+    from firstpass.calibration._receipts import ReadOptions
+
+__all__ = ["DESCRIPTION", "add_arguments", "build_parser", "main", "run"]
+
+DESCRIPTION = (
+    "Calibrate the elastic threshold λ from labelled probe outcomes (shadow receipts or a "
+    "study file) with a finite-sample guarantee: under ltt (default), with probability 1 − δ, "
+    "on the failure rate among requests that skip the gate; under crc, in expectation, on the "
+    "share of all requests that skip the gate and fail (no δ). Writes one certificate per "
+    "(route, rung) it certifies."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the calibration flags to ``parser`` (used by both entry points)."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--receipts", nargs="+", metavar="PATH", help="shadow receipt logs (JSONL, hash-chained)"
+    )
+    src.add_argument(
+        "--dsn-env",
+        metavar="VAR",
+        help="read the shadow receipts from PostgreSQL (firstpass_receipts; the DSN is in "
+        "environment variable VAR): every replica's chain, verified as a file's is",
+    )
+    src.add_argument(
+        "--study",
+        metavar="PATH",
+        help='labelled study file: JSONL rows {"k", "pass_count", "label"}',
+    )
+    parser.add_argument(
+        "--replica",
+        action="append",
+        default=None,
+        metavar="ID",
+        help="--dsn-env: only this replica's chain (repeat for several; default: all)",
+    )
+    parser.add_argument(
+        "--route",
+        metavar="R",
+        help="receipts: keep only the rows of route R (the others are counted as skipped)",
+    )
+    parser.add_argument(
+        "--since",
+        metavar="ISO",
+        help="receipts: keep only rows whose time is at or after this (ISO 8601; UTC if no "
+        "zone). Every chain is still verified whole",
+    )
+    parser.add_argument(
+        "--until",
+        metavar="ISO",
+        help="receipts: keep only rows whose time is before this (ISO 8601; UTC if no zone)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="ltt: tolerated served-failure rate among requests that skip the gate; crc: "
+        "tolerated rate of requests that skip the gate AND fail it, over all requests "
+        "(default 0.05)",
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=0.05,
+        help="ltt only: tolerated chance that the calibration data misleads (default 0.05); "
+        "crc has no δ (its bound holds in expectation)",
+    )
+    parser.add_argument(
+        "--method",
+        default="ltt",
+        help="ltt (Learn then Test, default): among requests that skip the gate, failures ≤ α "
+        "with confidence 1 − δ; crc (conformal risk control): P(skip and fail) ≤ α in "
+        "expectation, which does NOT bound the rate among skips",
+    )
+    parser.add_argument(
+        "--holdout",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="hold out this fraction and report on it",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the holdout split (default 0)")
+    parser.add_argument("--out", metavar="FILE", help="write the calibration JSON here")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the calibration JSON to stdout instead of the report",
+    )
+    parser.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="use receipt logs whose hash chain does not verify",
+    )
+    parser.add_argument(
+        "--escalate-at",
+        type=int,
+        default=0,
+        metavar="C",
+        help="elastic escalates at once when the visible pass count is <= C (default 0; -1: never)",
+    )
+    parser.add_argument(
+        "--by-route",
+        action="store_true",
+        help="one certificate per route (else one for the pooled traffic of all routes)",
+    )
+    parser.add_argument(
+        "--rung",
+        type=int,
+        default=0,
+        metavar="R",
+        help="receipts: calibrate the probes of rung R (default 0, the cheapest). A higher rung "
+        "needs its own k in the ladder; shadow probes it on the requests elastic would send "
+        "there, under the lower rungs' policy at the time, which its certificate records",
+    )
+    parser.add_argument(
+        "--score",
+        default="pass_share",
+        metavar="NAME",
+        help="receipts: which probe score to calibrate (pass_share, or a key of probe.scores)",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="PROVIDER/MODEL",
+        help="study: the rung model the study's samples came from; receipts (which record "
+        "it): keep only rows drawn from this model. A certificate holds for that model only",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="study: the temperature the study's samples were drawn at; receipts: keep only "
+        "rows drawn at it",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="plot the risk bound and skip share against λ (needs matplotlib)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m firstpass.calibration``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m firstpass.calibration", description=DESCRIPTION
+    )
+    add_arguments(parser)
+    return parser
+
+
+def _progress(path: str, lines: int) -> None:
+    print(f"calibration: {path}: {lines:,} lines read", file=sys.stderr, flush=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise CalibrationError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _prefetch_statistics() -> None:
+    """Import the statistics (scipy, ~0.5 s) in a background thread.
+
+    Called once the pool reading a large log has started: this process only waits then, and the
+    pool's workers are already forked (a thread started before them would make them spawned).
+    """
+    if not _prefetching.is_set():
+        _prefetching.set()
+        threading.Thread(
+            target=importlib.import_module, args=("firstpass.calibration.report",), daemon=True
+        ).start()
+
+
+_prefetching = threading.Event()
+
+
+def _progress_and_prefetch(path: str, lines: int) -> None:
+    _prefetch_statistics()
+    _progress(path, lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a calibration from parsed flags; raises ``CalibrationError`` on unusable input."""
+    from firstpass.calibration import data as data_mod
+    from firstpass.calibration.settings import Settings
+
+    settings = Settings(
+        method=args.method,
+        alpha=args.alpha,
+        delta=args.delta,
+        holdout=args.holdout,
+        seed=args.seed,
+        escalate_at=args.escalate_at,
+        by_route=args.by_route,
+    )
+    if args.study is not None:
+        if args.score != data_mod.PASS_SHARE:
+            raise CalibrationError("--score applies to receipts; study rows carry their own score")
+        if args.rung:
+            raise CalibrationError("--rung applies to receipts; a study file has one rung")
+        for flag in ("route", "since", "until", "replica"):
+            if getattr(args, flag, None) is not None:
+                raise CalibrationError(f"--{flag} applies to receipts, not to a study file")
+        labelled = data_mod.read_study(args.study, progress=_progress)
+        if args.model is not None or args.temperature is not None:
+            contexts = tuple(
+                data_mod.RouteContext(
+                    route=name, model=args.model, temperature=args.temperature, top_p=None
+                )
+                for name in labelled.route_names
+            )
+            labelled = dataclasses.replace(labelled, contexts=contexts)
+    else:
+        if args.rung < 0:
+            raise CalibrationError(f"--rung must be >= 0, got {args.rung}")
+        from firstpass.calibration._window import RowWindow, parse_time
+
+        since, until = getattr(args, "since", None), getattr(args, "until", None)
+        read: ReadOptions = {
+            "allow_unverified": args.allow_unverified,
+            "score": args.score,
+            "rung": args.rung,
+            "model": args.model,
+            "temperature": args.temperature,
+            "progress": _progress_and_prefetch,
+            "window": RowWindow(
+                route=getattr(args, "route", None),
+                since=parse_time(since, "--since") if since is not None else None,
+                until=parse_time(until, "--until") if until is not None else None,
+            ),
+        }
+        if getattr(args, "dsn_env", None) is not None:
+            from firstpass.calibration._table import read_table
+            from firstpass.db import dsn_from_env
+
+            labelled = read_table(dsn_from_env(args.dsn_env), args.replica or (), **read)
+        elif args.replica:
+            raise CalibrationError("--replica applies to --dsn-env (the table's chains)")
+        else:
+            labelled = data_mod.read_receipts(args.receipts, **read)
+    from firstpass.calibration import report
+    from firstpass.calibration.fit import calibrate
+
+    result = calibrate(labelled, settings)
+    doc = report.to_json_dict(result)
+    text = report.to_json_text(doc)
+    if args.out:
+        _write_atomic(Path(args.out), text)
+    if args.plot:
+        from firstpass.calibration.plot import plot_calibration
+
+        plot_calibration(result, Path(args.plot))
+    if not result.source.verified:
+        print(
+            f"calibration: --allow-unverified: used {result.source.used} labelled receipts from "
+            f"{result.source.lines} lines of logs whose hash chain does not verify",
+            file=sys.stderr,
+        )
+    if args.json:
+        sys.stdout.write(text)
+        return 0
+    print(report.text_report(result))
+    print(f"calibration id {doc['id']}" + (f", written to {args.out}" if args.out else ""))
+    if args.plot:
+        print(f"plot written to {args.plot}")
+    print()
+    print(report.toml_block(result, out_path=args.out), end="")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: one-line messages and exit code 2 for bad input, never a traceback."""
+    args = build_parser().parse_args(argv)
+    try:
+        code = run(args)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below, not at exit
+        return code
+    except FirstpassError as exc:
+        print(f"calibration: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `python -m firstpass.calibration ... | head`: the reader is gone
+        return quiet_broken_pipe()

@@ -1,0 +1,218 @@
+"""One elastic probe as values: the k samples of a rung, their visible verdicts, the regime,
+and the receipt's view of it (``Probe.record``); what shadow learned from it (``Labelled``).
+
+Apart from the runner (``_elastic.py``) so the probe's record, the request's sampling and the
+per-sample view are readable, and testable, without the I/O that draws them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import cast
+
+from firstpass.budgets import budget_record
+from firstpass.config import Certificate, Given, Rung, candidate_rule
+from firstpass.errors import BudgetExhausted, SandboxBusy
+from firstpass.pipeline._state import Answer, RunRequest
+from firstpass.pipeline._verify import StageResult
+from firstpass.policy import Attempt, Regime
+from firstpass.probe import ProbeInputs
+from firstpass.providers import Completion
+from firstpass.receipts import (
+    UNSET,
+    BudgetRecord,
+    Counterfactual,
+    ErrorBrief,
+    GivenRecord,
+    ProbeRecord,
+    ProbeSample,
+    ScoreRecord,
+)
+
+__all__ = ["Labelled", "Probe", "cert_id", "given_record", "sample_view", "sampling"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """k samples from one rung, their visible results, and what the policy makes of them."""
+
+    rung_index: int
+    rung: Rung
+    k: int
+    answers: tuple[Answer, ...]  # one per sample, each holding its own choice
+    visible: tuple[StageResult, ...]  # one verdict per sample (tests and listed checks)
+    pass_count: int
+    regime: Regime
+    order: tuple[int, ...]  # passing samples, best candidate first
+    cost_usd: float
+    calls: int
+    score_name: str = "pass_share"
+    #: what a sample had to pass: ``tests`` and the listed visible checks, by name
+    visible_checks: tuple[str, ...] = ("tests",)
+    #: the route's listed visible checks' digest (certificates carry it; None: none listed)
+    checks_digest: str | None = None
+    #: the checks the request added itself (such a probe is never certified, nor calibrated on)
+    request_checks: tuple[str, ...] = ()
+    #: λ in force at this (route, rung) for this request's mode; None: no certificate, it gates
+    lam: float | None = None
+    #: the certificate λ comes from (None: uncertified, see ``licence_problem``)
+    certificate: Certificate | None = None
+    licence_problem: str | None = None
+    #: how the samples were drawn (part of a certificate's context)
+    temperature: float | None = None
+    top_p: float | None = None
+    logit_bias: bool = False
+    # behavioural scores only (None with the default pass_share: the receipt stays as it was)
+    scores: dict[str, float] | None = None
+    clusters: tuple[int, ...] = ()
+    inputs: ProbeInputs | None = None
+
+    @property
+    def candidate(self) -> int:
+        """The sample elastic would serve or gate: the best passing one, else the best failing."""
+        if self.order:
+            return self.order[0]
+        return max(
+            range(len(self.visible)),
+            key=lambda i: (share(self.visible[i]), -i),
+        )
+
+    @property
+    def score(self) -> float:
+        """The value compared with λ: the configured score of this probe."""
+        if self.scores is None:
+            return self.pass_count / self.k
+        return self.scores[self.score_name]
+
+    def record(self, *, escalate_at: int, max_gate_candidates: int) -> ProbeRecord:
+        """The receipt's view of this probe: what was drawn, what passed, the regime, and the
+        certificate (or its absence) that decided it."""
+        behavioural = self.scores is not None
+        samples = [
+            ProbeSample(
+                n_passed=r.n_passed,
+                n_total=r.n_total,
+                category=r.category,
+                behaviour=r.behaviour if behavioural else UNSET,
+            )
+            for r in self.visible
+        ]
+        cert = self.certificate
+        inputs = self.inputs
+        return ProbeRecord(
+            rung=self.rung_index,
+            provider=self.rung.provider,
+            model=self.rung.model,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            logit_bias=True if self.logit_bias else UNSET,
+            k=self.k,
+            visible_checks=list(self.visible_checks)
+            if self.visible_checks != ("tests",)
+            else UNSET,
+            visible_checks_digest=UNSET if self.checks_digest is None else self.checks_digest,
+            request_checks=list(self.request_checks) if self.request_checks else UNSET,
+            pass_count=self.pass_count,
+            regime=self.regime,
+            score=ScoreRecord(name=self.score_name, value=self.score),
+            scores=dict(self.scores) if self.scores is not None else UNSET,
+            g=(self.clusters[0] if self.clusters else 0) if behavioural else UNSET,
+            clusters=list(self.clusters) if behavioural else UNSET,
+            probe_inputs=(len(inputs) if inputs is not None else 0) if behavioural else UNSET,
+            probe_inputs_from_request=(inputs.from_request if inputs is not None else 0)
+            if behavioural
+            else UNSET,
+            samples=samples,
+            candidate=self.candidate,
+            candidate_rule=candidate_rule(self.score_name),
+            lambda_=self.lam,
+            escalate_at=escalate_at,
+            max_gate_candidates=max_gate_candidates,
+            certificate=None if cert is None else cert.id,
+            uncertified_because=self.licence_problem if cert is None else None,
+            calibration_id=None if cert is None else cert.id,
+            alpha=None if cert is None else cert.alpha,
+            delta=None if cert is None else cert.delta,
+            calls=self.calls,
+            cost_usd=self.cost_usd,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Labelled:
+    """What shadow learned from one probe: the gate's verdict on elastic's candidate, what
+    elastic would have done, whether it goes up the ladder, and the cascade's attempt."""
+
+    label: bool | None
+    counterfactual: Counterfactual | None
+    escalates: bool
+    attempt: Attempt
+    #: the cascade's gate on sample 0 (what a revision of it would be told), if it ran
+    gate0: StageResult | None = None
+    #: why a label gate did not run (a budget cap, no sandbox slot): the label is then
+    #: absent, never guessed, and the request goes on as the cascade would
+    refused: BudgetExhausted | SandboxBusy | None = None
+
+    @property
+    def label_budget(self) -> BudgetRecord | None:
+        """The cap that refused a label gate (the label is then absent)."""
+        if isinstance(self.refused, BudgetExhausted):
+            return budget_record(self.refused)
+        return None
+
+    @property
+    def label_error(self) -> ErrorBrief | None:
+        """Why a label gate got no sandbox slot (the label is then absent)."""
+        if self.refused is not None and not isinstance(self.refused, BudgetExhausted):
+            return ErrorBrief(type="sandbox_busy", message=str(self.refused))
+        return None
+
+
+def sampling(req: RunRequest) -> tuple[float | None, float | None]:
+    """The temperature and top_p the probe is drawn at (the route's temperature unless the
+    request sets its own), as ``Pipeline._call`` sends them."""
+    # admission checked that both are numbers when the request sets them (``_chat._NUMBERS``)
+    temperature = cast("float | None", req.body.get("temperature", req.route.temperature))
+    top_p = cast("float | None", req.body.get("top_p"))
+    return (
+        None if temperature is None else float(temperature),
+        None if top_p is None else float(top_p),
+    )
+
+
+def cert_id(cert: Certificate | None) -> str | None:
+    return None if cert is None else cert.id
+
+
+def share(result: StageResult) -> float:
+    return result.n_passed / result.n_total if result.n_total else 0.0
+
+
+def sample_view(completion: Completion, i: int) -> Completion:
+    """The ``i``-th choice of an n-choice completion, as a one-choice completion.
+
+    Usage is split evenly: input tokens per call, output tokens per choice.
+    """
+    n = max(1, completion.n)
+    reasons = completion.finish_reasons
+    return dataclasses.replace(
+        completion,
+        texts=(completion.texts[i],),
+        finish_reasons=(reasons[i] if i < len(reasons) else None,),
+        input_tokens=completion.input_tokens // max(1, completion.calls),
+        output_tokens=completion.output_tokens // n,
+        calls=1,
+        raw=None,
+    )
+
+
+def given_record(given: Given) -> GivenRecord:
+    """A lower probed rung as the receipt spells it (``Given.to_dict``'s keys)."""
+    return GivenRecord(
+        rung=given.rung,
+        certificate=given.certificate,
+        lambda_=given.lambda_,
+        escalate_at=given.escalate_at,
+        max_gate_candidates=given.max_gate_candidates,
+    )
