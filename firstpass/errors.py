@@ -14,6 +14,7 @@
     │                              (PostgreSQL) is unreachable; the call is not made → HTTP 503
     ├── ReceiptError               the receipt log cannot be read or written
     │   ├── ReceiptUnavailable     ... not now (a failing disk); the answer is withheld → HTTP 503
+    │   ├── ReceiptValueError      a value no receipt can hold (not canonical JSON); names it
     │   └── ChainError             the hash chain does not verify; names the first bad line
     ├── CalibrationError           calibration input or parameters are unusable
     └── DatabaseError              PostgreSQL cannot be reached, or its schema is not ours
@@ -36,6 +37,7 @@ __all__ = [
     "FirstpassError",
     "ReceiptError",
     "ReceiptUnavailable",
+    "ReceiptValueError",
     "RequestError",
     "SandboxBusy",
     "SandboxError",
@@ -212,6 +214,12 @@ class BudgetStoreUnavailable(BudgetExhausted):
 
 class ReceiptError(FirstpassError):
     """The receipt log cannot be read or written."""
+
+
+class ReceiptValueError(ReceiptError):
+    """A receipt holds a value canonical JSON cannot: text that is not Unicode (a lone
+    surrogate an upstream sent), a non-finite number, a key that is not a string. Raised at
+    ``write()``, on the caller's side, before anything reaches the log."""
 
 
 class ReceiptUnavailable(ReceiptError):

@@ -154,3 +154,29 @@ def test_models_takes_a_key_and_lists_only_the_routes_it_may_use(live_stack: Any
         models("nope")
     assert MODEL in models(KEYS["TEAM_A_KEY"])
     assert models(KEYS["TEAM_B_KEY"]) == []
+
+
+async def test_an_api_route_added_without_an_endpoints_entry_still_takes_a_key() -> None:
+    """The key check fails closed: a ``/v1/`` route nobody listed in ``ENDPOINTS`` answers
+    401 without a key, while the operations routes stay open and an unknown path stays 404."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from firstpass.server._door import auth_middleware
+    from firstpass.server._errors import error_middleware
+    from firstpass.server._keys import CLIENT_KEYS, ENDPOINTS
+
+    async def hello(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    app = web.Application(middlewares=[error_middleware, auth_middleware])
+    app[ENDPOINTS] = {}
+    app[CLIENT_KEYS] = KeyRing([ClientKey(name="a", key_env="A", secret="sk-aaaa")])
+    app.router.add_get("/v1/brand-new", hello)
+    app.router.add_get("/healthz", hello)
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.get("/v1/brand-new")).status == 401
+        keyed = await client.get("/v1/brand-new", headers={"Authorization": "Bearer sk-aaaa"})
+        assert keyed.status == 200
+        assert (await client.get("/healthz")).status == 200
+        assert (await client.get("/v1/no-such-thing")).status == 404

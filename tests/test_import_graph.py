@@ -132,6 +132,8 @@ class _Collector(ast.NodeVisitor):
         self.package = module if is_package else module.rpartition(".")[0]
         self.context = ["module"]
         self.found: list[Import] = []
+        #: (line, literal prefix) of each import by a computed name (a prefix "": none)
+        self.computed: list[tuple[int, str]] = []
 
     def _add(self, target: str, node: ast.AST) -> None:
         resolved = _resolve(target)
@@ -177,23 +179,34 @@ class _Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if called == "import_module" and node.args:
+        if called in ("import_module", "__import__") and node.args:
             first = node.args[0]
-            if isinstance(first, ast.JoinedStr) and first.values:
-                first = first.values[0]  # f"firstpass.commands.{name}": its literal prefix
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                self._add(first.value.rstrip("."), node)
+                self._add(first.value, node)
+            else:
+                prefix = ""
+                if isinstance(first, ast.JoinedStr) and first.values:
+                    head = first.values[0]  # f"firstpass.commands.{name}": its literal prefix
+                    if isinstance(head, ast.Constant) and isinstance(head.value, str):
+                        prefix = head.value
+                if prefix:
+                    self._add(prefix.rstrip("."), node)
+                self.computed.append((node.lineno, prefix))
         self.generic_visit(node)
 
 
 @functools.cache
-def _imports() -> tuple[Import, ...]:
-    found: list[Import] = []
+def _collected() -> tuple[_Collector, ...]:
+    out: list[_Collector] = []
     for module, path in _modules().items():
         collector = _Collector(module, path.name == "__init__.py")
         collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
-        found.extend(collector.found)
-    return tuple(found)
+        out.append(collector)
+    return tuple(out)
+
+
+def _imports() -> tuple[Import, ...]:
+    return tuple(found for collector in _collected() for found in collector.found)
 
 
 def _unit(module: str) -> str:
@@ -387,3 +400,29 @@ def test_the_allow_list_of_private_imports_has_no_stale_entry() -> None:
 def test_what_counts_as_a_private_import(importer: str, imported: str, private: bool) -> None:
     """The rule as stated in the module docstring, on examples of each case."""
     assert _is_private_import(importer, imported) is private
+
+
+#: where the package imports by a computed name with no ``firstpass.<unit>.`` prefix: the
+#: sandbox's child side (stdlib modules by construction: tests/test_sandbox_layout.py runs it
+#: with nothing else importable)
+COMPUTED_IMPORTS_ALLOWED_IN = "firstpass.sandbox._child."
+#: other modules that import by a computed name on purpose, and why (none of them firstpass)
+COMPUTED_IMPORTS_ALLOWED = {
+    "firstpass.checks._patterns": "jsonschema's own modules, named in JSONSCHEMA_MODULES",
+}
+
+
+def test_an_import_by_a_computed_name_names_its_subpackage_literally() -> None:
+    """``import_module(f"firstpass.commands.{name}")`` is seen as an import of commands; a
+    name computed whole (``import_module(x)``, ``f"firstpass.{x}"``) could be any unit, so it
+    would hide a cycle or a layer violation: it is refused outside the sandbox's child side."""
+    units = {f"firstpass.{_unit(m)}." for m in _modules()}
+    problems = [
+        f"{c.module}:{line}: import by a computed name ({prefix or 'no literal prefix'})"
+        for c in _collected()
+        if not c.module.startswith(COMPUTED_IMPORTS_ALLOWED_IN)
+        and c.module not in COMPUTED_IMPORTS_ALLOWED
+        for line, prefix in c.computed
+        if not any(prefix.startswith(unit) for unit in units)
+    ]
+    assert problems == [], "\n".join(problems)

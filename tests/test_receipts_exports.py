@@ -87,6 +87,8 @@ PUBLIC = {
     "LineTally",
     "iter_lines",
     "read_lines",
+    "valid_strings",
+    "valid_text",
 }
 
 

@@ -164,3 +164,30 @@ def test_every_line_of_a_version_1_shadow_log_encodes_to_the_same_bytes(tmp_path
     assert len(lines) == 600
     for raw in lines:
         assert canonical_bytes(msgspec.to_builtins(receipt_from_builtins(json.loads(raw)))) == raw
+
+
+async def test_a_receipt_holding_text_that_is_not_unicode_is_written_repaired(
+    tmp_path: Path,
+) -> None:
+    """A lone surrogate (from an upstream's text, a check's reason) cannot be canonical JSON:
+    the writer refuses it at ``write()`` (``ReceiptValueError``), and the pipeline writes the
+    receipt again with that text as U+FFFD instead of losing it."""
+    from types import SimpleNamespace
+
+    from firstpass.errors import ReceiptValueError
+    from firstpass.pipeline._run import Pipeline
+    from firstpass.receipts import ReceiptWriter
+
+    line = json.loads(_request_lines(V1 / "demo-shadow.jsonl")[0])
+    for key in ("hash", "prev_hash"):
+        line.pop(key)
+    line["upstream_calls"][0]["error"] = "bad \ud800 text"
+    receipt = receipt_from_builtins(line)
+    log = tmp_path / "r.jsonl"
+    async with ReceiptWriter(log) as writer:
+        with pytest.raises(ReceiptValueError):
+            await writer.write(receipt)
+        await Pipeline._write(SimpleNamespace(writer=writer), receipt)  # type: ignore[arg-type]  # only its writer is used
+    written = json.loads(log.read_bytes())
+    assert written["upstream_calls"][0]["error"] == "bad \ufffd\ufffd\ufffd text"
+    assert verify_chain(log).ok

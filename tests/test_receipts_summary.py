@@ -691,3 +691,29 @@ def test_summary_without_such_figures_says_so_rather_than_inventing_them() -> No
     assert summary.requests_per_minute is None and summary.skip_rate is None
     assert summary.served_failure is None and summary.error_rate == 0.0
     json.dumps(summary.to_dict(), allow_nan=False)
+
+
+def test_a_marker_whose_kind_is_not_text_is_counted_not_a_crash() -> None:
+    """A hand-made line with ``"kind": [..]`` or ``{..}`` is a marker of that (odd) kind."""
+    summary = summarize([{"id": "g", "kind": ["gap"]}, {"id": "h", "kind": {"a": 1}}], raw=True)
+    assert summary.n == 0 and summary.markers == {"['gap']": 1, "{'a': 1}": 1}
+
+
+def test_non_finite_or_huge_latencies_and_costs_are_left_out_and_the_json_stays_json() -> None:
+    """``NaN``/``Infinity`` (which JSON readers accept), 1e308 and a 400-digit integer are no
+    measurements: out of the percentiles and sums, never an ``Infinity`` in ``--json``."""
+    big = 10**400
+    records = [
+        {"timings_ms": {"total": float("nan"), "upstream": 0.0, "sandbox": 0.0, "overhead": 0.0}},
+        {"timings_ms": {"total": float("inf"), "upstream": 0.0, "sandbox": 0.0, "overhead": 0.0}},
+        {"timings_ms": {"total": 1e308, "upstream": 0.0, "sandbox": 0.0, "overhead": 0.0}},
+        {"cost": {"total_usd": big, "top_rung_usd": 1e308, "probe_usd": float("nan")}},
+        {"timings_ms": {"total": 12.0, "upstream": 0.0, "sandbox": 0.0, "overhead": 0.0}},
+    ]
+    lines = [(f"line {i}", json.dumps(complete(r)).encode()) for i, r in enumerate(records, 1)]
+    tally = LineTally()
+    summary = summarize_receipts(read_lines(lines, tally), markers=tally.markers)
+    assert summary.n == 5 and tally.unreadable == 0
+    assert summary.n_timed == 2 and summary.latency_p95_ms is not None
+    assert summary.cost_usd == 0.0 and summary.top_rung_usd == 0.0
+    json.dumps(summary.to_dict(), allow_nan=False)

@@ -374,3 +374,110 @@ def test_a_client_that_leaves_mid_body_still_gets_one_receipt(live_stack: Any) -
     assert receipt["decision"]["action"] == "rejected"
     assert receipt["error"]["status"] == 499
     assert "closed the connection" in receipt["error"]["message"]
+
+
+def test_a_bug_before_admission_is_a_500_in_openai_shape_with_its_one_receipt(
+    live_stack: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception of ours while reading or admitting a request (not a refusal) still ends in
+    one receipt and an OpenAI-shaped 500 naming that receipt, never a bare traceback."""
+    from firstpass.server import _handlers
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(_handlers, "parse_chat_body", broken)
+    stack = live_stack()
+    status, body, headers = _post_raw(
+        stack, json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}).encode()
+    )
+    assert status == 500
+    err = _error_shape(body)
+    assert err["type"] == "server_error" and "Traceback" not in err["message"]
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"] == {"status": 500, "type": "server_error", "message": "KeyError"}
+    assert headers["X-Firstpass-Receipt"] == receipt["id"] and receipt["id"] in err["message"]
+
+
+@pytest.mark.parametrize(
+    ("firstpass", "param"),
+    [
+        ({"checks": {"visible": [{"kind": "json_schema", "schema": {"$schema": 5}}]}}, "schema"),
+        (
+            {
+                "evidence": [
+                    {"sql": "select 1", "columns": ["a"], "rows": [[1]], "elapsed_ms": 10**400}
+                ]
+            },
+            "elapsed_ms",
+        ),
+    ],
+    ids=["non_string_schema_dialect", "elapsed_ms_past_a_float"],
+)
+def test_a_request_field_a_library_would_choke_on_is_a_400_naming_it(
+    live_stack: Any, firstpass: dict[str, Any], param: str
+) -> None:
+    """Values that made jsonschema raise AttributeError or float() raise OverflowError (a 500
+    without a receipt once) are refused as what they are, with their receipt."""
+    stack = live_stack()
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "firstpass": firstpass}
+    status, answer, _ = _post_raw(stack, json.dumps(body).encode())
+    assert status == 400, answer
+    err = _error_shape(answer)
+    assert param in (err["param"] or "") + err["message"]
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"]["status"] == 400 and receipt["decision"]["action"] == "rejected"
+
+
+@pytest.mark.e2e
+def test_an_upstream_error_text_that_is_not_unicode_or_huge_still_gets_its_receipt(
+    live_stack: Any,
+) -> None:
+    """An upstream failing with a lone surrogate (a ``\\ud800`` escape) and megabytes of text
+    in its error: the client gets its 502, and the receipt is written with that text repaired
+    and cut (once, it could not be encoded and the request lost its receipt, answering 503)."""
+    stack = live_stack(retries=0)
+    stack.stub.script(Reply.error(500, "bad \ud800 text " + "x" * 100_000), model=CHEAP)
+    stack.stub.script(Reply.error(500, "also \udfff bad"), model=STRONG)
+    with pytest.raises(openai.APIStatusError) as info:
+        _client(stack).chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"firstpass": TESTS},
+        )
+    assert info.value.status_code == 502
+    (receipt,) = stack.receipts_list()
+    errors = [call["error"] for call in receipt["upstream_calls"]]
+    assert len(errors) == 2 and all(isinstance(e, str) for e in errors)
+    assert "\ufffd" in errors[0] and "more characters)" in errors[0] and len(errors[0]) < 2_200
+    assert receipt["error"]["status"] == 502
+    assert verify_chain(stack.receipts).ok
+
+
+def test_a_large_chat_body_is_parsed_off_the_event_loop(
+    live_stack: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body past PARSE_OFF_LOOP_BYTES (a megabyte of test setup takes the parser seconds) is
+    parsed in a worker thread, so other requests are not stalled; a small one on the loop."""
+    import threading
+
+    from firstpass.admission import parse_chat_body as real
+    from firstpass.server import _handlers
+
+    threads: list[str] = []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_handlers, "parse_chat_body", recording)
+    stack = live_stack()
+    stack.stub.script(Reply.ok(GOOD), Reply.ok(GOOD), model=CHEAP)
+    setup = "# padding\n" * (_handlers.PARSE_OFF_LOOP_BYTES // 10 + 1)
+    for extra in ({}, {"setup": setup}):
+        firstpass = {**TESTS, **extra}
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+        status, answer, _ = _post_raw(stack, json.dumps({**body, "firstpass": firstpass}).encode())
+        assert status == 200, answer
+    loop_thread = stack._thread.name
+    assert threads[0] == loop_thread and threads[1] != loop_thread

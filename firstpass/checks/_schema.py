@@ -142,6 +142,9 @@ def _metaschema_formats() -> jsonschema.FormatChecker:
 
 def _validator_class(schema: Mapping[str, object]) -> type[Validator]:
     named = schema.get("$schema", _NOT_FOUND)
+    if named is not _NOT_FOUND and not isinstance(named, str):
+        # jsonschema looks a non-string $schema up as a key and fails with AttributeError
+        raise CheckSpecError("schema.$schema", f"expected a dialect URI string, got {named!r}")
     # jsonschema ships no types here: this is a validator class, or _NOT_FOUND
     cls: Any = validators.validator_for(schema, default=_NOT_FOUND)
     if cls is _NOT_FOUND:

@@ -23,6 +23,7 @@ from firstpass.errors import (
     FirstpassError,
     ReceiptError,
     ReceiptUnavailable,
+    ReceiptValueError,
     RequestError,
     SandboxBusy,
     UpstreamTimeout,
@@ -35,7 +36,15 @@ from firstpass.pipeline._state import Admitted, Checks, Outcome, RunRequest
 from firstpass.pipeline._steps import Concluded, Endings, Steps
 from firstpass.pipeline._trace import Trace
 from firstpass.providers import Provider
-from firstpass.receipts import Action, BudgetRecord, ErrorRecord, Receipt, RequestInfo
+from firstpass.receipts import (
+    Action,
+    BudgetRecord,
+    ErrorRecord,
+    Receipt,
+    RequestInfo,
+    receipt_from_builtins,
+    valid_strings,
+)
 
 __all__ = [
     "WITHHELD_ACTION",
@@ -215,7 +224,7 @@ class Pipeline:
             CURRENT_BUDGET.reset(budget_token)
             if receipt is not None:
                 try:
-                    await self.writer.write(receipt)
+                    await self._write(receipt)
                 except ReceiptUnavailable as exc:
                     # durable receipts and the disk failed: withhold the answer (503) and
                     # write, without waiting, a receipt that says so instead of the one that
@@ -250,9 +259,11 @@ class Pipeline:
         error: ErrorRecord,
         started: float | None = None,
         budget: BudgetRecord | None = None,
+        action: Action = "rejected",
     ) -> bool:
         """Write the one receipt of a request refused before it ran (``decision.action =
-        "rejected"``); ``False`` when the writer has failed for good and nothing was written
+        "rejected"``; ``"cancelled"`` when it was cancelled before admission let it through);
+        ``False`` when the writer has failed for good and nothing was written
         (the response must then name no receipt). A refusal acknowledges no answer, so its
         receipt never waits for the disk."""
         trace = Trace(
@@ -263,15 +274,29 @@ class Pipeline:
             request=request,
             started=started,
         )
-        trace.step("rejected")
-        receipt = trace.record(action="rejected", served=None, error=error, budget=budget)
+        trace.step(action)
+        receipt = trace.record(action=action, served=None, error=error, budget=budget)
         return await self._enqueue(receipt, receipt_id)
+
+    async def _write(self, receipt: Receipt) -> None:
+        """``writer.write``; a receipt holding text that is not Unicode (a lone surrogate an
+        upstream's error or a check's reason carried in) is written with that text repaired
+        (``valid_text``) rather than lost."""
+        try:
+            await self.writer.write(receipt)
+        except ReceiptValueError as exc:
+            log.warning("receipt_text_repaired", receipt_id=receipt.id, error=str(exc))
+            await self.writer.write(_repaired(receipt))
 
     async def _enqueue(self, record: Receipt, receipt_id: str) -> bool:
         """Queue a receipt that acknowledges no answer; ``False`` when the writer has failed
         for good (logged: the receipt is lost, the response must not name it)."""
         try:
-            await self.writer.enqueue(record)
+            try:
+                await self.writer.enqueue(record)
+            except ReceiptValueError as exc:
+                log.warning("receipt_text_repaired", receipt_id=receipt_id, error=str(exc))
+                await self.writer.enqueue(_repaired(record))
         except ReceiptError as exc:
             log.error("receipt_not_written", receipt_id=receipt_id, error=str(exc))
             return False
@@ -309,3 +334,8 @@ class Pipeline:
                 return await self.elastic.shadow(req)
             return await self.elastic.enforce(req)
         return await self.cascade.cascade(req)
+
+
+def _repaired(receipt: Receipt) -> Receipt:
+    """``receipt`` with every string made valid Unicode (``valid_strings``)."""
+    return receipt_from_builtins(valid_strings(msgspec.to_builtins(receipt)))

@@ -34,7 +34,7 @@ from firstpass.pipeline._state import (
     RunRequest,
     VisibleCount,
 )
-from firstpass.pipeline._trace import Counterfactuals, Served, ShadowLabels, usd
+from firstpass.pipeline._trace import ERROR_CHARS, Counterfactuals, Served, ShadowLabels, usd
 from firstpass.pipeline._verify import Stage, StageResult, feedback_for, stage_result
 from firstpass.policy import (
     Attempt,
@@ -57,6 +57,7 @@ from firstpass.receipts import (
     Purpose,
     Receipt,
     RevisionAttempt,
+    valid_text,
 )
 from firstpass.receipts import (
     Stage as StageName,
@@ -587,7 +588,7 @@ class Steps:
             error=ErrorRecord(
                 status=status,
                 type=getattr(error, "type", "upstream_error"),
-                message=str(error),
+                message=valid_text(str(error), ERROR_CHARS),
             ),
             content=self.content(req, None),
         )

@@ -43,6 +43,7 @@ from firstpass.receipts import (
     UpstreamCall,
     Verification,
     sha256_text,
+    valid_text,
 )
 
 __all__ = ["Counterfactuals", "Served", "ShadowLabels", "StageVerdict", "Trace", "usd"]
@@ -81,6 +82,11 @@ class Counterfactuals:
     usd: float
     #: the policy estimated: ``cascade`` on enforce's receipts, ``elastic`` on shadow's
     policy: Literal["cascade", "elastic"]
+
+
+#: an upstream's error as a receipt keeps it: at most this many characters (a provider can
+#: answer a failure with megabytes)
+ERROR_CHARS = 2000
 
 
 def usd(value: float) -> float:
@@ -191,7 +197,7 @@ class Trace:
             input_tokens=completion.input_tokens if completion else 0,
             output_tokens=completion.output_tokens if completion else 0,
             cost_usd=usd(cost) if answered else 0.0,
-            error=None if answered else str(error) if error else "unknown",
+            error=None if answered else valid_text(str(error), ERROR_CHARS) if error else "unknown",
         )
         self.upstream_calls.append(entry)
         self.spend.cost_usd += cost

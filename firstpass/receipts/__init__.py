@@ -16,6 +16,8 @@ from firstpass.receipts._canonical import (
     canonical_bytes,
     record_hash,
     sha256_text,
+    valid_strings,
+    valid_text,
 )
 from firstpass.receipts._chain import Gap, VerifyReport, verify_chain
 from firstpass.receipts._core import WriterCore
@@ -163,6 +165,8 @@ __all__ = [
     "record_hash",
     "sha256_text",
     "summarize",
+    "valid_strings",
+    "valid_text",
     "verify_chain",
     "verify_checkpoints",
     "verify_files",

@@ -19,7 +19,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from firstpass.errors import ReceiptError
+from firstpass.errors import ReceiptError, ReceiptValueError
 
 #: ``prev_hash`` of the first line of every receipt log.
 GENESIS_HASH = "sha256:" + "0" * 64
@@ -51,7 +51,7 @@ def canonical_bytes(obj: object) -> bytes:
     try:
         return _ENCODER.encode(obj).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
-        raise ReceiptError(f"a receipt value is not canonical JSON: {exc}") from exc
+        raise ReceiptValueError(f"a receipt value is not canonical JSON: {exc}") from exc
 
 
 def record_hash(record: Mapping[str, object]) -> str:
@@ -112,7 +112,7 @@ def encode_record(record: object) -> EncodedRecord:
             {**record, "hash": _HASH_PLACEHOLDER, "prev_hash": _PREV_PLACEHOLDER}
         ).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as exc:
-        raise ReceiptError(f"receipt {receipt_id}: not canonical JSON: {exc}") from exc
+        raise ReceiptValueError(f"receipt {receipt_id}: not canonical JSON: {exc}") from exc
     # top-level slots: the placeholders are random, so the first match is the one we put there
     return EncodedRecord(
         id=receipt_id,
@@ -154,7 +154,7 @@ def _check_keys(obj: object, path: str) -> None:
     if isinstance(obj, dict):
         for key, value in obj.items():
             if type(key) is not str:
-                raise ReceiptError(
+                raise ReceiptValueError(
                     f"a receipt key at {path} is {type(key).__name__} {key!r}; keys must be strings"
                 )
             if isinstance(value, _CONTAINERS):
@@ -167,3 +167,29 @@ def _check_keys(obj: object, path: str) -> None:
 
 _CONTAINERS = (dict, list, tuple)
 _LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def valid_text(text: str, limit: int | None = None) -> str:
+    """``text`` as a receipt can hold it: cut to ``limit`` characters (saying how many more
+    there were), each lone surrogate (an upstream's ``\\ud800`` escape decodes to one) as
+    U+FFFD. Text that is already valid comes back as it is."""
+    if limit is not None and len(text) > limit:
+        text = f"{text[:limit]}... ({len(text) - limit} more characters)"
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def valid_strings(value: object) -> object:
+    """``value`` (JSON data) with ``valid_text`` applied to every string in it, keys too."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_text(str(k)): valid_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [valid_strings(v) for v in value]
+    return value

@@ -356,6 +356,8 @@ def _parse_object(raw: bytes) -> JSONObject:
         raise BadLine(f"not JSON: {exc.msg} at column {exc.colno}") from exc
     except RecursionError as exc:
         raise BadLine("not a receipt: JSON nested too deeply to read") from exc
+    except ValueError as exc:  # an integer of more than 4,300 digits (int_max_str_digits)
+        raise BadLine(f"not a receipt: {exc}") from exc
     if not isinstance(record, dict):
         raise BadLine(f"not a receipt: a JSON {type(record).__name__}, not an object")
     return record

@@ -347,7 +347,9 @@ def summarize(
         probe_cost += _number(costs.probe_usd)
         if not isinstance(costs.checks_usd, UnsetType):
             checks_usd += _number(costs.checks_usd)
-        latencies.append(float(receipt.timings_ms.total))
+        total_ms = _plausible(receipt.timings_ms.total)
+        if total_ms is not None and total_ms >= 0:
+            latencies.append(total_ms)
         probe = receipt.probe
         if probe is not None:
             regimes[_label(None if isinstance(probe.regime, UnsetType) else probe.regime)] += 1
@@ -532,8 +534,12 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
 
 
-def _label(value: str | None) -> str:
-    return MISSING if value is None else value
+def _label(value: object) -> str:
+    """A value as a counter's key: ``MISSING`` for None, text as it is, anything else (a
+    marker's ``kind`` a hand-edited line made a list) as its ``str``."""
+    if value is None:
+        return MISSING
+    return value if isinstance(value, str) else str(value)
 
 
 #: a cost beyond this is no measurement: left out, so sums stay finite (and ``--json`` valid
@@ -541,7 +547,16 @@ def _label(value: str | None) -> str:
 _IMPLAUSIBLE = 1e200
 
 
+def _plausible(value: float) -> float | None:
+    """A cost or a latency as a float, ``None`` when it is no measurement: not finite (JSON
+    readers accept ``NaN`` and ``Infinity``), or beyond ``_IMPLAUSIBLE`` (an integer too large
+    for a float included)."""
+    if isinstance(value, int):
+        return float(value) if abs(value) <= _IMPLAUSIBLE else None
+    return value if math.isfinite(value) and abs(value) <= _IMPLAUSIBLE else None
+
+
 def _number(value: float) -> float:
-    """A cost as a float, 0 when it is not finite or implausibly large."""
-    value = float(value)
-    return value if math.isfinite(value) and abs(value) <= _IMPLAUSIBLE else 0.0
+    """A cost to add to a sum: 0 when it is no measurement (``_plausible``)."""
+    found = _plausible(value)
+    return 0.0 if found is None else found

@@ -20,11 +20,13 @@ loop, the remaining rules).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
 from dataclasses import dataclass
 
+import structlog
 from aiohttp import web
 
 from firstpass._json import JSON
@@ -53,6 +55,8 @@ from firstpass.server._keys import (
     Endpoint,
     Handler,
 )
+
+log = structlog.get_logger("firstpass.server")
 
 __all__ = [
     "CLIENT_KEY",
@@ -85,7 +89,15 @@ CLIENT_KEY = web.RequestKey[ClientKey | None]("client_key")
 
 
 def _endpoint(request: web.Request) -> Endpoint | None:
-    return request.app[ENDPOINTS].get(request.match_info.handler)
+    """How the middlewares treat the request's endpoint: as ``ENDPOINTS`` says; a registered
+    route under ``/v1/`` that it does not name takes a key anyway (fail closed: an API route
+    added without an entry is never open); the rest (``/healthz``, ``/readyz``,
+    ``/metrics``, a 404 or 405) is open."""
+    found = request.app[ENDPOINTS].get(request.match_info.handler)
+    route = request.match_info.route
+    if found is None and route.resource is not None and request.path.startswith("/v1/"):
+        return "keyed"
+    return found
 
 
 @web.middleware
@@ -101,18 +113,53 @@ async def refusal_middleware(request: web.Request, handler: Handler) -> web.Stre
         if ticket.admitted:  # the pipeline wrote its receipt: never a second one
             raise
         return await _refused(request, ticket, exc)
+    except asyncio.CancelledError:
+        if not ticket.admitted:  # the client left mid-body, or the server is stopping
+            await asyncio.shield(_cancelled(request, ticket))
+        raise
+    except web.HTTPException:
+        raise
+    except Exception as exc:  # a bug of ours before the pipeline: a 500, still one receipt
+        if ticket.admitted:
+            raise
+        log.exception("admission_error", receipt_id=ticket.receipt_id)
+        err = RequestError(
+            f"internal error while admitting {ticket.receipt_id}; see the server log",
+            status=500,
+            code="internal_error",
+            type="server_error",
+        )
+        return await _refused(request, ticket, err, cause=type(exc).__name__)
 
 
-async def _refused(request: web.Request, ticket: Ticket, exc: RequestError) -> web.Response:
+async def _cancelled(request: web.Request, ticket: Ticket) -> None:
+    """The one receipt of a request cancelled before admission let it through."""
+    await request.app[PIPELINE].refuse(
+        receipt_id=ticket.receipt_id,
+        request=ticket.request or unparsed_info(request.get(CLIENT_KEY)),
+        error=ErrorRecord(
+            status=499,
+            type="cancelled",
+            message="cancelled before it ran (the client left, or the server stopped)",
+        ),
+        started=ticket.started,
+        action="cancelled",
+    )
+
+
+async def _refused(
+    request: web.Request, ticket: Ticket, exc: RequestError, *, cause: str | None = None
+) -> web.Response:
     """Answer a refused request and write its one receipt; a refusal acknowledges no answer,
-    so it answers even when the receipt could not be written (it then names none)."""
+    so it answers even when the receipt could not be written (it then names none).
+    ``cause``: what the receipt says instead of the message (an internal error's type)."""
     info = ticket.request
     if info is None:
         info = unparsed_info(request.get(CLIENT_KEY))
     written = await request.app[PIPELINE].refuse(
         receipt_id=ticket.receipt_id,
         request=info,
-        error=ErrorRecord(status=exc.status, type=exc.type, message=str(exc)),
+        error=ErrorRecord(status=exc.status, type=exc.type, message=cause or str(exc)),
         started=ticket.started,
         budget=budget_record(exc) if isinstance(exc, BudgetExhausted) else None,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable
 
 from aiohttp import web
@@ -21,16 +22,26 @@ from firstpass.server._errors import RETRY_AFTER_S, error_body, request_error_fo
 from firstpass.server._keys import CONFIG, PARSE_SPEC, PIPELINE, RECEIPT_WRITER, STATE
 from firstpass.server._responses import completion_body, sse_chunks, sse_error, summary_json
 
-__all__ = ["chat_completions", "healthz", "list_models", "readyz"]
+__all__ = ["PARSE_OFF_LOOP_BYTES", "chat_completions", "healthz", "list_models", "readyz"]
+
+#: a chat body past this many bytes is parsed in a worker thread: a megabyte of test setup
+#: takes the ast parser seconds, which would stall every other request on the loop
+PARSE_OFF_LOOP_BYTES = 64 * 1024
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """POST /v1/chat/completions: read, parse, admit, run; answer plain or streamed."""
     app = request.app
     body = await read_json(request)
-    chat = parse_chat_body(
-        body, header_mode=request.headers.get("X-Firstpass-Mode"), parse_spec=app[PARSE_SPEC]
+    parse = functools.partial(
+        parse_chat_body,
+        body,
+        header_mode=request.headers.get("X-Firstpass-Mode"),
+        parse_spec=app[PARSE_SPEC],
     )
+    # parsing is CPU (a test spec's setup is parsed with ast): a large body's, off the loop
+    large = len(await request.read()) > PARSE_OFF_LOOP_BYTES  # the body read above, cached
+    chat = await asyncio.to_thread(parse) if large else parse()
     admitted = await admission(request, chat)
     run = app[PIPELINE].handle(admitted)
     if chat.stream:

@@ -35,6 +35,11 @@ class Evidence:
     truncated: bool = False
 
 
+#: a query's run time beyond a day is no measurement (and an integer past a float's range
+#: would fail to convert)
+MAX_ELAPSED_MS = 86_400_000.0
+
+
 def _cell(value: object) -> Cell:
     if value is None or isinstance(value, str | int):
         return value  # bool is an int
@@ -67,7 +72,9 @@ def _item(raw: object, where: str) -> Evidence:
         parsed = tuple(tuple(_cell(c) for c in r) for r in rows[:MAX_ROWS])
     elapsed = raw.get("elapsed_ms")
     if elapsed is not None and (
-        isinstance(elapsed, bool) or not isinstance(elapsed, int | float) or not elapsed >= 0
+        isinstance(elapsed, bool)
+        or not isinstance(elapsed, int | float)
+        or not 0 <= elapsed <= MAX_ELAPSED_MS  # an integer too large for a float, infinity
     ):
         raise CheckSpecError(f"{where}.elapsed_ms", "expected a number of milliseconds")
     truncated = raw.get("truncated", False)
