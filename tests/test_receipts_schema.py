@@ -189,5 +189,32 @@ async def test_a_receipt_holding_text_that_is_not_unicode_is_written_repaired(
             await writer.write(receipt)
         await Pipeline._write(SimpleNamespace(writer=writer), receipt)  # type: ignore[arg-type]  # only its writer is used
     written = json.loads(log.read_bytes())
-    assert written["upstream_calls"][0]["error"] == "bad \ufffd\ufffd\ufffd text"
+    assert written["upstream_calls"][0]["error"] == "bad \ufffd text"
     assert verify_chain(log).ok
+
+
+def test_a_shadow_log_with_request_added_checks_calibrates_without_them(tmp_path: Path) -> None:
+    """A probe the request added visible checks to is never calibrated on: calibrate leaves
+    its row out (once it crashed: the fast reader put the list of names in a set)."""
+    import asyncio
+
+    from firstpass.receipts import ReceiptWriter
+
+    lines = [json.loads(raw) for raw in _request_lines(_shadow_log(tmp_path))]
+    for line in lines:
+        line.pop("hash")
+        line.pop("prev_hash")
+    lines[0]["probe"]["request_checks"] = ["request:mine"]
+    log = tmp_path / "mixed.jsonl"
+
+    async def write() -> None:
+        async with ReceiptWriter(log) as writer:
+            for line in lines:
+                await writer.write(line)
+
+    asyncio.run(write())
+    out = tmp_path / "cert.json"
+    args = ["calibrate", "--receipts", str(log), "--alpha", "0.2", "--delta", "0.1"]
+    assert cli_main([*args, "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["n"] == 599 and got["source"]["used"] == 599

@@ -319,3 +319,15 @@ async def test_a_cancelled_run_keeps_its_slot_until_the_sample_is_stopped() -> N
         results = await sandbox.run_many([GOOD] * 3, spec)
     assert all(r.passed for r in results)
     assert time.monotonic() - t0 >= 0.5  # it waited for the hanging sample's wall limit
+
+
+async def test_an_answer_holding_a_lone_surrogate_is_a_failed_result_not_an_exception(
+    sb: Sandbox,
+) -> None:
+    """A model's answer can carry a lone surrogate (an upstream's ``\\ud800`` escape): its
+    code is no text Python can load, so it fails as a result with a hash of its own, instead
+    of raising (once a 500 ``internal_error`` for the request)."""
+    answer = "```python\ndef f(x):\n    # \ud800\n    return x + 1\n```"
+    result = await sb.run(answer, parse_spec(["assert f(1) == 2"]))
+    assert not result.passed and result.category == "runtime_error"
+    assert len(result.code_sha256) == 64

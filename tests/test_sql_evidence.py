@@ -719,3 +719,21 @@ def test_numbers_with_an_exponent_or_a_suffix_are_read_whole(text: str, value: f
     (n,) = stated_numbers(text)
     assert n.value == value
     assert not holds(n, [1.0, 2.0, 3.0])  # never read as their leading digits
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "ok"),
+    [(1e9, True), (0, True), (10**400, False), (float("inf"), False), (float("nan"), False)],
+    ids=["a_long_query", "zero", "past_a_float", "infinity", "nan"],
+)
+def test_evidence_run_time_is_any_finite_number_a_float_holds(elapsed: float, ok: bool) -> None:
+    """``elapsed_ms`` is refused only when no float holds it (an integer past float's range
+    once raised OverflowError, a 500): a long query's run time is not second-guessed."""
+    from firstpass.checks._sql import evidence_from_list
+
+    item = {"sql": "select 1", "columns": ["a"], "rows": [[1]], "elapsed_ms": elapsed}
+    if ok:
+        assert evidence_from_list([item])[0].elapsed_ms == float(elapsed)
+    else:
+        with pytest.raises(CheckSpecError, match="elapsed_ms"):
+            evidence_from_list([item])

@@ -184,7 +184,8 @@ def _columns(
             return None
     elif set(map(_name, scores)) != {PASS_SHARE}:
         return None
-    if set(map(_logit_bias, probes)) != {None} or set(map(_request_checks, probes)) != {None}:
+    # request_checks is a list (unhashable): compared one by one, not through a set
+    if any(_logit_bias(p) is not None or _request_checks(p) is not None for p in probes):
         return None
     ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
     keys = _keys(rows, probes)

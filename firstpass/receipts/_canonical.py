@@ -180,7 +180,8 @@ def valid_text(text: str, limit: int | None = None) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        # through UTF-16, each lone surrogate becomes one U+FFFD (through UTF-8, three)
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
 
 

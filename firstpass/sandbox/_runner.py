@@ -293,7 +293,9 @@ class Sandbox(References):
         limits = limits or self.limits
         ep = entry_point or spec.entry_point
         found = extract_code(answer, ep)
-        sha = hashlib.sha256(found.code.encode()).hexdigest()
+        # surrogatepass: a model's answer can hold a lone surrogate (an upstream's "\ud800"
+        # escape); it is a result (the code does not compile), never an exception here
+        sha = hashlib.sha256(found.code.encode("utf-8", "surrogatepass")).hexdigest()
         if isinstance(spec, CasesSpec) and not spec.resolved:
             spec = await self.resolve(spec, limits)
         behaviour: tuple[str, tuple[str, ...]] | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,9 +36,8 @@ class Evidence:
     truncated: bool = False
 
 
-#: a query's run time beyond a day is no measurement (and an integer past a float's range
-#: would fail to convert)
-MAX_ELAPSED_MS = 86_400_000.0
+#: the largest run time a float holds: an integer past it would fail to convert (OverflowError)
+MAX_ELAPSED_MS = sys.float_info.max
 
 
 def _cell(value: object) -> Cell:
@@ -74,7 +74,7 @@ def _item(raw: object, where: str) -> Evidence:
     if elapsed is not None and (
         isinstance(elapsed, bool)
         or not isinstance(elapsed, int | float)
-        or not 0 <= elapsed <= MAX_ELAPSED_MS  # an integer too large for a float, infinity
+        or not 0 <= elapsed <= MAX_ELAPSED_MS  # NaN, infinity, an integer past a float
     ):
         raise CheckSpecError(f"{where}.elapsed_ms", "expected a number of milliseconds")
     truncated = raw.get("truncated", False)
