@@ -172,9 +172,11 @@ async def test_a_receipt_holding_text_that_is_not_unicode_is_written_repaired(
     """A lone surrogate (from an upstream's text, a check's reason) cannot be canonical JSON:
     the writer refuses it at ``write()`` (``ReceiptValueError``), and the pipeline writes the
     receipt again with that text as U+FFFD instead of losing it."""
+    import asyncio
     from types import SimpleNamespace
 
     from firstpass.errors import ReceiptValueError
+    from firstpass.observe import ObservedSink, RequestMetrics
     from firstpass.pipeline._run import Pipeline
     from firstpass.receipts import ReceiptWriter
 
@@ -184,13 +186,23 @@ async def test_a_receipt_holding_text_that_is_not_unicode_is_written_repaired(
     line["upstream_calls"][0]["error"] = "bad \ud800 text"
     receipt = receipt_from_builtins(line)
     log = tmp_path / "r.jsonl"
+    metrics = RequestMetrics()
     async with ReceiptWriter(log) as writer:
         with pytest.raises(ReceiptValueError):
             await writer.write(receipt)
-        await Pipeline._write(SimpleNamespace(writer=writer), receipt)  # type: ignore[arg-type]  # only its writer is used
+        sink = ObservedSink(writer, metrics=metrics, request_log=False)
+        await Pipeline._write(SimpleNamespace(writer=sink), receipt)  # type: ignore[arg-type]  # only its writer is used
+        await asyncio.sleep(0)  # the sink counts in a call_soon callback
     written = json.loads(log.read_bytes())
     assert written["upstream_calls"][0]["error"] == "bad \ufffd text"
     assert verify_chain(log).ok
+    counted = [
+        s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == "firstpass_requests_total"
+    ]
+    assert counted == [1.0]  # the refused attempt and its repaired write: one request
 
 
 def test_a_shadow_log_with_request_added_checks_calibrates_without_them(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import time
 
 import structlog
 
-from firstpass.errors import ReceiptError, ReceiptUnavailable
+from firstpass.errors import ReceiptError, ReceiptUnavailable, ReceiptValueError
 from firstpass.logs import write_event
 from firstpass.observe._metrics import RequestMetrics
 from firstpass.observe._record import observe_record
@@ -55,8 +55,10 @@ class ObservedSink:
         replaced = False
         try:
             await self.writer.write(record)
-        except ReceiptUnavailable:
-            replaced = True  # the caller enqueues the receipt that replaces it: counted there
+        except (ReceiptUnavailable, ReceiptValueError):
+            # the caller writes the receipt that replaces it (a withheld answer's, or this one
+            # with its text repaired): counted there
+            replaced = True
             raise
         except ReceiptError as exc:
             self._write_error(record, exc)
@@ -67,13 +69,18 @@ class ObservedSink:
 
     async def enqueue(self, record: Receipt) -> None:
         """``write`` without waiting for the disk (``ReceiptWriter.enqueue``), counted alike."""
+        replaced = False
         try:
             await self.writer.enqueue(record)
+        except ReceiptValueError:
+            replaced = True  # the caller enqueues it again with its text repaired
+            raise
         except ReceiptError as exc:
             self._write_error(record, exc)
             raise
         finally:
-            asyncio.get_running_loop().call_soon(self.observe, record)
+            if not replaced:
+                asyncio.get_running_loop().call_soon(self.observe, record)
 
     def observe(self, record: Receipt) -> None:
         """Count ``record`` and log it; never raises (observing must not break serving)."""
