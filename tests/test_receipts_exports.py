@@ -49,8 +49,6 @@ PUBLIC = {
     "StoreHead",
     "WriterCore",
     # the receipt as typed values (docs/receipts.md, "Schema"), and reading logs into them
-    "ACTIONS",
-    "MODES",
     "SCHEMA_VERSION",
     "UNSET",
     "Action",

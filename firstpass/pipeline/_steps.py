@@ -395,7 +395,12 @@ class Steps:
                 rung_index=rung_index, rung=rung, purpose=purpose, n=n, latency_ms=ms, error=exc
             )
             req.trace.step(f"upstream_error:{rung_index}")
-            log.warning("upstream_error", rung=rung.name, error=str(exc), receipt_id=req.receipt_id)
+            log.warning(
+                "upstream_error",
+                rung=rung.name,
+                error=valid_text(str(exc), ERROR_CHARS),
+                receipt_id=req.receipt_id,
+            )
             return None, exc
         finally:
             if hold is not None and req.budget is not None:

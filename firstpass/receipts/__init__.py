@@ -32,8 +32,6 @@ from firstpass.receipts._ids import new_receipt_id
 from firstpass.receipts._log import ReceiptLog
 from firstpass.receipts._read import find_by_answer, find_receipt, iter_lines, iter_receipts
 from firstpass.receipts._schema import (
-    ACTIONS,
-    MODES,
     SCHEMA_VERSION,
     UNSET,
     Action,
@@ -92,10 +90,8 @@ from firstpass.receipts._summary import (
 from firstpass.receipts._writer import Checkpointer, FsyncPolicy, ReceiptWriter, WriterStats
 
 __all__ = [
-    "ACTIONS",
     "CHECKPOINT_KIND",
     "GENESIS_HASH",
-    "MODES",
     "SCHEMA_VERSION",
     "UNSET",
     "Action",

@@ -24,8 +24,6 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
 
 __all__ = [
-    "ACTIONS",
-    "MODES",
     "SCHEMA_VERSION",
     "UNSET",
     "Action",
@@ -66,7 +64,6 @@ SCHEMA_VERSION = 2
 
 #: how the request was run (``rejected``: refused before it ran)
 Mode = Literal["cascade", "passthrough", "shadow", "enforce", "rejected"]
-MODES: tuple[Mode, ...] = ("cascade", "passthrough", "shadow", "enforce", "rejected")
 
 #: what became of the request (docs/receipts.md, "decision.action")
 Action = Literal[
@@ -86,7 +83,6 @@ Action = Literal[
     "rejected",
     "receipts_unavailable",
 ]
-ACTIONS: tuple[Action, ...] = Action.__args__  # type: ignore[attr-defined]
 
 #: what elastic would have done (shadow) on the probed rung
 Counterfactual = Literal[
