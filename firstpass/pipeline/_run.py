@@ -224,7 +224,11 @@ class Pipeline:
             CURRENT_BUDGET.reset(budget_token)
             if receipt is not None:
                 try:
-                    await self._write(receipt)
+                    if receipt.decision.action == "cancelled":
+                        # a second cancellation (shutdown) must not cut this receipt's write
+                        await asyncio.shield(self._write(receipt))
+                    else:
+                        await self._write(receipt)
                 except ReceiptUnavailable as exc:
                     # durable receipts and the disk failed: withhold the answer (503) and
                     # write, without waiting, a receipt that says so instead of the one that
