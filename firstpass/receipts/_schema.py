@@ -27,6 +27,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "UNSET",
     "Action",
+    "AuditRecord",
     "BudgetRecord",
     "CheckEntry",
     "CheckResultRecord",
@@ -205,6 +206,17 @@ class ErrorBrief(_Part):
     message: str
 
 
+class AuditRecord(_Part):
+    """A would-be skip drawn at random (``[escalation.elastic] audit_rate``) and gated anyway:
+    ``label`` is the gate's verdict on the sample elastic would have served without it (None:
+    the gate could not run). The gated outcome is what was served."""
+
+    rung: int
+    rate: Number
+    certificate: str
+    label: bool | None
+
+
 class Decision(_Part):
     """What was decided, and the steps that led there."""
 
@@ -216,6 +228,7 @@ class Decision(_Part):
     budget: BudgetRecord | UnsetType = UNSET
     label_budget: BudgetRecord | UnsetType = UNSET
     label_error: ErrorBrief | UnsetType = UNSET
+    audit: AuditRecord | UnsetType = UNSET
 
 
 class ScoreRecord(_Part):
@@ -259,6 +272,18 @@ class ProbeRecord(_Part):
     visible_checks: list[str] | UnsetType = UNSET
     visible_checks_digest: str | UnsetType = UNSET
     request_checks: list[str] | UnsetType = UNSET
+    #: the upstream the samples came from (the rung's provider base URL, no credentials)
+    endpoint: str | UnsetType = UNSET
+    #: what "failure" meant: the route's gate checks' digest, and whether the request's hidden
+    #: tests were part of the gate
+    gate_checks_digest: str | UnsetType = UNSET
+    gate_hidden_tests: bool | UnsetType = UNSET
+    #: request fields sent upstream that are not on the list of fields that leave the probe's
+    #: sampling alone (``config.SKIP_SAFE_FIELDS``): any of them voids the certificate
+    unbound_fields: list[str] | UnsetType = UNSET
+    #: the visible tests also passed a null stub of the entry point ("returns_none", "raises"):
+    #: they carry no signal, so they license no skip
+    vacuous_visible: str | UnsetType = UNSET
     pass_count: int | UnsetType = UNSET
     regime: Regime | UnsetType = UNSET
     score: ScoreRecord | UnsetType = UNSET
