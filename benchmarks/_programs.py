@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from firstpass.probe import ProbeInputs
-from firstpass.sandbox import Limits, SampleResult, Sandbox
+from firstpass.sandbox import Limits, NullVerdict, SampleResult, Sandbox
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
@@ -269,6 +269,10 @@ class CachingSandbox:
                 *(self.run(a, spec, limits, entry_point, probe=probe) for a in answers)
             )
         )
+
+    async def null_passes(self, spec: Any, limits: Limits | None = None) -> NullVerdict | None:
+        """The sandbox's verdict on the spec's null answers (not cached: it is per spec)."""
+        return await self.sandbox.null_passes(spec, limits)
 
 
 async def run_all(

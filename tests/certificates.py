@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from firstpass.config import Certificate, Given, calibration_id, candidate_rule
+from firstpass.config import Certificate, GateContext, Given, calibration_id, candidate_rule
+
+#: the endpoint a test certificate is made for until ``bind_to_endpoint`` writes the stub
+#: upstream's (its port is known only once it runs); ``stack_config`` does that
+STUB_ENDPOINT = "stub:endpoint"
+#: the gate a test certificate's labels were judged by: no route gate checks, requests both
+#: with and without hidden tests
+ANY_GATE = GateContext(checks=None, hidden_tests=(False, True))
 
 
 def certificate(
@@ -34,6 +41,8 @@ def certificate(
     temperature: float | None = 0.7,
     top_p: float | None = None,
     visible_checks: str | None = None,
+    endpoint: str | None = STUB_ENDPOINT,
+    gate: GateContext | None = ANY_GATE,
 ) -> Certificate:
     """One certificate entry for (route, rung) in the given context."""
     return Certificate(
@@ -58,6 +67,8 @@ def certificate(
         skipped=400,
         failures=3,
         visible_checks=visible_checks,
+        endpoint=endpoint,
+        gate=gate,
     )
 
 
@@ -75,6 +86,35 @@ def write_calibration(path: Path, *certs: Certificate, **extra: Any) -> Path:
     return path
 
 
+def bind_to_endpoint(paths: Sequence[str | Path], endpoint: str) -> None:
+    """Write ``endpoint`` into the certificates of these calibration files that were made for
+    ``STUB_ENDPOINT``, in order, re-deriving each file's id and the ``given`` entries of later
+    files that named an earlier one (as calibrating against that upstream would have)."""
+    renamed: dict[str, str] = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            continue
+        doc = json.loads(path.read_text("utf-8"))
+        entries = doc.get("certificates") if isinstance(doc, dict) else None
+        if not isinstance(entries, list):
+            continue
+        intact = doc.get("id") == calibration_id(doc)  # an edited file stays as edited
+        changed = False
+        for entry in entries:
+            if not isinstance(entry, dict):
+                continue
+            if entry.get("endpoint") == STUB_ENDPOINT:
+                entry["endpoint"], changed = endpoint, True
+            for g in entry.get("given") or []:
+                if isinstance(g, dict) and g.get("certificate") in renamed:
+                    g["certificate"], changed = renamed[g["certificate"]], True
+        if changed and intact:
+            old = doc["id"]
+            doc["id"] = calibration_id(doc)
+            renamed[old] = doc["id"]
+            path.write_text(json.dumps(doc), "utf-8")
+
+
 def file_id(path: Path) -> str:
     """The id of a calibration file (what receipts and ``given`` name)."""
     return str(json.loads(path.read_text("utf-8"))["id"])
@@ -85,11 +125,13 @@ def file_id(path: Path) -> str:
 Lambda = TypedDict("Lambda", {"lambda": float})
 
 
-def elastic_block(mode: str, *, checks: str | None = None, **kw: Any) -> dict[str, Any]:
+def elastic_block(
+    mode: str, *, checks: str | None = None, gate_checks: str | None = None, **kw: Any
+) -> dict[str, Any]:
     """An ``[escalation.elastic]`` block for the test harness's route "code"; under enforce
     (unless a calibration is cited) λ comes from a certificate for rung 0 computed in this very
-    context (score, k, escalate_at, ``checks``: the route's visible checks' digest), written to
-    a fresh calibration file."""
+    context (score, k, escalate_at, ``checks``: the route's visible checks' digest,
+    ``gate_checks``: its gate checks' digest), written to a fresh calibration file."""
     block = {"k": 5, "lambda": 0.9, "escalate_at": 0, "mode": mode, **kw}
     if mode == "enforce" and "calibration" not in block:
         lam = block.pop("lambda")
@@ -97,6 +139,7 @@ def elastic_block(mode: str, *, checks: str | None = None, **kw: Any) -> dict[st
         cert = certificate(
             lam=lam, k=block["k"], escalate_at=block["escalate_at"],
             score=block.get("score", "pass_share"), visible_checks=checks,
+            gate=GateContext(checks=gate_checks, hidden_tests=ANY_GATE.hidden_tests),
         )  # fmt: skip
         block["calibration"] = str(write_calibration(path, cert))
     return block

@@ -14,9 +14,10 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from firstpass.config import Config, config_from_dict
+from firstpass.config import Config, ProviderConfig, config_from_dict
 from firstpass.server import create_app, serve_forever
 from firstpass.server._keys import RECEIPT_WRITER
+from tests.certificates import bind_to_endpoint as bind_to_endpoint
 from tests.stub_upstream import StubUpstream
 
 T = TypeVar("T")
@@ -110,7 +111,14 @@ def stack_config(
         ],
     }
     if elastic is not None:
-        data["escalation"] = {"elastic": elastic}
+        # no random audits unless a test asks for them (audit_rate): a would-be skip drawn at
+        # the default 5% would be gated, and tests of what enforce serves must not be dice
+        data["escalation"] = {"elastic": {"audit_rate": 0.0, **elastic}}
+        cited = elastic.get("calibration")
+        if cited is not None:  # test certificates are made for this stub upstream
+            stub = ProviderConfig(id="stub", kind="openai", base_url=upstream_url)
+            listed = [cited] if isinstance(cited, str) else cited
+            bind_to_endpoint([receipts.parent / p for p in listed], stub.endpoint)
     if observability is not None:
         data["observability"] = observability
     for name, table in (tables or {}).items():
@@ -122,7 +130,12 @@ class LiveStack:
     """Stub upstream + Firstpass server on a private loop thread; ``close()`` drains receipts."""
 
     def __init__(
-        self, receipts: Path, *, sandbox_factory: Any = None, **config_kwargs: Any
+        self,
+        receipts: Path,
+        *,
+        sandbox_factory: Any = None,
+        upstream: str | None = None,
+        **config_kwargs: Any,
     ) -> None:
         self.receipts = receipts
         self._sandbox_factory = sandbox_factory
@@ -130,7 +143,8 @@ class LiveStack:
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.stub: StubUpstream = self.run(self._start_stub())
-        self.config = stack_config(self.stub.url, receipts, **config_kwargs)
+        # ``upstream``: another stack's stub URL (the upstream a certificate was calibrated on)
+        self.config = stack_config(upstream or self.stub.url, receipts, **config_kwargs)
         self._stop: asyncio.Event | None = None
         self._server: asyncio.Future[None] | None = None
         self.base_url = self.run(self._start_server())
@@ -178,10 +192,22 @@ class LiveStack:
         self.flush()
         return list(iter_receipts(self.receipts))
 
-    async def _shutdown(self) -> None:
+    async def _stop_server(self) -> None:
         if self._stop is not None and self._server is not None:
             self._stop.set()
             await self._server
+            self._stop = self._server = None
+
+    def restart(self, **config_kwargs: Any) -> None:
+        """Stop the Firstpass server and start a new one on the same receipts and stub upstream
+        (a process restart); ``config_kwargs``: the new server's config, else the same one."""
+        self.run(self._stop_server())
+        if config_kwargs:
+            self.config = stack_config(self.stub.url, self.receipts, **config_kwargs)
+        self.base_url = self.run(self._start_server())
+
+    async def _shutdown(self) -> None:
+        await self._stop_server()
         await self.stub.close()
 
     def close(self) -> None:

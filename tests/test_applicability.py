@@ -46,8 +46,9 @@ AS_CERTIFIED = RequestDraw(temperature=0.7, top_p=None)
          (None, None, "this request adds visible checks (request:mine), which no certificate "
                       "is computed under")),
         ("logit_bias, shadow", 0.8, LICENSED,
-         RequestDraw(temperature=0.7, top_p=None, logit_bias=True), False,
-         (0.6, None, "this request sets logit_bias, which no certificate is computed under")),
+         RequestDraw(temperature=0.7, top_p=None, unbound=("logit_bias",)), False,
+         (0.6, None, "this request sends logit_bias upstream, which no certificate binds (only "
+                     "the fields in firstpass.config.SKIP_SAFE_FIELDS may skip the gate)")),
         ("another temperature", 0.8, LICENSED, RequestDraw(temperature=1.0, top_p=None), True,
          (None, None, "this request samples at temperature 1; the certificate "
                       "cal_0123456789abcdef was computed at temperature 0.7")),
@@ -55,7 +56,8 @@ AS_CERTIFIED = RequestDraw(temperature=0.7, top_p=None)
          True, (None, None, "this request samples at temperature 0.7, top_p 0.9; the "
                             "certificate cal_0123456789abcdef was computed at temperature 0.7")),
         ("the first reason is the one named", 0.8, LICENSED,
-         RequestDraw(temperature=2.0, top_p=None, logit_bias=True, request_checks=("request:a",)),
+         RequestDraw(temperature=2.0, top_p=None, unbound=("logit_bias",),
+                     request_checks=("request:a",)),
          True, (None, None, "this request adds visible checks (request:a), which no "
                             "certificate is computed under")),
     ],

@@ -271,3 +271,46 @@ def test_sql_verifier_study_labels_checks_and_reports_every_section(tmp_path: Pa
     assert set(doc["cascades"]) == {f"{a} -> {b}" for a, b in sql_verifier_study.CASCADES}
     assert doc["numbers"]["injected"] >= 1
     assert doc["cost"]["off"]["p50_ms"] > 0 and doc["cost"]["on"]["p50_ms"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(480)
+def test_guarantee_field_quick_calibrates_revokes_on_shift_and_stays_within_its_level(
+    tmp_path: Path,
+) -> None:
+    """guarantee_field --quick, through the real server: a certificate from shadow traffic, every
+    shifted repetition revoked (then gating every request) or reported as not revoked, the
+    no-shift revoked share and the recalibration exceedance within their levels' CIs, and audits
+    that cost gate runs only at a nonzero audit rate. Needs no shared data."""
+    from benchmarks import guarantee_field
+
+    out = tmp_path / "guarantee.json"
+    assert guarantee_field.main(["--quick", "--seed", "0", "--json", str(out), "--no-md"]) == 0
+    doc = json.loads(out.read_text())
+    assert {"calibration", "shift", "no_shift", "recalibration", "cost", "runtime_s"} <= set(doc)
+    cal = doc["calibration"]
+    assert cal["alpha"] == guarantee_field.ALPHA and 0 < cal["lambda"] <= 1
+    assert cal["skips"] > 0 and cal["risk_bound"] <= cal["alpha"]
+    shift = doc["shift"]
+    assert shift["true_rate"] > cal["alpha"]
+    server = shift["server"]
+    assert server["reps"] == len(server["rows"]) >= 1
+    assert server["revoked"] == sum(row["revoked"] for row in server["rows"])
+    for row in server["rows"]:
+        assert isinstance(row["revoked"], bool)
+        if row["revoked"]:
+            assert 0 < row["audited_until"] <= row["audited_total"]
+            assert row["tail"] > 0 and row["tail_licensed"] == 0, "a revoked licence gates all"
+    if server["revoked"]:
+        assert server["audited_until_median"] <= server["audited_until_p90"]
+    calm = doc["no_shift"]
+    assert {row["source"] for row in calm["rows"]} == {"server", "monitor simulation"}
+    for row in calm["rows"]:
+        assert row["true_rate"] <= cal["alpha"] + 1e-12
+        assert row["revoked_ci"][0] <= calm["level"], row
+    recal = doc["recalibration"]
+    assert recal["ledger"]["ci"][0] <= recal["delta"]
+    audited, plain = doc["cost"]["rows"]
+    assert audited["audit_rate"] > 0 and plain["audit_rate"] == 0 and plain["audited"] == 0
+    assert audited["gate_runs_per_1000"] >= plain["gate_runs_per_1000"]
+    assert doc["cost"]["monitor"]["cpu_us_per_update"] > 0

@@ -77,6 +77,9 @@ class TableSandbox:
     async def run_many(self, texts: list[str], spec: Any, **kw: Any) -> list[Any]:
         return [await self.run(t, spec, **kw) for t in texts]
 
+    async def null_passes(self, spec: Any) -> str | None:
+        return None  # the simulated visible tests carry signal: no null answer passes them
+
 
 @dataclass(frozen=True)
 class _Result:
@@ -146,11 +149,14 @@ def _rep(live_stack: Any, tmp_path: Path, rep: int) -> tuple[float | None, int, 
     assert (cert["route"], cert["rung"], cert["k"], cert["score"]) == ("code", 0, K, "pass_share")
     block = {"k": K, "escalate_at": 0, "mode": "enforce", "calibration": str(cal)}
     try:
-        enforce = live_stack(elastic=block, sandbox_factory=lambda _c: TableSandbox())
+        # the same upstream the shadow receipts were drawn from: a certificate is bound to it
+        enforce = live_stack(
+            elastic=block, sandbox_factory=lambda _c: TableSandbox(), upstream=shadow.stub.url
+        )
     except ConfigError as exc:  # pragma: no cover - a certificate must be usable as written
         pytest.fail(f"the certificate calibrate wrote was refused: {exc}")
     traffic = Traffic(seed=2 * rep + 1)
-    enforce.stub.responder = traffic.responder
+    shadow.stub.responder = traffic.responder
     _send(enforce, N_ENFORCE)
     skipped = fails = 0
     for receipt in enforce.receipts_list():

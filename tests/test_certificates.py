@@ -18,7 +18,15 @@ from tests.test_calibration_receipts import shadow as _shadow
 from tests.test_calibration_receipts import write_chain
 
 #: what the proxy records of how rung 0's probes were drawn (the config below: p/cheap at 0.8)
-DRAWN = {"provider": "p", "model": "cheap", "temperature": 0.8}
+#: the endpoint of provider "p" in the configs below
+P_URL = "http://127.0.0.1:9/v1"
+DRAWN = {
+    "provider": "p",
+    "model": "cheap",
+    "temperature": 0.8,
+    "endpoint": P_URL,
+    "gate_hidden_tests": True,
+}
 
 
 def shadow(k: int, c: int, label: bool | None, **extra: Any) -> dict[str, Any]:
@@ -87,7 +95,8 @@ def _two_rung_receipt(c0: int, label0: bool, c1: int, label1: bool, given: list[
     later = {
         "rung": 1, "k": 3, "pass_count": c1, "gate_label": label1,
         "score": {"name": "pass_share", "value": c1 / 3}, "given": given,
-        "provider": "p", "model": "strong", "temperature": 0.8,
+        "provider": "p", "model": "strong", "temperature": 0.8, "endpoint": P_URL,
+        "gate_hidden_tests": True,
     }  # fmt: skip
     return shadow(5, c0, label0, route="a", later=[later])
 
@@ -97,7 +106,8 @@ def test_a_higher_rung_is_calibrated_on_the_requests_elastic_sent_there(tmp_path
     rung's own model, and the config enforces that certificate only while rung 0 runs under
     that very policy."""
     r0 = write_calibration(
-        tmp_path / "r0.json", certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8)
+        tmp_path / "r0.json",
+        certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8, endpoint=P_URL),
     )
     given = [
         {"rung": 0, "certificate": file_id(r0), "lambda": 1.0, "escalate_at": 0,
@@ -156,7 +166,8 @@ def test_a_certificate_is_bound_to_the_model_it_was_measured_on(tmp_path: Path) 
     """Swap rung 0's model (or its temperature) and its certificate no longer applies: enforce
     fails at start naming the ladder entry, shadow records the rung as uncertified."""
     cal = write_calibration(
-        tmp_path / "cal.json", certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8)
+        tmp_path / "cal.json",
+        certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8, endpoint=P_URL),
     )
     block = {"k": 5, "mode": "enforce", "calibration": str(cal)}
     assert _config(tmp_path, block, routes=("a",)).elastic.lambda_for("a", 0, "enforce") == 1.0
@@ -169,7 +180,8 @@ def test_a_certificate_is_bound_to_the_model_it_was_measured_on(tmp_path: Path) 
 def test_an_edited_certificate_certifies_nothing(tmp_path: Path) -> None:
     """Raising λ by hand in the file breaks its content id: refused at start."""
     cal = write_calibration(
-        tmp_path / "cal.json", certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8)
+        tmp_path / "cal.json",
+        certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8, endpoint=P_URL),
     )
     doc = json.loads(cal.read_text())
     doc["certificates"][0]["lambda"] = 0.2

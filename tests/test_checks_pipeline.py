@@ -34,10 +34,12 @@ SCHEMA_VISIBLE = {
 }
 #: what a certificate for SCHEMA_VISIBLE's route records of its visible checks
 SCHEMA_DIGEST = checks_digest(parse_checks(SCHEMA_VISIBLE["visible_checks"], origin="config"))
+#: and of its gate checks
+GATE_DIGEST = checks_digest(parse_checks(SCHEMA_VISIBLE["gate_checks"], origin="config"))
 
 
 def enforce_block(**kw: Any) -> dict[str, Any]:
-    return elastic_block("enforce", checks=SCHEMA_DIGEST, **kw)
+    return elastic_block("enforce", checks=SCHEMA_DIGEST, gate_checks=GATE_DIGEST, **kw)
 
 
 def client(stack: Any) -> openai.OpenAI:

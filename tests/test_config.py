@@ -37,10 +37,15 @@ class _Context(TypedDict):
 
     model: str
     temperature: float
+    endpoint: str
 
 
 #: the base config's rung 0, as a certificate records it
-REPLAY: _Context = {"model": "replay/cheap", "temperature": 0.8}
+REPLAY: _Context = {
+    "model": "replay/cheap",
+    "temperature": 0.8,
+    "endpoint": "replay:samples.jsonl",
+}
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TOML = REPO / "firstpass.toml"

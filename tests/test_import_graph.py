@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("checks", "probe"),  # the verification library; probe inputs (sandbox's codec)
     ("receipts",),  # the record's schema, chain and writer (check results are in it)
     ("config", "policy"),  # firstpass.toml (checks, limits, signing key); pure decisions
+    ("monitor",),  # a licence's audited labels: the e-process, revocations, their store
     ("budgets", "providers"),  # spend caps; upstream clients (a provider's config)
     ("db", "pipeline"),  # PostgreSQL (the shared ledger); the I/O executor
     ("admission", "calibration", "observe"),  # a request's checks; λ; metrics, from receipts

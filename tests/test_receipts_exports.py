@@ -41,6 +41,14 @@ PUBLIC = {
     "find_by_answer",
     "is_special",
     "verify_files",
+    # the licence monitor's revocation line (firstpass.monitor), and the lines' time format
+    "REVOCATION_KIND",
+    "FEEDBACK_KIND",
+    "feedback_record",
+    "is_receipt_id",
+    "receipt_id_ms",
+    "revocation_record",
+    "utc_now",
     # what the server needs of a sink (the file writer, or firstpass.db's PostgreSQL one)
     "ReceiptLog",
     # the writer core both sinks are built from, and what a store implements for it
@@ -52,6 +60,7 @@ PUBLIC = {
     "SCHEMA_VERSION",
     "UNSET",
     "Action",
+    "AuditRecord",
     "BudgetRecord",
     "CheckEntry",
     "CheckResultRecord",

@@ -107,6 +107,21 @@ def test_a_version_1_shadow_log_calibrates_to_the_same_certificate(tmp_path: Pat
     # id, which covers it) are the only differences; with this path, 0.1.0's id is ours
     assert expected["source"]["paths"] != got["source"]["paths"]
     expected["source"]["paths"] = got["source"]["paths"]
+    # 0.3.0 adds to each certificate what it rests on beyond 0.1.0's keys: the endpoint the
+    # probes came from and the gate that labelled them. A 0.1.0 log records neither, so both
+    # are null (enforce refuses such a certificate at start: calibrate again with this
+    # version); every other key is exactly 0.1.0's, and with these two added, so is the id
+    for cert, old in zip(got["certificates"], expected["certificates"], strict=True):
+        assert (cert["endpoint"], cert["gate"]) == (None, None)
+        old["endpoint"], old["gate"] = None, None
+        # 0.3.0 tests each slice as a look of its looks ledger (docs/calibration.md,
+        # "Calibrating again"): the certificate records it, and look 1's bounds are at
+        # 1 − δ_1 (δ_1 = δ·6/π²); the p-values, what is certified and λ are 0.1.0's
+        old["looks"] = cert["looks"]
+    for level, old_level in zip(got["levels"], expected["levels"], strict=True):
+        assert level["p_value"] == old_level["p_value"]
+        old_level["risk_bound"] = level["risk_bound"]
+    expected["looks"], expected["delta_tested"] = got["looks"], got["delta_tested"]
     assert calibration_id(expected) == got["id"]
     for doc in (got, expected):
         doc.pop("created_at")

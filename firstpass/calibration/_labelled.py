@@ -30,6 +30,9 @@ class Source:
     chain_problems: tuple[str, ...] = ()
     #: read from the table: the replicas whose chains ``paths``/``chain_heads`` are
     replicas: tuple[str, ...] = ()
+    #: ``--use-feedback``: what client feedback did to the labels (``_feedback.FeedbackLabels``:
+    #: lines, used, changed, other_answer, no_row); None: not asked for
+    feedback: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         """JSON-ready form (the ``source`` object of the calibration JSON)."""
@@ -46,6 +49,8 @@ class Source:
         }
         if self.replicas:
             body["replicas"] = list(self.replicas)
+        if self.feedback is not None:
+            body["feedback"] = dict(self.feedback)
         return body
 
 
@@ -59,6 +64,19 @@ class RouteContext:
     top_p: float | None
     #: the digest of the route's listed visible checks (None: tests only)
     checks: str | None = None
+    # (the fields below are left out of the repr, so a data digest of rows that predate them
+    # is what it was; ``Labelled.digest`` adds them when they are known)
+    #: the upstream the probes were drawn from (None: the receipts predate the field)
+    endpoint: str | None = field(default=None, repr=False)
+    #: the digest of the route's gate checks the labels were judged by (None: none)
+    gate_checks: str | None = field(default=None, repr=False)
+    #: the ``gate_hidden_tests`` values the rows had (None: some receipts predate the field)
+    gate_hidden: tuple[bool, ...] | None = field(default=None, repr=False)
+
+    def bound(self) -> list[JSON]:
+        """The endpoint and gate as the data digest covers them."""
+        hidden: JSON = None if self.gate_hidden is None else list(self.gate_hidden)
+        return [self.endpoint, self.gate_checks, hidden]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -136,4 +154,7 @@ class Labelled:
             h.update(json.dumps([self.rung, list(self.given)], sort_keys=True).encode())
         if self.contexts:
             h.update(repr(self.contexts).encode())
+            bound = [c.bound() for c in self.contexts]
+            if any(b != [None, None, None] for b in bound):
+                h.update(json.dumps(bound).encode())
         return "sha256:" + h.hexdigest()

@@ -19,6 +19,7 @@ from firstpass.calibration._columns import (
     concat_columns,
     rows_to_columns,
 )
+from firstpass.calibration._feedback import FeedbackLabels
 from firstpass.calibration._labelled import Labelled, RouteContext, Source
 from firstpass.calibration._lines import (
     CHUNK_LINES,
@@ -30,12 +31,20 @@ from firstpass.calibration._lines import (
     parse_chunk,
 )
 from firstpass.calibration._onepass import LogRows, Pool, scan_log
-from firstpass.calibration._rows import OTHER_SCORE, PASS_SHARE, ContextKey, receipt_values
+from firstpass.calibration._rows import (
+    NOT_A_REQUEST,
+    OTHER_SCORE,
+    PASS_SHARE,
+    ContextKey,
+    receipt_values,
+)
 from firstpass.calibration._window import RowWindow
 from firstpass.errors import CalibrationError, ReceiptError
 from firstpass.receipts import GENESIS_HASH
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from firstpass.receipts import VerifyReport
 
 __all__ = ["ReadOptions", "read_receipts"]
@@ -51,6 +60,8 @@ class ReadOptions(TypedDict, total=False):
     temperature: float | None
     progress: Progress | None
     window: RowWindow | None
+    checkpoint_key: Ed25519PublicKey | None
+    use_feedback: bool
 
 
 def _verify_chain(path: Path, start: str = GENESIS_HASH) -> VerifyReport:
@@ -91,6 +102,8 @@ def read_receipts(
     temperature: float | None = None,
     progress: Progress | None = None,
     window: RowWindow | None = None,
+    checkpoint_key: Ed25519PublicKey | None = None,
+    use_feedback: bool = False,
 ) -> Labelled:
     """Read shadow receipts into labelled rows, after verifying each file's hash chain.
 
@@ -117,12 +130,24 @@ def read_receipts(
 
     ``window`` keeps only the labelled rows of one route and time window (the rest are skipped,
     by reason); each chain is still verified whole, sequentially, then every line parsed.
+
+    ``checkpoint_key``: only the lines a checkpoint signed by this key vouches for are read
+    (``_signed.checkpoint_evidence``); the rest are skipped, by reason.
+
+    ``use_feedback`` reads every log parsed too, and lets a client's feedback line override
+    the gate's label of the answer it was served (``_feedback``: which wins and why);
+    ``source.feedback`` counts what it did.
     """
     if window is not None and not window.active:
         window = None
     files = [Path(p) for p in paths]
     if not files:
         raise CalibrationError("no receipt files given")
+    evidence = None
+    if checkpoint_key is not None:
+        from firstpass.calibration._signed import checkpoint_evidence
+
+        evidence = checkpoint_evidence(files, checkpoint_key)
     sets = LevelSets()
     routes: Routes[ContextKey] = Routes()
     skipped: dict[str, int] = {}
@@ -131,13 +156,16 @@ def read_receipts(
     problems: list[str] = []
     columns: list[Columns] = []
     n_lines = 0
+    feedback = FeedbackLabels(rung) if use_feedback else None
     with Pool() as pool:
-        for path in files:
+        for index, path in enumerate(files):
             _check_receipt_file(path)
+            limited = evidence.limit(index) if evidence is not None else None
             start = _chain_start(path, heads[-1] if heads else None)
             log = LogRows(path, score, rung)
             head = None
-            if window is None:  # the one-pass read keeps every row: a window reads parsed lines
+            # the one-pass read keeps every row by its values: feedback names rows by id
+            if window is None and limited is None and feedback is None:
                 head = scan_log(path, score, rung, pool, log, progress, start)
             if head is not None:
                 n_lines += log.commit(sets, routes, skipped, columns)
@@ -155,7 +183,18 @@ def read_receipts(
                     )
                 problems.append(f"{problem}; {chain.n_lines} lines verified before it")
             n_lines += _read_parsed(
-                path, chain.ok, score, rung, sets, routes, skipped, columns, progress, window
+                path,
+                chain.ok,
+                score,
+                rung,
+                sets,
+                routes,
+                skipped,
+                columns,
+                progress,
+                window,
+                limited,
+                feedback,
             )
             heads.append(chain.head)
             digests.append(None if chain.ok else file_sha256(path))
@@ -169,6 +208,13 @@ def read_receipts(
             "or collect shadow receipts under the score you want to certify (one score per log)"
         )
     cols = concat_columns(columns) if columns else None
+    counts = None
+    if feedback is not None:
+        relabelled, counts = feedback.apply(
+            cols[1] if cols is not None else np.zeros(0, dtype=np.bool_)
+        )
+        if cols is not None:
+            cols = (cols[0], relabelled, cols[2], cols[3], cols[4], cols[5])
     keys = tuple(routes.names)
     if cols is not None and (model is not None or temperature is not None):
         cols, keys = _only_drawn_with(cols, keys, model, temperature, skipped)
@@ -188,14 +234,17 @@ def read_receipts(
         chain_heads=tuple(heads),
         verified=not problems,
         chain_problems=tuple(problems),
+        feedback=counts,
     )
-    route_names, contexts, given = _split_context(keys, rung)
+    route_names, contexts, given, codes = _split_context(keys, rung)
+    # keys of one route (whose rows differ only in gate_hidden_tests) become that route's code
+    route_codes = cols[4] if codes == list(range(len(codes))) else np.asarray(codes)[cols[4]]
     return Labelled(
         score=cols[0],
         failed=cols[1],
         k=cols[2],
         pass_count=cols[3],
-        route=cols[4],
+        route=route_codes,
         route_names=route_names,
         level_set=cols[5],
         level_sets=tuple(sets.sets),
@@ -237,31 +286,63 @@ def _only_drawn_with(
 
 def _split_context(
     keys: tuple[ContextKey, ...], rung: int
-) -> tuple[tuple[str | None, ...], tuple[RouteContext, ...], tuple[dict[str, JSON], ...]]:
-    """Receipt rows are keyed by (route, model, temperature, top_p, given, visible checks):
-    split them into the routes, each route's one context (model, sampling, the digest of its
-    listed visible checks), and the one lower-rung policy.
+) -> tuple[
+    tuple[str | None, ...], tuple[RouteContext, ...], tuple[dict[str, JSON], ...], list[int]
+]:
+    """Receipt rows are keyed by their route and the context they were drawn, scored and
+    labelled in (``ContextKey``): split them into the routes, each route's one context, the one
+    lower-rung policy, and each key's route (its index in the routes).
 
-    A route whose rows mix models, sampling settings or visible checks is refused (a certified
-    rate is one model's at one setting, scored one way), and so is a higher rung whose rows
-    were collected under different lower-rung policies (they reached the rung by different
-    rules: no one population)."""
-    routes: dict[str | None, set[tuple[str | None, float | None, float | None, str | None]]] = {}
+    A route whose rows mix models, sampling settings, endpoints, visible checks or gate checks
+    is refused (a certified rate is one model's at one setting, scored one way and judged by
+    one gate), and so is a higher rung whose rows were collected under different lower-rung
+    policies (they reached the rung by different rules: no one population). Whether the gate
+    included the requests' hidden tests may differ: the context lists the values seen."""
+    order: dict[str | None, int] = {}
+    drawn: dict[str | None, set[tuple[str | None, float | None, float | None]]] = {}
+    checks: dict[str | None, set[str | None]] = {}
+    endpoints: dict[str | None, set[str | None]] = {}
+    gates: dict[str | None, set[str | None]] = {}
+    hidden: dict[str | None, set[bool | None]] = {}
     givens: set[str] = set()
-    for route, model, temperature, top_p, given, checks in keys:
-        routes.setdefault(route, set()).add((model, temperature, top_p, checks))
+    for route, model, temperature, top_p, given, visible, endpoint, gate, hid in keys:
+        order.setdefault(route, len(order))
+        drawn.setdefault(route, set()).add((model, temperature, top_p))
+        checks.setdefault(route, set()).add(visible)
+        endpoints.setdefault(route, set()).add(endpoint)
+        hidden.setdefault(route, set()).add(hid)
+        if hid is not None:  # a receipt from before the gate was recorded says nothing of it
+            gates.setdefault(route, set()).add(gate)
         givens.add(given)
-    for route, seen in routes.items():
-        if len({c for *_, c in seen}) > 1:
+    for route in order:
+        if len(checks[route]) > 1:
             raise CalibrationError(
                 f"route {route!r} rung {rung}: the receipts were scored by "
-                f"{len({c for *_, c in seen})} different sets of visible checks (the route's "
+                f"{len(checks[route])} different sets of visible checks (the route's "
                 "[[route.visible_checks]] changed while they were collected); a certified rate "
                 "holds for one. Calibrate the receipts written since the last change"
             )
+        judged = gates.get(route, set())
+        if len(judged) > 1:
+            shown = ", ".join(sorted(str(g) for g in judged))
+            raise CalibrationError(
+                f"route {route!r} rung {rung}: the receipts were labelled by {len(judged)} "
+                f"different sets of gate checks ({shown}: the route's [[route.gate_checks]] "
+                "changed while they were collected); a certified failure rate means failing "
+                "one gate, so they are not pooled into one certificate. Calibrate the receipts "
+                "written since the last change"
+            )
+        known = {e for e in endpoints[route] if e is not None}
+        if len(known) > 1:
+            raise CalibrationError(
+                f"route {route!r} rung {rung}: the receipts were drawn from {len(known)} "
+                f"endpoints ({', '.join(sorted(known))}); a certified failure rate is one "
+                "upstream's. Calibrate the receipts of one (a log per endpoint)"
+            )
+        seen = drawn[route]
         if len(seen) > 1:
             shown = "; ".join(
-                f"{m} at temperature {t}, top_p {p}" for m, t, p, _ in sorted(seen, key=str)
+                f"{m} at temperature {t}, top_p {p}" for m, t, p in sorted(seen, key=str)
             )
             raise CalibrationError(
                 f"route {route!r} rung {rung}: the receipts mix {len(seen)} models or sampling "
@@ -277,15 +358,29 @@ def _split_context(
             "collected under one (the config the lower rungs now run), e.g. only the log "
             "written since their certificate was cited"
         )
-    if len(routes) != len(keys):  # one context per route: keys and routes are 1:1
-        raise CalibrationError(f"rung {rung}: a route appears under two keys")
-    names = tuple(key[0] for key in keys)
-    contexts = tuple(
-        RouteContext(route=key[0], model=key[1], temperature=key[2], top_p=key[3], checks=key[5])
-        for key in keys
-    )
+    contexts = []
+    for route in order:
+        ((model, temperature, top_p),) = drawn[route]
+        (visible,) = checks[route]
+        endpoint = None if None in endpoints[route] else next(iter(endpoints[route]))
+        values = hidden[route]
+        contexts.append(
+            RouteContext(
+                route=route,
+                model=model,
+                temperature=temperature,
+                top_p=top_p,
+                checks=visible,
+                endpoint=endpoint,
+                gate_checks=next(iter(gates[route])) if route in gates else None,
+                # None: some rows predate the field, so what failure meant is not known
+                gate_hidden=None
+                if None in values
+                else tuple(sorted(v for v in values if v is not None)),
+            )
+        )
     lower: list[dict[str, JSON]] = json.loads(givens.pop()) if givens else []
-    return names, contexts, tuple(lower)
+    return tuple(order), tuple(contexts), tuple(lower), [order[key[0]] for key in keys]
 
 
 def _check_receipt_file(path: Path) -> None:
@@ -318,11 +413,20 @@ def _read_parsed(
     columns: list[Columns],
     progress: Progress | None,
     window: RowWindow | None = None,
+    limited: tuple[int, str] | None = None,
+    feedback: FeedbackLabels | None = None,
 ) -> int:
     """Read a log by parsing every line with ``json`` (a log the one-pass read could not vouch
     for); returns its non-blank line count. An unverified log may hold a truncated line: it is
-    skipped and counted."""
+    skipped and counted. ``limited``: only lines 1..n are read, the others skipped (reason)."""
     lines, numbers = nonblank(path)
+    total = len(lines)
+    if limited is not None:
+        n, reason = limited
+        kept = sum(1 for number in numbers if number <= n)
+        if len(lines) > kept:
+            skipped[reason] = skipped.get(reason, 0) + len(lines) - kept
+        lines, numbers = lines[:kept], numbers[:kept]
     unparseable = "unparseable line (unverified log)"
     for start in range(0, len(lines), CHUNK_LINES):
         chunk_numbers = numbers[start : start + CHUNK_LINES]
@@ -335,6 +439,9 @@ def _read_parsed(
                     raise json_error(path, lineno, text)
                 skipped[unparseable] = skipped.get(unparseable, 0) + 1
                 continue
+            if feedback is not None and isinstance(record, dict) and feedback.line(record):
+                skipped[NOT_A_REQUEST] = skipped.get(NOT_A_REQUEST, 0) + 1
+                continue
             outcome = receipt_values(path, lineno, record, score, rung)
             if not isinstance(outcome, str) and window is not None and isinstance(record, dict):
                 # (a receipt is an object, or receipt_values has refused it)
@@ -343,9 +450,11 @@ def _read_parsed(
                 skipped[outcome] = skipped.get(outcome, 0) + 1
             else:
                 value, failed, k, c, name = outcome
+                if feedback is not None and isinstance(record, dict):
+                    feedback.row(record)
                 rows.append((value, failed, k, c, routes.code(name), sets.for_k(k)))
         if rows:
             columns.append(rows_to_columns(rows))
         if progress is not None and len(lines) > CHUNK_LINES:
             progress(str(path), chunk_numbers[-1])
-    return len(lines)
+    return total

@@ -43,12 +43,25 @@ MAX_K = 10_000
 #: why a gap marker or a signed checkpoint (a line the writer added, with a ``kind`` and a
 #: ``mode`` equal to it) is left out: it is not a request
 NOT_A_REQUEST = "not a request (a gap marker or a checkpoint)"
-_SPECIAL_MODES = ("gap", "checkpoint")
+_SPECIAL_MODES = ("gap", "checkpoint", "feedback")
 
 #: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON, the
-#: route's listed visible checks' digest); the parts after the route are the context its
-#: certificate records, and must be one per route
-ContextKey = tuple[str | None, str | None, float | None, float | None, str, str | None]
+#: route's listed visible checks' digest, the endpoint drawn from, the route's gate checks'
+#: digest, whether the gate included the request's hidden tests); the parts after the route
+#: are the context its certificate records. All but the last must be one per route (the last
+#: is gathered: a certificate lists which values its rows had). None in the last three: the
+#: receipt predates them (such rows certify nothing enforce can bind)
+ContextKey = tuple[
+    str | None,
+    str | None,
+    float | None,
+    float | None,
+    str,
+    str | None,
+    str | None,
+    str | None,
+    bool | None,
+]
 #: one labelled receipt: (score, failed, k, pass count, slice key)
 RowValues = tuple[float, bool, int, int, ContextKey]
 
@@ -133,6 +146,10 @@ def rung_probe(
     return None
 
 
+def _text(value: object) -> TypeGuard[str | None]:
+    return value is None or type(value) is str
+
+
 def context_key(
     route: object,
     provider: object,
@@ -141,11 +158,16 @@ def context_key(
     top_p: object,
     given: str = "[]",
     checks: object = None,
+    endpoint: object = None,
+    gate_checks: object = None,
+    gate_hidden: object = None,
 ) -> ContextKey | None:
     """The slice key of a row; None when a part has the wrong type (the full parse names it)."""
     if route is not None and type(route) is not str:
         return None
-    if checks is not None and type(checks) is not str:
+    if not (_text(checks) and _text(endpoint) and _text(gate_checks)):
+        return None
+    if gate_hidden is not None and type(gate_hidden) is not bool:
         return None
     if temperature is not None and not is_number(temperature):
         return None
@@ -159,6 +181,9 @@ def context_key(
         None if top_p is None else float(top_p),
         given,
         checks,
+        endpoint,
+        gate_checks,
+        gate_hidden,
     )
 
 
@@ -215,6 +240,10 @@ def receipt_values(
         raise bad(path, lineno, f'"{where}.gate_label" must be true, false or null, got {label!r}')
     if probe.get("logit_bias"):
         return "drawn with logit_bias (no certificate covers it)"
+    if probe.get("unbound_fields"):
+        return "drawn with request fields no certificate binds (probe.unbound_fields)"
+    if probe.get("vacuous_visible"):
+        return "scored by visible tests a null answer passes (probe.vacuous_visible)"
     if probe.get("request_checks"):
         return "scored with the request's own checks (no certificate covers it)"
     recorded = recorded_score(probe)
@@ -248,12 +277,16 @@ def receipt_values(
         probe.get("top_p"),
         _given_json(path, lineno, probe.get("given")) if rung else "[]",
         probe.get("visible_checks_digest"),
+        probe.get("endpoint"),
+        probe.get("gate_checks_digest"),
+        probe.get("gate_hidden_tests"),
     )
     if key is None:
         raise bad(
             path,
             lineno,
             '"probe.temperature" and "probe.top_p" must be numbers or null, '
-            '"probe.visible_checks_digest" a string or absent',
+            '"probe.visible_checks_digest", "probe.endpoint" and "probe.gate_checks_digest" '
+            'strings or absent, "probe.gate_hidden_tests" true, false or absent',
         )
     return value, not label, k, c, key

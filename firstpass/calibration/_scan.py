@@ -76,6 +76,11 @@ class _Probe(msgspec.Struct, gc=False):
     logit_bias: object = None
     visible_checks_digest: object = None
     request_checks: object = None
+    endpoint: object = None
+    gate_checks_digest: object = None
+    gate_hidden_tests: object = None
+    unbound_fields: object = None
+    vacuous_visible: object = None
 
 
 class _Decision(msgspec.Struct, gc=False):
@@ -117,6 +122,8 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             and _pass_share_recorded(probe.score)
             and probe.logit_bias is None
             and probe.request_checks is None
+            and probe.unbound_fields is None
+            and probe.vacuous_visible is None
         ):
             key = context_key(
                 route,
@@ -126,6 +133,9 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
                 probe.top_p,
                 "[]",
                 probe.visible_checks_digest,
+                probe.endpoint,
+                probe.gate_checks_digest,
+                probe.gate_hidden_tests,
             )
             if key is not None:
                 return c / k, not label, k, c, key
@@ -144,6 +154,11 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             "logit_bias": probe.logit_bias,
             "visible_checks_digest": probe.visible_checks_digest,
             "request_checks": probe.request_checks,
+            "endpoint": probe.endpoint,
+            "gate_checks_digest": probe.gate_checks_digest,
+            "gate_hidden_tests": probe.gate_hidden_tests,
+            "unbound_fields": probe.unbound_fields,
+            "vacuous_visible": probe.vacuous_visible,
         }
     if decision is not None:
         record["decision"] = {"gate_label": decision.gate_label}
@@ -163,8 +178,11 @@ _k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_lab
 _pscore, _name = attrgetter("score"), attrgetter("name")
 _provider, _model = attrgetter("provider"), attrgetter("model")
 _temperature, _top_p = attrgetter("temperature"), attrgetter("top_p")
-_logit_bias, _digest = attrgetter("logit_bias"), attrgetter("visible_checks_digest")
-_request_checks = attrgetter("request_checks")
+_digest = attrgetter("visible_checks_digest")
+_endpoint, _gate_digest = attrgetter("endpoint"), attrgetter("gate_checks_digest")
+_gate_hidden = attrgetter("gate_hidden_tests")
+_voiding = attrgetter("logit_bias", "request_checks", "unbound_fields", "vacuous_visible")
+_UNVOIDED = (None, None, None, None)
 
 
 def _columns(
@@ -184,8 +202,8 @@ def _columns(
             return None
     elif set(map(_name, scores)) != {PASS_SHARE}:
         return None
-    # request_checks is a list (unhashable): compared one by one, not through a set
-    if any(_logit_bias(p) is not None or _request_checks(p) is not None for p in probes):
+    # request_checks and unbound_fields are lists (unhashable): compared one by one
+    if any(v != _UNVOIDED for v in map(_voiding, probes)):
         return None
     ks, cs, labels = list(map(_k, probes)), list(map(_c, probes)), list(map(_label, decisions))
     keys = _keys(rows, probes)
@@ -216,6 +234,8 @@ def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[ContextKey | None]
     routes, provs = list(map(_route, rows)), list(map(_provider, probes))
     models, temps, tops = (list(map(get, probes)) for get in (_model, _temperature, _top_p))
     digests = list(map(_digest, probes))
+    endpoints, gates = list(map(_endpoint, probes)), list(map(_gate_digest, probes))
+    hidden = list(map(_gate_hidden, probes))
     if (
         set(map(type, routes)) <= {str, _NONE}
         and set(map(type, provs)) == {str}
@@ -225,10 +245,29 @@ def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[ContextKey | None]
         and all(map(math.isfinite, filter(None, temps)))
         and all(map(math.isfinite, filter(None, tops)))
         and set(map(type, digests)) <= {str, _NONE}
+        and set(map(type, endpoints)) <= {str, _NONE}
+        and set(map(type, gates)) <= {str, _NONE}
+        and set(map(type, hidden)) <= {bool, _NONE}
     ):
         names = list(map("{}/{}".format, provs, models))
-        return list(zip(routes, names, temps, tops, repeat("[]"), digests))
-    return list(map(context_key, routes, provs, models, temps, tops, repeat("[]"), digests))
+        return list(
+            zip(routes, names, temps, tops, repeat("[]"), digests, endpoints, gates, hidden)
+        )
+    return list(
+        map(
+            context_key,
+            routes,
+            provs,
+            models,
+            temps,
+            tops,
+            repeat("[]"),
+            digests,
+            endpoints,
+            gates,
+            hidden,
+        )
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import json
 import os
 import sys
 import tempfile
@@ -19,10 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from firstpass._console import quiet_broken_pipe
-from firstpass.errors import CalibrationError, FirstpassError
+from firstpass.errors import CalibrationError, FirstpassError, ReceiptError
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
+    from firstpass._json import JSON
     from firstpass.calibration._receipts import ReadOptions
+    from firstpass.calibration.data import Labelled
+    from firstpass.calibration.fit import Calibration
+    from firstpass.calibration.settings import Settings
 
 __all__ = ["DESCRIPTION", "add_arguments", "build_parser", "main", "run"]
 
@@ -157,10 +167,172 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rows drawn at it",
     )
     parser.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="study: the base URL the study's samples were drawn from (a certificate is bound "
+        "to it; receipts record their own)",
+    )
+    parser.add_argument(
         "--plot",
         metavar="PNG",
         help="plot the risk bound and skip share against λ (needs matplotlib)",
     )
+    parser.add_argument(
+        "--use-feedback",
+        action="store_true",
+        help="receipts: a client's POST /v1/feedback label of the answer it was served "
+        "overrides the gate's label of that answer (never adds a row; docs/calibration.md)",
+    )
+    _add_signing_arguments(parser)
+    _add_looks_arguments(parser)
+
+
+# -- signing (--signing-key, --pubkey) ---------------------------------------------------------
+
+
+def _add_signing_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--signing-key",
+        metavar="FILE",
+        help="sign the calibration file with this Ed25519 key (`firstpass keygen`), so that "
+        "enforce with trusted keys takes it; receipts: only lines a checkpoint signed by its "
+        "public key vouches for are evidence (or by --pubkey's)",
+    )
+    parser.add_argument(
+        "--pubkey",
+        metavar="PUBFILE",
+        help="receipts: the public key the logs' signed checkpoints must verify under (default: "
+        "--signing-key's); lines after a log's last checkpoint, or in a log with none, are "
+        "left out, and a checkpoint that does not verify fails the calibration",
+    )
+
+
+def _signing(args: argparse.Namespace) -> tuple[Ed25519PrivateKey | None, Ed25519PublicKey | None]:
+    """The key that signs the file and the one the receipts' checkpoints must verify under."""
+    from firstpass.errors import ConfigError
+    from firstpass.receipts import load_public_key, load_signing_key
+
+    path, pubkey = getattr(args, "signing_key", None), getattr(args, "pubkey", None)
+    try:
+        key = load_signing_key(path) if path is not None else None
+        public = load_public_key(pubkey) if pubkey is not None else None
+    except (ConfigError, ReceiptError) as exc:
+        flag = "--pubkey" if isinstance(exc, ReceiptError) else "--signing-key"
+        raise CalibrationError(
+            f"{flag}: {str(exc).removeprefix('receipts.signing_key: ')}"
+        ) from None
+    if public is None and key is not None and args.study is None:
+        public = key.public_key()
+    if public is not None:
+        if args.study is not None:
+            raise CalibrationError("--pubkey applies to receipts (their signed checkpoints)")
+        if args.allow_unverified:
+            raise CalibrationError(
+                "--allow-unverified cannot go with a key: a signed calibration rests on receipts "
+                "whose chain and checkpoints verify"
+            )
+    return key, public
+
+
+def _signed_text(
+    doc: dict[str, JSON], key: Ed25519PrivateKey | None, checkpoints: Ed25519PublicKey | None
+) -> tuple[dict[str, JSON], str]:
+    """The calibration JSON with its source's checkpoint key recorded (id recomputed) and,
+    with ``key``, signed over the values as the reader will parse them."""
+    from firstpass.calibration import report
+    from firstpass.config import calibration_id, sign_calibration
+    from firstpass.receipts import key_id
+
+    if checkpoints is not None:
+        source = doc["source"]
+        if isinstance(source, dict):
+            source["checkpoints"] = {"verified": True, "key_id": key_id(checkpoints)}
+        doc["id"] = calibration_id(doc)
+    if key is not None:
+        doc = sign_calibration(json.loads(report.to_json_text(doc)), key)
+    return doc, report.to_json_text(doc)
+
+
+def _say_signed(
+    skipped: dict[str, int], doc: dict[str, JSON], checkpoints: Ed25519PublicKey | None
+) -> None:
+    """On stderr: which key vouched for the evidence, what it left out, who signed the file."""
+    from firstpass.calibration._signed import AFTER_CHECKPOINT, NO_CHECKPOINT
+    from firstpass.receipts import key_id
+
+    if checkpoints is not None:
+        out = [f"{skipped[r]:,} {r}" for r in (AFTER_CHECKPOINT, NO_CHECKPOINT) if skipped.get(r)]
+        print(
+            f"calibration: evidence: the receipt lines checkpoints signed by {key_id(checkpoints)}"
+            " vouch for" + (f"; left out: {'; '.join(out)}" if out else ""),
+            file=sys.stderr,
+        )
+    signature = doc.get("signature")
+    if isinstance(signature, dict):
+        print(f"calibration: signed by {signature.get('key_id')}", file=sys.stderr)
+
+
+# -- end of signing ------------------------------------------------------------------------------
+
+
+# -- looks (--looks): every calibration is a look, and spends part of δ ------------------------
+
+
+def _add_looks_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--looks",
+        metavar="FILE",
+        help="the looks ledger: every run that tests a (route, rung) is recorded there and "
+        "tested at its look's share of δ, δ·6/(π² j²), so calibrating again until something "
+        "certifies keeps 1 − δ (default: <--out>.looks.jsonl; without either, the run is not "
+        "recorded)",
+    )
+
+
+def _calibrate_looking(
+    args: argparse.Namespace, labelled: Labelled, settings: Settings
+) -> Calibration:
+    """Calibrate as the next look of each slice in the ledger, and record the looks."""
+    from firstpass.calibration import _looks
+    from firstpass.calibration.fit import calibrate, slice_keys
+
+    keys = slice_keys(labelled, settings)
+    path = _looks.default_ledger_path(args.out, getattr(args, "looks", None))
+    if path is None:
+        plan = {route: _looks.unrecorded(key, settings) for route, key in keys.items()}
+        return calibrate(labelled, settings, looks=plan)
+    digest = labelled.digest()
+    with _looks.open_ledger(path) as ledger:
+        plan = {
+            route: ledger.plan(key, digest, settings, labelled.score_name)
+            for route, key in keys.items()
+        }
+        result = calibrate(labelled, settings, looks=plan)
+        fits = {fit.route: fit for fit in result.routes} if settings.by_route else {}
+        source = result.source.to_dict()
+        recorded = {
+            route: ledger.record(
+                ref,
+                data_digest=digest,
+                settings=settings,
+                score=labelled.score_name,
+                n=(fits.get(route) or result.overall).n,
+                source={k: source[k] for k in ("kind", "paths", "chain_heads", "used")},
+                lam=(fits.get(route) or result.overall).lam,
+            )
+            for route, ref in plan.items()
+        }
+    return dataclasses.replace(result, looks=tuple(recorded.values()))
+
+
+def _say_looks(result: Calibration) -> None:
+    """On stderr (for --json, whose stdout is the JSON alone): the looks' warnings."""
+    for ref in result.looks:
+        for warning in (*ref.warnings, *([ref.note] if ref.note else [])):
+            print(f"calibration: {ref.slice.label()}: {warning}", file=sys.stderr)
+
+
+# -- end of looks --------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,6 +385,7 @@ def run(args: argparse.Namespace) -> int:
     from firstpass.calibration import data as data_mod
     from firstpass.calibration.settings import Settings
 
+    signing_key, checkpoint_key = _signing(args)
     settings = Settings(
         method=args.method,
         alpha=args.alpha,
@@ -227,6 +400,8 @@ def run(args: argparse.Namespace) -> int:
             raise CalibrationError("--score applies to receipts; study rows carry their own score")
         if args.rung:
             raise CalibrationError("--rung applies to receipts; a study file has one rung")
+        if getattr(args, "use_feedback", False):
+            raise CalibrationError("--use-feedback applies to receipts, not to a study file")
         for flag in ("route", "since", "until", "replica"):
             if getattr(args, flag, None) is not None:
                 raise CalibrationError(f"--{flag} applies to receipts, not to a study file")
@@ -234,7 +409,13 @@ def run(args: argparse.Namespace) -> int:
         if args.model is not None or args.temperature is not None:
             contexts = tuple(
                 data_mod.RouteContext(
-                    route=name, model=args.model, temperature=args.temperature, top_p=None
+                    route=name,
+                    model=args.model,
+                    temperature=args.temperature,
+                    top_p=None,
+                    endpoint=args.endpoint,
+                    # a study's labels are its tasks' hidden tests, with no route gate checks
+                    gate_hidden=(True,),
                 )
                 for name in labelled.route_names
             )
@@ -252,6 +433,8 @@ def run(args: argparse.Namespace) -> int:
             "model": args.model,
             "temperature": args.temperature,
             "progress": _progress_and_prefetch,
+            "checkpoint_key": checkpoint_key,
+            "use_feedback": bool(getattr(args, "use_feedback", False)),
             "window": RowWindow(
                 route=getattr(args, "route", None),
                 since=parse_time(since, "--since") if since is not None else None,
@@ -268,11 +451,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             labelled = data_mod.read_receipts(args.receipts, **read)
     from firstpass.calibration import report
-    from firstpass.calibration.fit import calibrate
 
-    result = calibrate(labelled, settings)
-    doc = report.to_json_dict(result)
-    text = report.to_json_text(doc)
+    result = _calibrate_looking(args, labelled, settings)
+    doc, text = _signed_text(report.to_json_dict(result), signing_key, checkpoint_key)
     if args.out:
         _write_atomic(Path(args.out), text)
     if args.plot:
@@ -285,7 +466,9 @@ def run(args: argparse.Namespace) -> int:
             f"{result.source.lines} lines of logs whose hash chain does not verify",
             file=sys.stderr,
         )
+    _say_signed(result.source.skipped, doc, checkpoint_key)
     if args.json:
+        _say_looks(result)
         sys.stdout.write(text)
         return 0
     print(report.text_report(result))

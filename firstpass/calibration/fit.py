@@ -8,7 +8,8 @@ explanation of why λ̂ sits where it does. ``--by-route`` repeats this per rout
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from firstpass._json import JSON
 from firstpass.calibration import stats
+from firstpass.calibration._looks import LookRef, SliceKey
 from firstpass.calibration.data import Labelled, RouteContext, Source
 from firstpass.calibration.settings import METHODS, Settings
 from firstpass.errors import CalibrationError
@@ -29,6 +31,7 @@ __all__ = [
     "Settings",
     "calibrate",
     "level_label",
+    "slice_keys",
 ]
 
 
@@ -105,6 +108,8 @@ class Fit:
     auc_one_minus_score: stats.AucResult
     explanation: str
     holdout: HoldoutReport | None
+    #: LTT: the δ its levels were tested at (δ_j of its look; the nominal δ without a look)
+    delta: float | None = None
 
     @property
     def gate_calls_saved(self) -> int:
@@ -129,6 +134,25 @@ class Calibration:
     route_names: tuple[str | None, ...] = ()
     #: receipts: each route's model and sampling settings
     contexts: tuple[RouteContext, ...] = ()
+    #: per certifiable slice, the look it took (``firstpass.calibration._looks``)
+    looks: tuple[LookRef, ...] = ()
+
+    def look_for(self, key: SliceKey) -> LookRef | None:
+        """The look this calibration took at ``key``, if it recorded one."""
+        return next((ref for ref in self.looks if ref.slice == key), None)
+
+
+def slice_keys(data: Labelled, settings: Settings) -> dict[str | None, SliceKey]:
+    """The slices a calibration of ``data`` can certify, by the route of their fit: with
+    ``--by-route`` one per route present, else one for the pooled fit (keyed None), named after
+    the route when there is one (as ``report.certificates`` names the certificates)."""
+    present = tuple(
+        name for code, name in enumerate(data.route_names) if (data.route == code).any()
+    )
+    if settings.by_route:
+        return {name: SliceKey(route=name, routes=(name,), rung=data.rung) for name in present}
+    route = present[0] if len(present) == 1 else None
+    return {None: SliceKey(route=route, routes=present, rung=data.rung)}
 
 
 def level_label(level: float, k: int | None) -> str:
@@ -143,18 +167,32 @@ def level_label(level: float, k: int | None) -> str:
     return f"{level:.4g}"
 
 
-def calibrate(data: Labelled, settings: Settings) -> Calibration:
-    """Calibrate λ on ``data`` (and per route when ``settings.by_route``)."""
+def calibrate(
+    data: Labelled, settings: Settings, *, looks: Mapping[str | None, LookRef] | None = None
+) -> Calibration:
+    """Calibrate λ on ``data`` (and per route when ``settings.by_route``).
+
+    ``looks`` (from ``slice_keys`` and a looks ledger) gives each certifiable fit the look it
+    takes: under LTT its levels are tested at that look's δ_j instead of δ.
+    """
     if data.n == 0:
         raise CalibrationError("no labelled rows to calibrate on")
-    overall = _fit(data, settings, route=None)
+    looks = looks or {}
+
+    def at_look(route: str | None) -> Settings:
+        ref = looks.get(route)
+        if ref is None or ref.delta_spent is None or settings.method != "ltt":
+            return settings
+        return replace(settings, delta=ref.delta_spent)
+
+    overall = _fit(data, settings if settings.by_route else at_look(None), route=None)
     routes: tuple[Fit, ...] = ()
     if settings.by_route:
         fits = []
         for code, name in enumerate(data.route_names):
             mask = data.route == code
             if mask.any():
-                fits.append(_fit(data.subset(mask), settings, route=name))
+                fits.append(_fit(data.subset(mask), at_look(name), route=name))
         routes = tuple(fits)
     return Calibration(
         settings=settings,
@@ -169,6 +207,7 @@ def calibrate(data: Labelled, settings: Settings) -> Calibration:
             name for code, name in enumerate(data.route_names) if (data.route == code).any()
         ),
         contexts=data.contexts,
+        looks=tuple(looks.values()),
     )
 
 
@@ -253,6 +292,7 @@ def _fit(data: Labelled, settings: Settings, *, route: str | None) -> Fit:
         holdout=None
         if settings.holdout is None
         else _holdout(data.subset(hold_idx), lam, settings.escalate_at),
+        delta=settings.delta if settings.method == "ltt" else None,
     )
 
 
@@ -363,7 +403,7 @@ def _explain(
     if s.method == "ltt":
         text = (
             head + f"; the next level {nxt.label} is not certified ({nxt.failures} failures among "
-            f"{nxt.n}, p = {nxt.p_value:.3g} > δ = {s.delta:g}), so testing stops there."
+            f"{nxt.n}, p = {nxt.p_value:.3g} > δ = {s.delta:.3g}), so testing stops there."
         )
         if stats.rate_at_or_above(nxt.failures, nxt.n, s.alpha):
             text += (
@@ -400,9 +440,9 @@ def _ltt_needs(level: LevelResult, s: Settings) -> str:
     m, n = level.failures, level.n
     have = (
         f"{m} failures among {n} requests that would skip the gate (a failure rate of "
-        f"{_share(m, n)}), p = {level.p_value:.3g} > δ = {s.delta:g}."
+        f"{_share(m, n)}), p = {level.p_value:.3g} > δ = {s.delta:.3g}."
     )
-    target = f"α = {s.alpha:g}, δ = {s.delta:g}"
+    target = f"α = {s.alpha:g}, δ = {s.delta:.3g}"
     floor = stats.min_n_for_certification(m, s.alpha, s.delta)
     if m == 0:
         return (

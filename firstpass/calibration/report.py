@@ -8,10 +8,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from firstpass._json import JSON
-from firstpass.calibration.data import PASS_SHARE
+from firstpass.calibration._looks import LookRef, SliceKey, delta_at_look
+from firstpass.calibration.data import PASS_SHARE, RouteContext
 from firstpass.calibration.fit import Calibration, Fit
 from firstpass.calibration.stats import ProportionRow
-from firstpass.config import Certificate, Given, calibration_id, candidate_rule
+from firstpass.config import Certificate, GateContext, Given, calibration_id, candidate_rule
 
 __all__ = ["guarantee_text", "text_report", "to_json_dict", "to_json_text", "toml_block"]
 
@@ -62,6 +63,7 @@ def _fit_dict(fit: Fit) -> dict[str, JSON]:
         },
         "explanation": fit.explanation,
         "holdout": None if fit.holdout is None else fit.holdout.to_dict(),
+        "delta_tested": fit.delta,
     }
 
 
@@ -81,10 +83,9 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, JS
     for fit in fits:
         route = fit.route if cal.routes else (names[0] if len(names) == 1 else None)
         routes = (fit.route,) if cal.routes else names
+        pooled = [c for c in cal.contexts if c.route in set(routes)]
         drawn = {
-            (c.model, c.temperature, c.top_p, c.checks)
-            for c in cal.contexts
-            if c.route in set(routes)
+            (c.model, c.temperature, c.top_p, c.checks, c.endpoint, c.gate_checks) for c in pooled
         }
         why = None
         if fit.lam is None:
@@ -93,13 +94,15 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, JS
             why = "the rows mix k values"
         elif len(drawn) > 1:
             why = (
-                "its routes ran different models, sampling settings or visible checks: "
-                "calibrate --by-route"
+                "its routes ran different models, sampling settings, endpoints, visible "
+                "checks or gate checks: calibrate --by-route"
             )
         if why is not None or fit.lam is None or fit.k is None:
             refused.append({"route": route, "rung": cal.rung, "reason": why})
             continue
-        model, temperature, top_p, checks = drawn.pop() if drawn else (None, None, None, None)
+        model, temperature, top_p, checks, endpoint, gate_checks = (
+            drawn.pop() if drawn else (None, None, None, None, None, None)
+        )
         issued.append(
             Certificate(
                 id="",
@@ -123,9 +126,23 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, JS
                 skipped=fit.skipped,
                 failures=_failures_at(fit),
                 visible_checks=checks,
+                endpoint=endpoint,
+                gate=_gate(pooled, gate_checks),
             )
         )
     return issued, refused
+
+
+def _gate(contexts: Sequence[RouteContext], checks: str | None) -> GateContext | None:
+    """What failure meant for the pooled rows: their gate checks and every
+    ``gate_hidden_tests`` value they had; None when some receipts predate the record (or the
+    rows came from a study, which records no gate)."""
+    seen: set[bool] = set()
+    for c in contexts:
+        if c.gate_hidden is None:
+            return None
+        seen.update(c.gate_hidden)
+    return GateContext(checks=checks, hidden_tests=tuple(sorted(seen))) if contexts else None
 
 
 def _failures_at(fit: Fit) -> int:
@@ -158,12 +175,25 @@ def to_json_dict(cal: Calibration, *, created_at: datetime | None = None) -> dic
         "routes": [_fit_dict(fit) for fit in cal.routes],
         "data_digest": cal.data_digest,
         "source": cal.source.to_dict(),
-        "certificates": [c.to_dict() for c in issued],
+        "certificates": [_with_look(c.to_dict(), cal.look_for(_slice(c))) for c in issued],
         "uncertified": list(refused),
+        "looks": [ref.to_dict() for ref in cal.looks],
     }
     body.pop("route")
     when = (created_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"id": calibration_id(body), "created_at": when, **body}
+
+
+def _slice(c: Certificate) -> SliceKey:
+    return SliceKey(route=c.route, routes=c.routes, rung=c.rung)
+
+
+def _with_look(cert: dict[str, JSON], ref: LookRef | None) -> dict[str, JSON]:
+    """A certificate with the look that issued it: its number, the δ it spent and the ledger
+    line, so that a reviewer sees how many looks the guarantee was shared among."""
+    if ref is None:
+        return cert
+    return {**cert, "looks": ref.certificate_dict()}
 
 
 def to_json_text(obj: Mapping[str, object]) -> str:
@@ -314,6 +344,37 @@ def _fit_text(fit: Fit, cal: Calibration, *, title: str | None) -> list[str]:
     return out
 
 
+def _looks_text(looks: Sequence[LookRef]) -> list[str]:
+    """Which look each slice took, the δ it was tested at, and every warning about it."""
+    out: list[str] = []
+    if any(ref.new_ledger for ref in looks):
+        out.append(
+            f"  NEW looks ledger {looks[0].ledger}: this is look 1. If this target was calibrated "
+            "before into another file, pass --looks with that file's ledger: looks it does not "
+            "count void the 1 − δ"
+        )
+    for ref in looks:
+        if ref.look is None:
+            where = "not recorded (no ledger)"
+        else:
+            where = f"look {ref.look} in {ref.ledger}"
+        spent = (
+            ""
+            if ref.delta_spent is None
+            else f"; tested at δ_{ref.look or 1} = {ref.delta_spent:.3g} of δ = {ref.delta:g}"
+            + (f" (earlier looks spent {ref.spent_before:.3g})" if ref.spent_before else "")
+        )
+        if ref.delta is not None and ref.look is not None:
+            after = ref.earlier_looks + 2 if ref.repeat_of is None else ref.earlier_looks + 1
+            nxt = delta_at_look(ref.delta, after)
+            spent += f"; a next look would be tested at δ_{after} = {nxt:.3g}"
+        out.append(f"  {ref.slice.label()}: {where}{spent}")
+        out += [f"    WARNING: {w}" for w in ref.warnings]
+        if ref.note is not None:
+            out.append(f"    note: {ref.note}")
+    return out
+
+
 def text_report(cal: Calibration) -> str:
     """The human report printed by the CLI."""
     s, src = cal.settings, cal.source
@@ -342,8 +403,16 @@ def text_report(cal: Calibration) -> str:
                 "logs whose hash chain does not verify:"
             )
             out += [f"    {p}" for p in src.chain_problems]
+    if src.feedback is not None:
+        fb = src.feedback
+        out.append(
+            f"  feedback: {fb['used']} labels from client feedback ({fb['changed']} differ from "
+            f"the gate's), of {fb['lines']} feedback lines; not used: {fb['other_answer']} on "
+            f"another answer than the labelled one, {fb['no_row']} on no labelled row"
+        )
     if s.holdout is not None:
         out.append(f"  holdout: {s.holdout:g} of the rows held out (seed {s.seed})")
+    out += _looks_text(cal.looks)
     out.append("")
     out += _fit_text(cal.overall, cal, title="all routes" if cal.routes else None)
     for fit in cal.routes:

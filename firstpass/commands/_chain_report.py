@@ -38,13 +38,16 @@ def print_report(
         f", {count} {what}"
         for count, what in (
             (len(report.gaps), "gap(s)"),
-            (report.n_special - len(report.gaps), "checkpoint(s)"),
+            (len(report.revocations), "revocation(s)"),
+            (report.n_special - len(report.gaps) - len(report.revocations), "checkpoint(s)"),
         )
         if count
     )
     print(f"{indent}{name}ok: {report.n_receipts} receipts{extra}, head {report.head}")
     for gap in report.gaps:
         print(f"{indent}  gap at line {gap.line}: {printable(_gap_text(gap))}")
+    for line, what in report.revocations:
+        print(f"{indent}  revocation at line {line}: {printable(what)}")
 
 
 def _gap_text(gap: Gap) -> str:

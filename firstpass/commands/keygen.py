@@ -1,4 +1,4 @@
-"""``firstpass keygen``: create the Ed25519 key that signs receipt checkpoints.
+"""``firstpass keygen``: create the Ed25519 key that signs receipt checkpoints and calibrations.
 
 Writes the private key (PKCS8 PEM, unencrypted, mode 0600: the server reads it unattended) and
 ``<out>.pub`` beside it (the file an auditor passes to ``receipts verify --pubkey``), each
@@ -24,10 +24,11 @@ DEFAULT_PATH = Path("firstpass-signing.key")
 def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "keygen",
-        help="create the Ed25519 key that signs receipt checkpoints",
-        description="Create an Ed25519 signing key for [receipts] signing_key: FILE (private, "
-        "mode 0600) and FILE.pub (public, for `firstpass receipts verify --pubkey`). Refuses to "
-        "overwrite either without --force.",
+        help="create the Ed25519 key that signs receipt checkpoints and calibration files",
+        description="Create an Ed25519 signing key for [receipts] signing_key and `firstpass "
+        "calibrate --signing-key`: FILE (private, mode 0600) and FILE.pub (public, for "
+        "`firstpass receipts verify --pubkey`, `calibrate --pubkey` and [escalation.elastic] "
+        "trusted_keys). Refuses to overwrite either without --force.",
     )
     p.add_argument(
         "--out",
@@ -53,6 +54,11 @@ def _run(args: argparse.Namespace) -> int:
     print("and verify a log with:")
     print(
         f"  {invoked_as()} receipts verify receipts.jsonl --pubkey {shlex.quote(str(files.public))}"
+    )
+    print("sign a calibration with it (enforce then trusts the key's signature):")
+    print(
+        f"  {invoked_as()} calibrate --receipts receipts.jsonl --signing-key "
+        f"{shlex.quote(str(files.private))} --out calibration.json"
     )
     return 0
 

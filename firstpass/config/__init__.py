@@ -10,11 +10,18 @@ key path (``route[0].ladder[1]: unknown provider "opnai" (known: replay, openai)
 
 from __future__ import annotations
 
-from firstpass.config._applicability import Applied, RequestDraw, applicable
+from firstpass.config._applicability import (
+    SKIP_SAFE_FIELDS,
+    Applied,
+    RequestDraw,
+    applicable,
+    unbound_fields,
+)
 from firstpass.config._build import config_from_dict
 from firstpass.config._certificate import (
     Certificate,
     CertificateFile,
+    GateContext,
     Given,
     Licence,
     calibration_id,
@@ -52,6 +59,7 @@ from firstpass.config._model import (
     SandboxSettings,
     ServerConfig,
 )
+from firstpass.config._signature import CalibrationSignature, sign_calibration, signature_problem
 
 __all__ = [
     "ANY_MODEL",
@@ -64,14 +72,17 @@ __all__ = [
     "REPLICA_RE",
     "REPLICA_RULE",
     "REQUEST_MODES",
+    "SKIP_SAFE_FIELDS",
     "SPILL_MAX_BYTES",
     "Applied",
     "BudgetsConfig",
+    "CalibrationSignature",
     "Certificate",
     "CertificateFile",
     "ClientKey",
     "Config",
     "ElasticConfig",
+    "GateContext",
     "Given",
     "Licence",
     "ObservabilityConfig",
@@ -95,4 +106,7 @@ __all__ = [
     "public_dict",
     "read_certificates",
     "resolve_config_path",
+    "sign_calibration",
+    "signature_problem",
+    "unbound_fields",
 ]

@@ -1,30 +1,73 @@
 """Does the certificate in force at a (route, rung) apply to *this* request?
 
 A certificate bounds the failure rate of samples drawn the way its calibration data was drawn,
-checked by the checks it was computed under. A request can change either: its own visible
-checks, a ``logit_bias``, another temperature or top_p. Then no certificate covers it, and λ
-falls back to what an uncertified rung runs at (enforce: None, so it gates; shadow: the
-block's hand-set λ, labelled uncertified). Pure: table-tested in tests/test_applicability.py.
+checked by the checks it was computed under, and judged by the gate it was labelled with. A
+request can change any of them: a body field that changes how the k samples are drawn
+(``top_k``, ``seed``, ``response_format``...), another temperature or top_p, its own visible
+checks, visible tests a null answer passes, or a gate the calibration never saw (its hidden
+tests, or none). Then no certificate covers it, and λ falls back to what an uncertified rung
+runs at (enforce: None, so it gates; shadow: the block's hand-set λ, labelled uncertified).
+Pure: table-tested in tests/test_applicability.py and tests/test_binding_applicable.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from firstpass.config._certificate import Certificate, Licence
 
-__all__ = ["Applied", "RequestDraw", "applicable"]
+__all__ = ["SKIP_SAFE_FIELDS", "Applied", "RequestDraw", "applicable", "unbound_fields"]
+
+#: The request body fields that leave the probe's k draws as the certificate's data drew them.
+#: A skip is licensed only when every field the request sends upstream is listed here:
+#: default-deny, so a field nobody thought of (a vendor's ``top_k``, ``min_p``, a
+#: ``response_format``, ``seed``, penalties, ``stop``, ``tools``...) gates instead of being
+#: trusted. Why each is safe:
+#:
+#: - ``messages``, ``model``, ``n``, ``stream``, ``stream_options``, ``firstpass``: Firstpass's
+#:   own (the prompt is the traffic the certificate is over; ``model`` and ``n`` are replaced by
+#:   the rung's and k; streaming and the extension object never reach the draw);
+#: - ``user``, ``metadata``, ``store``, ``service_tier``, ``safety_identifier``,
+#:   ``prompt_cache_key``: bookkeeping of the upstream's, not read by the sampler;
+#: - ``logprobs``, ``top_logprobs``: report the draw, do not change it;
+#: - ``max_tokens``, ``max_completion_tokens``: a cap. A sample cut short is still run against
+#:   the visible tests, so it counts as a failure in the pass share rather than as a pass;
+#: - ``temperature``, ``top_p``: bound by the certificate itself (``Certificate.samples_like``).
+SKIP_SAFE_FIELDS: frozenset[str] = frozenset(
+    {
+        "messages", "model", "n", "stream", "stream_options", "firstpass",
+        "user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
+        "logprobs", "top_logprobs",
+        "max_tokens", "max_completion_tokens",
+        "temperature", "top_p",
+    }
+)  # fmt: skip
+
+
+def unbound_fields(sent: Iterable[str]) -> tuple[str, ...]:
+    """The fields of a body sent upstream that no certificate binds (sorted, for the receipt)."""
+    return tuple(sorted({name for name in sent if name not in SKIP_SAFE_FIELDS}))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RequestDraw:
-    """How a request has its samples drawn and checked, as far as a certificate cares."""
+    """How a request has its samples drawn, checked and gated, as far as a certificate cares."""
 
     temperature: float | None
     top_p: float | None
-    logit_bias: bool = False
+    #: fields the request sends upstream that are not in ``SKIP_SAFE_FIELDS`` (``unbound_fields``)
+    unbound: tuple[str, ...] = ()
     #: names of the visible checks the request added itself
     request_checks: tuple[str, ...] = ()
+    #: the route has operator gate checks but lists no visible checks of its own: only the
+    #: request's tests would license the skip, and those are the client's to choose
+    unlicensed_visible: bool = False
+    #: how the visible tests also passed a null stub of the entry point ("returns None",
+    #: "raises"); None: they did not, or were not tried
+    vacuous_visible: str | None = None
+    #: whether this request's gate includes its own hidden tests (None: not known, not compared)
+    gate_hidden_tests: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,6 +85,53 @@ def sampling_text(temperature: float | None, top_p: float | None) -> str:
     return f"temperature {shown}" + ("" if top_p is None else f", top_p {top_p:g}")
 
 
+def _hidden_text(value: bool) -> str:
+    return "with the request's hidden tests" if value else "without hidden tests"
+
+
+def _void(cert: Certificate, draw: RequestDraw) -> str | None:
+    """The first reason the certificate does not cover this draw (None: it does)."""
+    if draw.request_checks:
+        # the request's own visible checks change what a passing sample means
+        return (
+            "this request adds visible checks ("
+            + ", ".join(draw.request_checks)
+            + "), which no certificate is computed under"
+        )
+    if draw.unbound:
+        # such a field can make the k draws one (top_k = 1, seed) or change what is drawn
+        return (
+            "this request sends " + ", ".join(draw.unbound) + " upstream, which no certificate "
+            "binds (only the fields in firstpass.config.SKIP_SAFE_FIELDS may skip the gate)"
+        )
+    if draw.unlicensed_visible:
+        return (
+            "the route has gate checks but no visible checks of its own: a skip would rest on "
+            "the request's own tests only, which license nothing there"
+        )
+    if draw.vacuous_visible is not None:
+        return (
+            f"the visible tests also pass a null stub ({draw.vacuous_visible}): they carry no "
+            "signal"
+        )
+    if not cert.samples_like(draw.temperature, draw.top_p):
+        # the request changed how samples are drawn: the certified rate is another draw's
+        return (
+            f"this request samples at {sampling_text(draw.temperature, draw.top_p)}; the "
+            f"certificate {cert.id} was computed at "
+            f"{sampling_text(cert.temperature, cert.top_p)}"
+        )
+    gate, hidden = cert.gate, draw.gate_hidden_tests
+    if hidden is not None and gate is not None and hidden not in gate.hidden_tests:
+        # labels judged with the hidden tests say nothing of a gate without them, and back
+        seen = " or ".join(_hidden_text(v) for v in gate.hidden_tests) or "no gate at all"
+        return (
+            f"this request's gate runs {_hidden_text(hidden)}; the certificate {cert.id} was "
+            f"labelled by gates {seen}"
+        )
+    return None
+
+
 def applicable(
     *,
     lam: float | None,
@@ -57,26 +147,9 @@ def applicable(
     labelled with outside enforce. The first reason that voids the certificate is kept.
     """
     cert = licence.certificate if lam is not None else None
-    problem = licence.problem
     if cert is None:
-        return Applied(lam=lam, certificate=None, problem=problem)
-    if draw.request_checks:
-        # the request's own visible checks change what a passing sample means
-        problem = (
-            "this request adds visible checks ("
-            + ", ".join(draw.request_checks)
-            + "), which no certificate is computed under"
-        )
-    elif draw.logit_bias:
-        # a bias can make every draw the same: k agreeing samples would then be one sample
-        problem = "this request sets logit_bias, which no certificate is computed under"
-    elif not cert.samples_like(draw.temperature, draw.top_p):
-        # the request changed how samples are drawn: the certified rate is another draw's
-        problem = (
-            f"this request samples at {sampling_text(draw.temperature, draw.top_p)}; the "
-            f"certificate {cert.id} was computed at "
-            f"{sampling_text(cert.temperature, cert.top_p)}"
-        )
-    else:
-        return Applied(lam=lam, certificate=cert, problem=problem)
+        return Applied(lam=lam, certificate=None, problem=licence.problem)
+    problem = _void(cert, draw)
+    if problem is None:
+        return Applied(lam=lam, certificate=cert, problem=licence.problem)
     return Applied(lam=None if enforce else shadow_lambda, certificate=None, problem=problem)

@@ -56,7 +56,7 @@ _TOP_KEYS = (
 )  # fmt: skip
 _SERVER_KEYS = (
     "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s",
-    "workers", "request_timeout_s", "client_key",
+    "workers", "request_timeout_s", "client_key", "feedback_index_size",
 )  # fmt: skip
 _CLIENT_KEY_KEYS = ("name", "key_env", "routes", "daily_usd")
 _BUDGETS_KEYS = ("per_request_usd", "daily_usd", "on_exhausted", "default_max_tokens")
@@ -117,7 +117,9 @@ def config_from_dict(
     if receipts.sink == "postgresql":  # fail at load naming the key, not at the first request
         _env_secret(env, receipts.dsn_env, "receipts.dsn_env")
     mode_key = ENV_ELASTIC_MODE if ENV_ELASTIC_MODE in env else f"{ELASTIC_PATH}.mode"
-    elastic = bind_licences(elastic, routes, mode_key)
+    elastic = bind_licences(
+        elastic, routes, mode_key, receipts_key=receipts.signing_key, providers=providers
+    )
     _check_sandbox_room(sandbox, server, routes, elastic)
     config = Config(
         server=server,
@@ -209,6 +211,9 @@ def _server(table: Mapping[str, object], env: Mapping[str, str]) -> ServerConfig
             lo=0.0,
             lo_open=True,
             hi=MAX_SECONDS,
+        ),
+        feedback_index_size=f.get_int(
+            table, "feedback_index_size", p, ServerConfig.feedback_index_size, lo=1
         ),
     )
 
@@ -546,11 +551,12 @@ def _routes(
             raise ConfigError(
                 f"{p}.checks", f'never used: without_checks = "{without}" (use "route_checks")'
             )
+        gate_checks = _check_list(table, "gate_checks", p, base_dir)
         out.append(
             RouteConfig(
                 name=name,
                 models=models,
-                client_modes=_client_modes(table, p, without),
+                client_modes=_client_modes(table, p, without, gated=bool(gate_checks)),
                 ladder=_ladder(f.get_any(table, "ladder", p), f"{p}.ladder", providers, prices),
                 temperature=f.get_float(table, "temperature", p, 0.8, lo=0.0, hi=2.0),
                 on_exhausted=f.get_choice(
@@ -559,7 +565,7 @@ def _routes(
                 without_checks=without,
                 checks=checks,
                 visible_checks=_check_list(table, "visible_checks", p, base_dir),
-                gate_checks=_check_list(table, "gate_checks", p, base_dir),
+                gate_checks=gate_checks,
                 revision=_revision(table, p),
             )
         )
@@ -659,12 +665,17 @@ def _check_judges(
                         )
 
 
-def _client_modes(table: Mapping[str, object], p: str, without: str) -> tuple[str, ...]:
+def _client_modes(
+    table: Mapping[str, object], p: str, without: str, *, gated: bool = False
+) -> tuple[str, ...]:
     """``client_modes``: what a request may ask for besides the configured mode. By default a
     client may pick ``cascade`` or ``shadow`` (both gate every served answer) and, only on a
-    route that serves unchecked requests anyway (``without_checks = "passthrough"``),
-    ``passthrough``. ``enforce`` must be listed, and even then needs a certificate."""
-    default = ("cascade", "shadow") + (("passthrough",) if without == "passthrough" else ())
+    route that serves unchecked requests anyway (``without_checks = "passthrough"``) and has
+    no operator gate checks (``gated``: the operator wants every answer judged by them),
+    ``passthrough``. ``enforce`` must be listed, and even then needs a certificate; so must
+    ``passthrough`` on a gated route."""
+    open_door = without == "passthrough" and not gated
+    default = ("cascade", "shadow") + (("passthrough",) if open_door else ())
     modes = f.get_str_list(table, "client_modes", p, default)
     for i, mode in enumerate(modes):
         if mode not in REQUEST_MODES:

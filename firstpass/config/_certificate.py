@@ -3,11 +3,14 @@
 ``firstpass calibrate --out FILE`` writes a calibration JSON whose ``certificates`` list holds one
 entry per (route, rung) it certified a λ for. Each entry records everything its guarantee
 depends on: the method and its risk levels, the probe score and the rule that picks the sample
-the policy serves, k, ``escalate_at``, the route and rung, the lower rungs' policy while the data
-was collected (``given``: who reaches a higher rung depends on it), and the receipts it was
-computed from. A certificate licenses a skip only where the running policy is that context:
-``bind`` checks every probed (route, rung) against the certificates the config cites and says,
-per rung, either which certificate is in force or why none is. A rung without one gates.
+the policy serves, k, ``escalate_at``, the route and rung, the rung's model and the endpoint
+it was served from, the sampling, the visible checks' digest, what "failure" meant (``gate``:
+the gate checks' digest and whether the gate included the requests' hidden tests), the lower
+rungs' policy while the data was collected (``given``: who reaches a higher rung depends on
+it), and the receipts it was computed from. A certificate licenses a skip only where the
+running policy is that context: ``bind`` checks every probed (route, rung) against the
+certificates the config cites and says, per rung, either which certificate is in force or why
+none is. A rung without one gates.
 
 Pure: reading the files is ``read_certificates``; everything else works on values.
 """
@@ -23,12 +26,14 @@ from pathlib import Path
 from typing import TypeGuard, overload
 
 from firstpass._json import JSON
+from firstpass.config._signature import SIGNATURE_KEY, CalibrationSignature
 from firstpass.errors import ConfigError
 
 __all__ = [
     "CANDIDATE_RULES",
     "Certificate",
     "CertificateFile",
+    "GateContext",
     "Given",
     "Licence",
     "calibration_id",
@@ -102,6 +107,21 @@ class Given:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GateContext:
+    """What "failure" meant for a certificate's labels: the digest of the route's gate checks
+    (None: it had none) and which ``gate_hidden_tests`` values its rows had (whether a
+    request's gate included its own hidden tests). A request gated otherwise is judged by
+    another standard than the certified rate's."""
+
+    checks: str | None
+    hidden_tests: tuple[bool, ...]
+
+    def to_dict(self) -> dict[str, JSON]:
+        """As calibration files spell it."""
+        return {"checks": self.checks, "hidden_tests": list(self.hidden_tests)}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Certificate:
     """One certified λ for one (route, rung), with the context its guarantee was computed for.
 
@@ -135,6 +155,10 @@ class Certificate:
     #: the digest of the route's listed visible checks the probes were scored by (None: tests
     #: only); ``RouteConfig.visible_checks_digest``
     visible_checks: str | None = None
+    #: the upstream the probes were drawn from (``ProviderConfig.endpoint``) and the gate that
+    #: labelled them; None: not recorded (an older firstpass, or receipts from before them)
+    endpoint: str | None = None
+    gate: GateContext | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         """The entry of the calibration file's ``certificates`` list (``id`` and ``path`` are
@@ -156,6 +180,8 @@ class Certificate:
             "top_p": self.top_p,
             "given": [g.to_dict() for g in self.given],
             **({"visible_checks": self.visible_checks} if self.visible_checks else {}),
+            "endpoint": self.endpoint,
+            "gate": None if self.gate is None else self.gate.to_dict(),
             "n": self.n,
             "skipped": self.skipped,
             "failures": self.failures,
@@ -191,6 +217,13 @@ class CertificateFile:
     uncertified: tuple[tuple[str | None, int], ...] = ()
     #: why the file licenses nothing although it lists certificates (None: it may)
     void: str | None = None
+    #: its ``signature`` member as read (None: unsigned); ``_signature.signature_problem``
+    #: checks it against the trusted keys at start
+    signature: CalibrationSignature | None = None
+    #: the key id whose signature verified (set at start, when trusted keys are configured)
+    signed_by: str | None = None
+    #: why no trusted key vouches for it (set at start: unsigned, untrusted key, bad signature)
+    unsigned: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,8 +291,9 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-#: the calibration file's own keys that its id does not cover (the id itself, and when)
-_UNHASHED = ("id", "created_at")
+#: the calibration file's own keys that its id does not cover (the id itself, when, and the
+#: signature: a signed and an unsigned file of the same content share their id)
+_UNHASHED = ("id", "created_at", SIGNATURE_KEY)
 
 
 def calibration_id(doc: Mapping[str, object]) -> str:
@@ -308,6 +342,7 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
             "edited after `firstpass calibrate` wrote it, so it certifies nothing. Calibrate "
             "again rather than editing a certificate",
         )
+    signature = CalibrationSignature.read(data)
     uncertified: list[tuple[str | None, int]] = []
     listed = data.get("uncertified") or []
     for entry in listed if isinstance(listed, list) else ():
@@ -324,9 +359,14 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
             uncertified=tuple((c.route, c.rung) for c in certs) + tuple(uncertified),
             void="it was computed from receipt logs whose hash chain does not verify "
             "(--allow-unverified)",
+            signature=signature,
         )
     return CertificateFile(
-        path=path, id=file_id, certificates=certs, uncertified=tuple(uncertified)
+        path=path,
+        id=file_id,
+        certificates=certs,
+        uncertified=tuple(uncertified),
+        signature=signature,
     )
 
 
@@ -411,7 +451,30 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: JSON) -> Certi
         skipped=_count(c.get("skipped")),
         failures=_count(c.get("failures")),
         visible_checks=_optional(c, "visible_checks", where, path, at, str),
+        endpoint=_optional(c, "endpoint", where, path, at, str),
+        gate=_gate(c.get("gate"), where, path, at),
     )
+
+
+def _gate(raw: JSON | None, where: str, path: Path, at: str) -> GateContext | None:
+    """``gate``: ``{"checks": digest | null, "hidden_tests": [bool, ...]}``, or absent/null."""
+    if raw is None:
+        return None
+    checks = raw.get("checks") if isinstance(raw, dict) else None
+    hidden = raw.get("hidden_tests") if isinstance(raw, dict) else None
+    if (
+        not isinstance(raw, dict)
+        or not (checks is None or isinstance(checks, str))
+        or not isinstance(hidden, list)
+        or not all(type(v) is bool for v in hidden)
+    ):
+        raise _bad(
+            where,
+            path,
+            f'{at}.gate must be {{"checks": digest or null, "hidden_tests": [true/false...]}}, '
+            f"got {raw!r}",
+        )
+    return GateContext(checks=checks, hidden_tests=tuple(sorted({bool(v) for v in hidden})))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -430,6 +493,10 @@ class Policy:
     temperature: float | None  # the route's: what its probes are drawn at
     given: tuple[Given, ...]
     visible_checks: str | None = None  # the route's listed visible checks' digest
+    #: the rung's provider endpoint (``ProviderConfig.endpoint``) and the route's gate checks'
+    #: digest (``RouteConfig.gate_checks_digest``)
+    endpoint: str | None = None
+    gate_checks: str | None = None
 
 
 def licence_for(policy: Policy, files: Sequence[CertificateFile]) -> Licence:
@@ -499,9 +566,21 @@ def _show(value: object) -> str:
 def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
     """The first way the running policy differs from the certificate's context: the key, what
     differs (both values), and what to do."""
+    for key, recorded in (("endpoint", cert.endpoint), ("gate", cert.gate)):
+        if recorded is None:
+            what = (
+                f"the certificate does not record its {key} (written by an older firstpass, "
+                "or from receipts that predate it), so it cannot be bound to this setup"
+            )
+            advice = (
+                "Calibrate again with this version: collect shadow receipts under it "
+                '(mode = "shadow") and run `firstpass calibrate` on them'
+            )
+            return "calibration", what, advice
     rule = candidate_rule(p.score)
     pairs: list[tuple[str, object, object]] = [
         ("model", p.model, cert.model),
+        ("endpoint", p.endpoint, cert.endpoint),
         ("temperature", p.temperature, cert.temperature),
         ("method", p.method, cert.method),
         ("score", p.score, cert.score),
@@ -509,6 +588,7 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
         ("k", p.k, cert.k),
         ("escalate_at", p.escalate_at, cert.escalate_at),
         ("visible_checks", p.visible_checks, cert.visible_checks),
+        ("gate_checks", p.gate_checks, None if cert.gate is None else cert.gate.checks),
     ]
     for key, mine, theirs in pairs:
         if mine != theirs:
@@ -518,6 +598,16 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
                 what = (
                     "the route's visible checks are not the ones its probes were scored by "
                     f"(digest {_show(mine)} here, {_show(theirs)} in the certificate)"
+                )
+            if key == "gate_checks":
+                what = (
+                    "the route's gate checks are not the ones its calibration labels were "
+                    f"judged by (digest {_show(mine)} here, {_show(theirs)} in the certificate)"
+                )
+            if key == "endpoint":
+                what = (
+                    f"the rung's provider serves from {_show(mine)} here, but the certificate "
+                    f"was computed on samples from {_show(theirs)}"
                 )
             if key == "model" and theirs is None:
                 advice = (

@@ -28,14 +28,16 @@ from firstpass.config._certificate import (
     licence_for,
     read_certificates,
 )
-from firstpass.config._model import MAX_K, ElasticConfig, ProbeScore, RouteConfig
-from firstpass.errors import ConfigError
+from firstpass.config._model import MAX_K, ElasticConfig, ProbeScore, ProviderConfig, RouteConfig
+from firstpass.config._signature import HOW_TO_SIGN, signature_problem
+from firstpass.errors import ConfigError, ReceiptError
+from firstpass.receipts import key_id, load_public_key, load_signing_key
 
 #: where the block lives, for key paths (the TOML key "lambda" is ``ElasticConfig.lambda_``)
 ELASTIC_PATH = "escalation.elastic"
 _ELASTIC_KEYS = (
     "k", "lambda", "escalate_at", "mode", "calibration", "alpha", "delta", "max_gate_candidates",
-    "score", "method",
+    "score", "method", "trusted_keys", "audit_rate", "monitor_level",
 )  # fmt: skip
 #: the probe scores: the config model's ``ProbeScore`` (``firstpass.policy.SCORES`` must equal it)
 SCORES: tuple[ProbeScore, ...] = typing.get_args(ProbeScore)
@@ -69,6 +71,9 @@ def build_elastic(escalation: Mapping[str, object], base_dir: Path) -> ElasticCo
         ),
         score=f.get_choice(table, "score", p, SCORES, ElasticConfig.score),
         method=f.get_choice(table, "method", p, ("ltt", "crc"), ElasticConfig.method),
+        trusted_keys=_trusted_key_paths(table, base_dir),
+        audit_rate=f.get_float(table, "audit_rate", p, ElasticConfig.audit_rate, lo=0.0, hi=1.0),
+        monitor_level=f.get_float(table, "monitor_level", p, None, lo=0.0, hi=0.5, lo_open=True),
         files=files,
     )
 
@@ -87,19 +92,72 @@ def _calibration_paths(table: Mapping[str, object], base_dir: Path) -> tuple[Pat
     return tuple(base_dir / Path(item).expanduser() for item in items)
 
 
+def _trusted_key_paths(table: Mapping[str, object], base_dir: Path) -> tuple[Path, ...]:
+    """``trusted_keys``: public key files whose signature on a calibration file enforce takes;
+    each is read now, so a missing or wrong one fails the start naming its index."""
+    items = f.get_str_list(table, "trusted_keys", ELASTIC_PATH, ())
+    paths = tuple(base_dir / Path(item).expanduser() for item in items)
+    for i, path in enumerate(paths):
+        try:
+            load_public_key(path)
+        except ReceiptError as exc:
+            raise ConfigError(
+                f"{ELASTIC_PATH}.trusted_keys[{i}]",
+                f"{exc}; list the `.pub` files `firstpass keygen` writes",
+            ) from None
+    return paths
+
+
+def check_signatures(
+    elastic: ElasticConfig, receipts_key: Path | None, key_path: str
+) -> ElasticConfig:
+    """Which trusted key signed each cited calibration file; under enforce with any trusted
+    key (``trusted_keys``, or ``[receipts] signing_key``'s public half), a file no trusted key
+    signed fails the start, naming it. Shadow only records it (the ready line says so), and
+    without any trusted key every file is recorded as unchecked."""
+    trusted = {key_id(k): k for k in map(load_public_key, elastic.trusted_keys)}
+    if receipts_key is not None:
+        own = load_signing_key(receipts_key).public_key()
+        trusted[key_id(own)] = own
+    files = []
+    for cf in elastic.files:
+        if not trusted:
+            why = "it is not signed" if cf.signature is None else "no trusted key to check it"
+            files.append(dataclasses.replace(cf, unsigned=why))
+            continue
+        problem = signature_problem(cf.signature, trusted)
+        if problem is not None and elastic.mode == "enforce":
+            raise ConfigError(
+                f"{ELASTIC_PATH}.calibration",
+                f"{cf.path}: {problem}, and enforce ({key_path}) takes only calibration files "
+                f"signed by a trusted key ([receipts] signing_key, {ELASTIC_PATH}.trusted_keys): "
+                f"{HOW_TO_SIGN}",
+            )
+        signer = cf.signature.key_id if problem is None and cf.signature is not None else None
+        files.append(dataclasses.replace(cf, signed_by=signer, unsigned=problem))
+    return dataclasses.replace(elastic, files=tuple(files))
+
+
 def probed_rungs(route: RouteConfig) -> tuple[int, ...]:
     """The rungs elastic probes on a route: the cheapest, and every rung with its own ``k``."""
     return tuple(i for i, rung in enumerate(route.ladder) if i == 0 or rung.k)
 
 
 def bind_licences(
-    elastic: ElasticConfig | None, routes: Sequence[RouteConfig], key_path: str
+    elastic: ElasticConfig | None,
+    routes: Sequence[RouteConfig],
+    key_path: str,
+    *,
+    receipts_key: Path | None = None,
+    providers: Sequence[ProviderConfig] = (),
 ) -> ElasticConfig | None:
     """Decide, per probed (route, rung), which certificate is in force; under enforce refuse a
     certificate made for another context, and a block that would certify nothing at all.
 
     ``key_path`` names where the mode came from (the block's ``mode``, or the environment
-    variable that overrode it), for the error when nothing is certified.
+    variable that overrode it), for the error when nothing is certified. ``receipts_key``:
+    ``[receipts] signing_key``, whose public half is a trusted signer of calibration files.
+    ``providers``: the configured upstreams, whose endpoints the certificates are bound to.
     """
     if elastic is None:
         return None
@@ -121,6 +179,8 @@ def bind_licences(
                 temperature=route.temperature,
                 given=tuple(given),
                 visible_checks=route.visible_checks_digest,
+                endpoint=_endpoint(providers, rung.provider),
+                gate_checks=route.gate_checks_digest,
             )
             licence = licence_for(policy, elastic.files)
             if elastic.mode == "enforce" and licence.key is not None:
@@ -129,8 +189,10 @@ def bind_licences(
                     key = f"route[{route_index}].ladder[{index}]"
                 elif licence.key == "temperature":
                     key = f"route[{route_index}].temperature"
-                elif licence.key == "visible_checks":
-                    key = f"route[{route_index}].visible_checks"
+                elif licence.key in ("visible_checks", "gate_checks"):
+                    key = f"route[{route_index}].{licence.key}"
+                elif licence.key == "endpoint":
+                    key = _endpoint_key(providers, rung.provider)
                 raise ConfigError(key, f"{licence.problem}. {licence.advice}")
             licences[(route.name, index)] = licence
             cert = licence.certificate
@@ -150,7 +212,20 @@ def bind_licences(
     bound = dataclasses.replace(elastic, licences=MappingProxyType(licences))
     if bound.mode == "enforce":
         _check_enforceable(bound, licences, key_path)
-    return bound
+    return check_signatures(bound, receipts_key, key_path)
+
+
+def _endpoint(providers: Sequence[ProviderConfig], provider_id: str) -> str | None:
+    """The endpoint of the provider a rung names (None: not among ``providers``)."""
+    return next((p.endpoint for p in providers if p.id == provider_id), None)
+
+
+def _endpoint_key(providers: Sequence[ProviderConfig], provider_id: str) -> str:
+    """The config key that sets a provider's endpoint: its ``base_url`` (replay: ``samples``)."""
+    for j, p in enumerate(providers):
+        if p.id == provider_id:
+            return f"provider[{j}].{'base_url' if p.kind == 'openai' else 'samples'}"
+    return "provider"
 
 
 def _check_enforceable(

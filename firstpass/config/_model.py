@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import socket
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,9 @@ class ServerConfig:
     #: one deadline for the whole request (every rung, retry, sandbox run and the gate);
     #: past it the client gets a 504 and the receipt says so
     request_timeout_s: float = 120.0
+    #: receipts of served answers the server remembers (by id, whose key, what licence) to
+    #: check ``POST /v1/feedback``; older ones are looked up in the log (docs/operations.md)
+    feedback_index_size: int = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +218,23 @@ class ProviderConfig:
     samples: Path | None = None
     seed: int = 0
 
+    @functools.cached_property
+    def endpoint(self) -> str:
+        """Which upstream this is, as certificates bind it: the base URL without credentials,
+        query or fragment (scheme and host lower-cased, no trailing slash); a replay provider
+        is ``replay:<sample file name>``."""
+        if self.kind == "replay" or self.base_url is None:
+            return f"replay:{self.samples.name if self.samples is not None else ''}"
+        parts = urllib.parse.urlsplit(self.base_url)
+        host = parts.hostname or ""
+        if ":" in host:  # an IPv6 literal keeps its brackets
+            host = f"[{host}]"
+        try:
+            port = f":{parts.port}" if parts.port is not None else ""
+        except ValueError:  # not a number: kept as written (the call fails, not the binding)
+            port = ":" + parts.netloc.rpartition(":")[2]
+        return f"{parts.scheme.lower()}://{host}{port}{parts.path.rstrip('/')}"
+
 
 @dataclass(frozen=True, kw_only=True)
 class Rung:
@@ -302,6 +323,12 @@ class RouteConfig:
         it, certificates carry it, and a certificate made under other visible checks gates."""
         return checks_digest(self.visible_checks)
 
+    @functools.cached_property
+    def gate_checks_digest(self) -> str | None:
+        """The digest of ``gate_checks``: what "failure" meant for the labels a certificate was
+        computed from; a certificate labelled under other gate checks fails the start."""
+        return checks_digest(self.gate_checks)
+
     def matches(self, model: str) -> bool:
         """True when ``model`` is listed, or the route lists ``*``."""
         return model in self.models or ANY_MODEL in self.models
@@ -334,6 +361,16 @@ class ElasticConfig:
     #: which guarantee a certificate must give: ``ltt`` (failures among skips ≤ α with
     #: confidence 1 − δ) or, only when asked for, ``crc`` (P(skip and fail) ≤ α in expectation)
     method: Literal["ltt", "crc"] = "ltt"
+    #: public keys (``firstpass keygen``'s ``.pub``) whose signature on a calibration file
+    #: enforce accepts, besides the public half of ``[receipts] signing_key``
+    trusted_keys: tuple[Path, ...] = ()
+    #: the share of would-be skips gated anyway under enforce (drawn at random), whose labels
+    #: feed the licence monitor (``firstpass.monitor``); 0 turns audits off (warned at start)
+    audit_rate: float = 0.05
+    #: the licence monitor's level γ: a licence still keeping its promise is revoked with
+    #: probability at most γ, ever. None: the certificate's δ (``firstpass.monitor`` holds the
+    #: fallback when there is none)
+    monitor_level: float | None = None
     #: the calibration files cited that exist (a cited file not written yet is skipped)
     files: tuple[CertificateFile, ...] = field(default=(), repr=False, compare=False)
     #: (route name, rung index) → the certificate in force there, or why there is none

@@ -20,6 +20,7 @@ from firstpass.db._chains import (
     verify_replica,
 )
 from firstpass.db._connect import dsn_from_env
+from firstpass.db._licences import PostgresLicenceStore
 from firstpass.db._migrate import MIGRATIONS, Migration, current_version, migrate
 from firstpass.db._receipt_writer import ChainForked, PostgresReceiptWriter
 from firstpass.db._spend import SharedHold, SharedLedger, shared_ledger_for
@@ -38,6 +39,7 @@ __all__ = [
     "ImportPlan",
     "ImportRefused",
     "Migration",
+    "PostgresLicenceStore",
     "PostgresReceiptWriter",
     "ReplicaChain",
     "SharedHold",

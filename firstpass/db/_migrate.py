@@ -89,6 +89,27 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        version=4,
+        name="the licence monitor: each replica's counts per licence, and revocations",
+        sql="""
+        CREATE TABLE firstpass_licence_counts (
+            replica           text        NOT NULL,
+            licence           text        NOT NULL,  -- route/rung/certificate id
+            audited           bigint      NOT NULL CHECK (audited >= 0),
+            failures          bigint      NOT NULL CHECK (failures BETWEEN 0 AND audited),
+            feedback          bigint      NOT NULL CHECK (feedback >= 0),
+            feedback_failures bigint      NOT NULL CHECK (feedback_failures BETWEEN 0 AND feedback),
+            updated           timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (replica, licence)
+        );
+        CREATE TABLE firstpass_revocations (
+            licence    text        PRIMARY KEY,  -- revoked once, by the first replica to decide
+            evidence   jsonb       NOT NULL,     -- the monitor's counts, e-value and bound
+            revoked_at timestamptz NOT NULL DEFAULT now()
+        );
+        """,
+    ),
 )
 
 _SCHEMA_TABLE = """

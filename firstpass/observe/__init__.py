@@ -13,6 +13,7 @@ See docs/operations.md.
 from __future__ import annotations
 
 from firstpass.observe._collect import RuntimeCollector, WriterSource
+from firstpass.observe._licences import LicenceCollector
 from firstpass.observe._metrics import RequestMetrics
 from firstpass.observe._record import observe_record
 from firstpass.observe._render import CONTENT_TYPE, render_metrics
@@ -21,6 +22,7 @@ from firstpass.observe._sink import ObservedSink
 
 __all__ = [
     "CONTENT_TYPE",
+    "LicenceCollector",
     "ObservedSink",
     "RequestMetrics",
     "RuntimeCollector",

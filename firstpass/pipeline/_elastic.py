@@ -20,8 +20,10 @@ The decisions themselves are the pure functions of ``firstpass.policy``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import random
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 
 from firstpass.budgets import budget_record
 from firstpass.config import (
@@ -29,8 +31,10 @@ from firstpass.config import (
     Given,
     RequestDraw,
     applicable,
+    unbound_fields,
 )
 from firstpass.errors import BudgetExhausted, FirstpassError, SandboxBusy, UpstreamError
+from firstpass.monitor import LicenceMonitor
 from firstpass.pipeline._cascade import CascadeRunner
 from firstpass.pipeline._probe import (
     Labelled,
@@ -56,7 +60,9 @@ from firstpass.policy import (
     regime_for,
 )
 from firstpass.probe import ProbeInputs, cached_probe_inputs
+from firstpass.providers import upstream_body
 from firstpass.receipts import (
+    AuditRecord,
     Counterfactual,
     ProbeRecord,
 )
@@ -68,9 +74,21 @@ class ElasticRunner:
     """Shadow and enforce modes, over the shared steps; requests without visible tests, which
     the probe cannot score, run the plain cascade."""
 
-    def __init__(self, steps: Steps, cascade: CascadeRunner) -> None:
+    def __init__(
+        self,
+        steps: Steps,
+        cascade: CascadeRunner,
+        *,
+        monitor: LicenceMonitor | None = None,
+        audit_draw: Callable[[], float] | None = None,
+    ) -> None:
         self.steps = steps
         self.cascade = cascade
+        #: the licence monitor: which (route, rung) may no longer skip (None: nothing revoked)
+        self.monitor = monitor
+        #: a uniform draw in [0, 1) deciding whether a would-be skip is audited; unpredictable
+        #: by default (a client who could predict it could aim bad answers at unaudited skips)
+        self.audit_draw = audit_draw if audit_draw is not None else random.SystemRandom().random
 
     @property
     def elastic(self) -> ElasticConfig:
@@ -108,12 +126,21 @@ class ElasticRunner:
         )
         t0 = time.perf_counter()
         runs: list[SandboxVerdict | None] = [None] * len(texts)
-        if spec is None:
-            pass
-        elif inputs:  # outputs on the probe inputs, recorded in the visible tests' process
-            runs = list(await self.steps.sandbox.run_many(texts, spec, probe=inputs))
-        else:
-            runs = list(await self.steps.sandbox.run_many(texts, spec))
+        vacuous: str | None = None
+        if spec is not None:
+            # the samples and, beside them in the same trip, the tests against null answers
+            sampled = (  # with probe inputs, their outputs are recorded in the tests' process
+                self.steps.sandbox.run_many(texts, spec, probe=inputs)
+                if inputs
+                else self.steps.sandbox.run_many(texts, spec)
+            )
+            if self._needs_null_check(req, index):
+                verdicts, vacuous = await asyncio.gather(
+                    sampled, self.steps.sandbox.null_passes(spec)
+                )
+            else:
+                verdicts = await sampled
+            runs = list(verdicts)
         req.trace.sandbox_wall((time.perf_counter() - t0) * 1000.0)
         staged = await asyncio.gather(
             *(
@@ -141,14 +168,24 @@ class ElasticRunner:
             scores, value = None, None
         temperature, top_p = sampling(req)
         biased = bool(req.body.get("logit_bias"))
+        # decided from the body as the provider puts it on the wire, so the list of fields a
+        # skip tolerates and what is sent cannot drift apart
+        unbound = unbound_fields(upstream_body(rung.model, req.body, k))
+        route = req.route
+        hidden = req.checks.hidden is not None
         applied = applicable(
-            lam=elastic.lambda_for(req.route.name, index, req.mode),
-            licence=elastic.licence(req.route.name, index),
+            lam=elastic.lambda_for(route.name, index, req.mode),
+            licence=elastic.licence(route.name, index),
             draw=RequestDraw(
                 temperature=temperature,
                 top_p=top_p,
-                logit_bias=biased,
+                unbound=unbound,
                 request_checks=req.checks.from_request,
+                # on a route with operator gate checks only the operator's visible checks
+                # license a skip: the client's tests alone could be `assert True`
+                unlicensed_visible=bool(route.gate_checks) and not route.visible_checks,
+                vacuous_visible=vacuous,
+                gate_hidden_tests=hidden,
             ),
             enforce=req.mode == "enforce",
             shadow_lambda=elastic.lambda_,
@@ -183,11 +220,28 @@ class ElasticRunner:
             temperature=temperature,
             top_p=top_p,
             logit_bias=biased,
+            endpoint=self.steps.config.provider(rung.provider).endpoint,
+            gate_checks_digest=route.gate_checks_digest,
+            gate_hidden_tests=hidden,
+            unbound_fields=unbound,
+            vacuous_visible=vacuous,
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,
         )
         return probe, None
+
+    def _needs_null_check(self, req: RunRequest, index: int) -> bool:
+        """Whether the visible tests must be run against null answers: where they alone could
+        license a skip. On a route with operator gate checks the route's own visible checks
+        license it (``applicable``), so the client's tests need no such run; under enforce only
+        a rung with a certificate in force can skip; shadow records it on every probe, so
+        calibration leaves vacuous rows out."""
+        if req.route.gate_checks:
+            return False
+        if req.mode == "enforce":
+            return self.elastic.licence(req.route.name, index).certificate is not None
+        return True
 
     def _probe_inputs(self, req: RunRequest) -> ProbeInputs | None:
         """Generated from the visible tests (never the hidden ones), plus the request's own."""
@@ -216,10 +270,11 @@ class ElasticRunner:
             req.trace.step("probe:skipped:no_visible_tests")
             return await self.cascade.cascade(req)
         probes: list[Probe] = []
+        audits: list[AuditRecord] = []
 
         async def run_rung(req: RunRequest, state: LadderState, index: int) -> LadderResult | None:
             if index == 0 or req.route.ladder[index].k:
-                return await self._enforce_rung(req, state, index, probes)
+                return await self._enforce_rung(req, state, index, probes, audits)
             await self.steps.attempt_rung(req, state, index)
             return None
 
@@ -237,29 +292,71 @@ class ElasticRunner:
             Endings(
                 probe=record,
                 counterfactual=self._cascade_estimate(req, probes[0], escalated=escalated),
+                audit=audits[0] if audits else None,
             ),
         )
 
     async def _enforce_rung(
-        self, req: RunRequest, state: LadderState, index: int, probes: list[Probe]
+        self,
+        req: RunRequest,
+        state: LadderState,
+        index: int,
+        probes: list[Probe],
+        audits: list[AuditRecord],
     ) -> LadderResult | None:
-        """One elastic rung: serve, gate, or record a declined attempt and let the ladder go on."""
+        """One elastic rung: serve, gate, or record a declined attempt and let the ladder go on.
+
+        A licence the monitor revoked gates as an uncertified rung does. A would-be skip drawn
+        for an audit (``audit_rate``; at most one a request) runs the gate as the ``gate``
+        regime would, and what the gate decides is what is served: the skip's answer is labelled
+        without the client ever getting an unchecked answer because of it.
+        """
         probe, error = await self._probe(req, index)
         if probe is None:
             state.attempts.append(Attempt(rung=index, upstream_failed=True))
             state.answers.append(None)
             state.last_error = error
             return None
+        probe = self._unless_revoked(req, probe)
         probes.append(probe)
         first = index == 0
+        audit: AuditRecord | None = None
         if probe.regime == "serve":
-            req.trace.step(f"serve_without_gate:{index}:{probe.candidate}")
-            return LadderResult(
-                action="served_without_gate" if first else "escalated",
-                served=probe.answers[probe.candidate].served("gate_skipped"),
-            )
+            audit = self._audit_draw(req, probe, audits)
+            if audit is None:
+                req.trace.step(f"serve_without_gate:{index}:{probe.candidate}")
+                return LadderResult(
+                    action="served_without_gate" if first else "escalated",
+                    served=probe.answers[probe.candidate].served("gate_skipped"),
+                )
+            audits.append(audit)
+            req.trace.step(f"audit:{index}:{probe.candidate}")
         gate_results: dict[int, StageResult] = {}
-        if probe.regime == "gate":
+        if audit is not None:
+            # the sample the skip would have served is gated first (it heads ``order``): its
+            # verdict is the label; a gate that cannot run (budget, no sandbox slot) leaves the
+            # label unknown and the skip serves as it would have without the audit
+            try:
+                label_result = await self._gate(req, probe, probe.candidate, purpose=None)
+            except (BudgetExhausted, SandboxBusy) as exc:
+                why = "budget" if isinstance(exc, BudgetExhausted) else "sandbox_busy"
+                req.trace.step(f"audit:{index}:{probe.candidate}:{why}")
+                req.trace.step(f"serve_without_gate:{index}:{probe.candidate}")
+                return LadderResult(
+                    action="served_without_gate" if first else "escalated",
+                    served=probe.answers[probe.candidate].served("gate_skipped"),
+                )
+            audit.label = bool(label_result.passed)
+            gate_results[probe.candidate] = label_result
+            req.trace.step(
+                f"gate:{index}:{probe.candidate}:{'pass' if label_result.passed else 'fail'}"
+            )
+            if label_result.passed:
+                return LadderResult(
+                    action="served_after_gate" if first else "escalated",
+                    served=probe.answers[probe.candidate].served("verified"),
+                )
+        if probe.regime == "gate" or audit is not None:
             if not req.checks.has_gate:  # the visible checks were the whole check
                 req.trace.step(f"serve:{index}:{probe.candidate}")
                 return LadderResult(
@@ -267,6 +364,8 @@ class ElasticRunner:
                     served=probe.answers[probe.candidate].served("verified"),
                 )
             for sample in probe.order[: self.elastic.max_gate_candidates]:
+                if sample in gate_results:  # the audit's label gate: already failed
+                    continue
                 result = await self._gate(req, probe, sample, purpose=None)
                 gate_results[sample] = result
                 req.trace.step(f"gate:{index}:{sample}:{'pass' if result.passed else 'fail'}")
@@ -289,6 +388,43 @@ class ElasticRunner:
         state.answers.append(probe.answers[best])
         req.trace.step(f"escalate:{index}")
         return None
+
+    def _unless_revoked(self, req: RunRequest, probe: Probe) -> Probe:
+        """``probe`` as it runs when the monitor revoked its licence (or a lower rung's on the
+        route): no certificate, no λ, the regime an uncertified rung gets; the receipt's
+        ``uncertified_because`` carries the evidence."""
+        if self.monitor is None or probe.certificate is None:
+            return probe
+        revoked = self.monitor.revocation(req.route.name, probe.rung_index)
+        if revoked is None:
+            return probe
+        why = revoked.evidence()
+        if revoked.key.rung != probe.rung_index:
+            why = f"rung {revoked.key.rung} below is revoked; " + why
+        regime = regime_for(
+            probe.pass_count,
+            probe.k,
+            lam=None,
+            escalate_at=self.elastic.escalate_at,
+            score=probe.score,
+        )
+        req.trace.step(f"revoked:{probe.rung_index}")
+        return dataclasses.replace(
+            probe, lam=None, certificate=None, licence_problem=why, regime=regime
+        )
+
+    def _audit_draw(
+        self, req: RunRequest, probe: Probe, audits: list[AuditRecord]
+    ) -> AuditRecord | None:
+        """Whether this would-be skip is audited: drawn at ``audit_rate`` (once a request, and
+        only where there is a gate to run and a certificate to label)."""
+        rate = self.elastic.audit_rate
+        cert = probe.certificate
+        if rate <= 0.0 or cert is None or audits or not req.checks.has_gate:
+            return None
+        if self.audit_draw() >= rate:
+            return None
+        return AuditRecord(rung=probe.rung_index, rate=rate, certificate=cert.id, label=None)
 
     # -- shadow --------------------------------------------------------------------------------
 

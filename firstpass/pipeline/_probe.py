@@ -63,6 +63,16 @@ class Probe:
     temperature: float | None = None
     top_p: float | None = None
     logit_bias: bool = False
+    #: the upstream drawn from (``ProviderConfig.endpoint``; certificates bind it)
+    endpoint: str | None = None
+    #: what "failure" means for this request: the route's gate checks' digest (None: none)
+    #: and whether its gate includes the request's hidden tests
+    gate_checks_digest: str | None = None
+    gate_hidden_tests: bool = False
+    #: fields sent upstream that no certificate binds (``config.unbound_fields``)
+    unbound_fields: tuple[str, ...] = ()
+    #: how the visible tests also passed a null stub (None: they did not, or were not tried)
+    vacuous_visible: str | None = None
     # behavioural scores only (None with the default pass_share: the receipt stays as it was)
     scores: dict[str, float] | None = None
     clusters: tuple[int, ...] = ()
@@ -107,6 +117,13 @@ class Probe:
             temperature=self.temperature,
             top_p=self.top_p,
             logit_bias=True if self.logit_bias else UNSET,
+            endpoint=UNSET if self.endpoint is None else self.endpoint,
+            gate_checks_digest=UNSET
+            if self.gate_checks_digest is None
+            else self.gate_checks_digest,
+            gate_hidden_tests=self.gate_hidden_tests,
+            unbound_fields=list(self.unbound_fields) if self.unbound_fields else UNSET,
+            vacuous_visible=UNSET if self.vacuous_visible is None else self.vacuous_visible,
             k=self.k,
             visible_checks=list(self.visible_checks)
             if self.visible_checks != ("tests",)

@@ -28,6 +28,7 @@ from firstpass.errors import (
     SandboxBusy,
     UpstreamTimeout,
 )
+from firstpass.monitor import LicenceMonitor, licence_labels
 from firstpass.pipeline._budget import BudgetedGrader
 from firstpass.pipeline._cascade import CascadeRunner
 from firstpass.pipeline._elastic import ElasticRunner
@@ -125,9 +126,14 @@ class Pipeline:
         sandbox: SandboxRunner,
         writer: ReceiptSink,
         budgets: BudgetLedger | None = None,
+        monitor: LicenceMonitor | None = None,
     ) -> None:
         self.config = config
         self.writer = writer
+        #: the licence monitor (``firstpass.monitor``): fed the labels of each written receipt,
+        #: asked by enforce whether a licence still holds; ``observe_label`` is its hook for
+        #: labels that arrive later (client feedback). None: nothing is monitored
+        self.monitor = monitor
         #: today's spend against the caps (None: no budget configured)
         self.budgets = budgets
         self.steps = Steps(config=config, providers=providers, sandbox=sandbox)
@@ -136,7 +142,9 @@ class Pipeline:
         self.cascade = CascadeRunner(self.steps)
         # built only with [escalation.elastic]: without it no request reaches shadow or enforce
         self.elastic = (
-            ElasticRunner(self.steps, self.cascade) if config.elastic is not None else None
+            ElasticRunner(self.steps, self.cascade, monitor=monitor)
+            if config.elastic is not None
+            else None
         )
 
     # -- entry point ---------------------------------------------------------------------------
@@ -229,6 +237,7 @@ class Pipeline:
                         await asyncio.shield(self._write(receipt))
                     else:
                         await self._write(receipt)
+                    self._observe_labels(receipt)
                 except ReceiptUnavailable as exc:
                     # durable receipts and the disk failed: withhold the answer (503) and
                     # write, without waiting, a receipt that says so instead of the one that
@@ -281,6 +290,15 @@ class Pipeline:
         trace.step(action)
         receipt = trace.record(action=action, served=None, error=error, budget=budget)
         return await self._enqueue(receipt, receipt_id)
+
+    def _observe_labels(self, receipt: Receipt) -> None:
+        """A written receipt's labels of would-be skips (an audit, shadow's) to the monitor."""
+        if self.monitor is None:
+            return
+        for label in licence_labels(receipt):
+            self.monitor.observe_label(
+                label.route, label.rung, label.certificate, label.failed, label.source
+            )
 
     async def _write(self, receipt: Receipt) -> None:
         """``writer.write``; a receipt holding text that is not Unicode (a lone surrogate an

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from firstpass.probe import ProbeInputs
 from firstpass.receipts import Receipt
-from firstpass.sandbox import TestSpec
+from firstpass.sandbox import NullVerdict, TestSpec
 
 __all__ = [
     "ReceiptSink",
@@ -65,6 +65,11 @@ class SandboxRunner(Protocol):
     async def run_many(
         self, answers: list[str], spec: TestSpec, *, probe: ProbeInputs | None = ...
     ) -> Sequence[SandboxVerdict]: ...
+
+    async def null_passes(self, spec: TestSpec) -> NullVerdict | None:
+        """Which null answer (a stub returning None, or raising) passes every test of ``spec``;
+        None when neither does, ``"unknown"`` when the sandbox could not tell."""
+        ...
 
 
 class SandboxService(SandboxRunner, Protocol):

@@ -49,6 +49,7 @@ from firstpass.policy import (
 from firstpass.providers import Completion, Provider
 from firstpass.receipts import (
     Action,
+    AuditRecord,
     BudgetRecord,
     CheckResultRecord,
     Content,
@@ -83,12 +84,15 @@ Concluded = tuple[Outcome, Receipt]
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Endings:
     """What a runner adds to the receipt as it concludes: the probe it drew, shadow's labels,
-    the other policy's cost, and the budget cap that stopped it (each None when absent)."""
+    the other policy's cost, the budget cap that stopped it, and an audit (each None when
+    absent)."""
 
     probe: ProbeRecord | None = None
     shadow: ShadowLabels | None = None
     counterfactual: Counterfactuals | None = None
     budget: BudgetRecord | None = None
+    #: a would-be skip gated anyway at random, and the gate's label (``decision.audit``)
+    audit: AuditRecord | None = None
 
 
 class Steps:
@@ -558,6 +562,7 @@ class Steps:
             shadow=ends.shadow,
             probe=ends.probe,
             counterfactual=ends.counterfactual,
+            audit=ends.audit,
             content=self.content(req, served),
         )
         return (
@@ -590,6 +595,7 @@ class Steps:
             shadow=ends.shadow,
             probe=ends.probe,
             counterfactual=ends.counterfactual,
+            audit=ends.audit,
             error=ErrorRecord(
                 status=status,
                 type=getattr(error, "type", "upstream_error"),

@@ -21,6 +21,7 @@ from firstpass.receipts import (
     SCHEMA_VERSION,
     UNSET,
     Action,
+    AuditRecord,
     BudgetRecord,
     CheckEntry,
     CheckResultRecord,
@@ -372,6 +373,7 @@ class Trace:
         probe: ProbeRecord | None = None,
         counterfactual: Counterfactuals | None = None,
         content: Content | None = None,
+        audit: AuditRecord | None = None,
     ) -> Receipt:
         """The receipt, built once from everything recorded."""
         total = self.elapsed_ms()
@@ -387,6 +389,8 @@ class Trace:
                 decision.label_error = shadow.label_error
         if budget is not None:
             decision.budget = budget
+        if audit is not None:
+            decision.audit = audit
         return Receipt(
             schema_version=SCHEMA_VERSION,
             id=self.receipt_id,

@@ -28,7 +28,7 @@ from firstpass.receipts._discover import (
     discover_chains,
     verify_files,
 )
-from firstpass.receipts._ids import new_receipt_id
+from firstpass.receipts._ids import is_receipt_id, new_receipt_id, receipt_id_ms
 from firstpass.receipts._log import ReceiptLog
 from firstpass.receipts._read import find_by_answer, find_receipt, iter_lines, iter_receipts
 from firstpass.receipts._schema import (
@@ -79,7 +79,14 @@ from firstpass.receipts._signing import (
     verify_checkpoints,
     write_key_files,
 )
-from firstpass.receipts._special import is_special
+from firstpass.receipts._special import (
+    FEEDBACK_KIND,
+    REVOCATION_KIND,
+    feedback_record,
+    is_special,
+    revocation_record,
+    utc_now,
+)
 from firstpass.receipts._store import ReceiptStore, StoreHead
 from firstpass.receipts._summary import (
     CheckRate,
@@ -92,7 +99,9 @@ from firstpass.receipts._writer import Checkpointer, FsyncPolicy, ReceiptWriter,
 
 __all__ = [
     "CHECKPOINT_KIND",
+    "FEEDBACK_KIND",
     "GENESIS_HASH",
+    "REVOCATION_KIND",
     "SCHEMA_VERSION",
     "UNSET",
     "Action",
@@ -149,8 +158,10 @@ __all__ = [
     "WriterStats",
     "canonical_bytes",
     "discover_chains",
+    "feedback_record",
     "find_by_answer",
     "find_receipt",
+    "is_receipt_id",
     "is_special",
     "iter_lines",
     "iter_receipts",
@@ -160,9 +171,12 @@ __all__ = [
     "new_receipt_id",
     "read_lines",
     "receipt_from_builtins",
+    "receipt_id_ms",
     "record_hash",
+    "revocation_record",
     "sha256_text",
     "summarize",
+    "utc_now",
     "valid_strings",
     "valid_text",
     "verify_chain",

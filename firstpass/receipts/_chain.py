@@ -94,6 +94,9 @@ class VerifyReport:
     checkpoints: tuple[tuple[int, str], ...] = ()
     special_heads: tuple[tuple[int, str], ...] = ()
     found: tuple[tuple[int, str], ...] = ()
+    #: each verified ``revocation`` line as ``(line, what it revoked)``: a licence and its
+    #: evidence (``firstpass.monitor``)
+    revocations: tuple[tuple[int, str], ...] = ()
 
     @property
     def n_receipts(self) -> int:
@@ -228,6 +231,7 @@ def verify_stream(
     source in a ``ReceiptError`` when reading fails midway.
     """
     gaps: list[Gap] = []
+    revocations: list[tuple[int, str]] = []
     checkpoints: list[tuple[int, str]] = []
     special_heads: list[tuple[int, str]] = []
     found: list[tuple[int, str]] = []
@@ -269,6 +273,7 @@ def verify_stream(
                     checkpoints=tuple(checkpoints),
                     special_heads=tuple(special_heads),
                     found=tuple(found),
+                    revocations=tuple(revocations),
                 )
             if line_no == 1:
                 first_prev = prev_bytes.decode()
@@ -276,6 +281,8 @@ def verify_stream(
                 n_special += 1
                 if kind == "gap":
                     gaps.append(_gap(line_no, record))
+                elif kind == "revocation":
+                    revocations.append((line_no, _revocation_text(record)))
                 elif kind == "checkpoint":
                     # the head this line follows in the chain, as linked above: what a
                     # checkpoint must sign (its parsed prev_hash may say otherwise)
@@ -300,6 +307,7 @@ def verify_stream(
         checkpoints=tuple(checkpoints),
         special_heads=tuple(special_heads),
         found=tuple(found),
+        revocations=tuple(revocations),
     )
 
 
@@ -361,6 +369,15 @@ def _parse_object(raw: bytes) -> JSONObject:
     if not isinstance(record, dict):
         raise BadLine(f"not a receipt: a JSON {type(record).__name__}, not an object")
     return record
+
+
+def _revocation_text(data: Mapping[str, object]) -> str:
+    """A revocation line as ``receipts verify`` lists it."""
+    return (
+        f"licence {data.get('licence')} revoked at {data.get('revoked_at', data.get('time'))}: "
+        f"{data.get('failures')} of {data.get('audited')} audited skips failed, rate above "
+        f"{data.get('bound')} > alpha {data.get('alpha')} (level {data.get('level')})"
+    )
 
 
 def _gap(line_no: int, data: Mapping[str, object]) -> Gap:

@@ -14,10 +14,11 @@ of ``os.urandom`` bytes refilled every few hundred ids: a system call per id was
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
-__all__ = ["new_receipt_id"]
+__all__ = ["is_receipt_id", "new_receipt_id", "receipt_id_ms"]
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _RANDOM_BITS = 80
@@ -67,6 +68,25 @@ def new_receipt_id() -> str:
         _last_ms, _last_random = now_ms, random_part
         prefix = _prefix
     return prefix + _encode(random_part, 8)
+
+
+#: what ``new_receipt_id`` makes: ``rcpt_`` and 26 Crockford base32 digits, the first at most 7
+#: (a ULID is 128 bits, 26 digits hold 130)
+_ID_SHAPE = re.compile(r"rcpt_[0-7][0-9A-HJKMNP-TV-Z]{25}")
+
+
+def is_receipt_id(text: str) -> bool:
+    """Whether ``text`` has the shape of a receipt id (it may still name no receipt)."""
+    return _ID_SHAPE.fullmatch(text) is not None
+
+
+def receipt_id_ms(receipt_id: str) -> int:
+    """The Unix time in milliseconds a receipt id was made at (its first 10 digits); the id
+    must have the shape ``is_receipt_id`` checks."""
+    value = 0
+    for char in receipt_id[5:15]:
+        value = value * 32 + _ALPHABET.index(char)
+    return value
 
 
 def _draw() -> int:

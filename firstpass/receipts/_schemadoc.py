@@ -28,6 +28,7 @@ _PARTS: tuple[type[msgspec.Struct], ...] = (
     _schema.CheckResultRecord,
     _schema.DroppedCase,
     _schema.Decision,
+    _schema.AuditRecord,
     _schema.BudgetRecord,
     _schema.ErrorBrief,
     _schema.ProbeRecord,

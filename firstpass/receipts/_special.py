@@ -1,9 +1,13 @@
-"""Lines the writer itself adds to a log, which are not requests: gap markers and checkpoints.
+"""Lines of a log that are not chat requests: gap markers, checkpoints, client feedback,
+licence revocations.
 
 They carry ``kind`` (and ``mode`` equal to it, since every line has a ``mode``); a request
 receipt never has ``kind``. Every reader that counts requests skips lines with ``kind``.
 A gap marker records, inside the chain, what was lost and why, so ``verify`` shows the loss
-instead of the chain silently skipping over it.
+instead of the chain silently skipping over it. A feedback line is a client's delayed label
+of one of its receipts (``POST /v1/feedback``): it is that feedback request's one record. A
+revocation line records, in the chain, that the licence monitor revoked a certificate at a
+(route, rung), with its evidence (``firstpass.monitor``).
 """
 
 from __future__ import annotations
@@ -13,9 +17,25 @@ from collections.abc import Mapping
 
 from firstpass.receipts._ids import new_receipt_id
 
-__all__ = ["GAP_KIND", "SPECIAL_KINDS", "gap_record", "is_special", "utc_now"]
+__all__ = [
+    "FEEDBACK_KIND",
+    "GAP_KIND",
+    "REVOCATION_KIND",
+    "SPECIAL_KINDS",
+    "feedback_record",
+    "gap_record",
+    "is_special",
+    "revocation_record",
+    "utc_now",
+]
 
 GAP_KIND = "gap"
+#: a client's delayed label (``POST /v1/feedback``); not in ``SPECIAL_KINDS``: a client asked
+#: for it, so signed checkpoints must vouch for it as for any request's receipt
+FEEDBACK_KIND = "feedback"
+#: the licence monitor revoked a certificate (``revocation_record``); not in ``SPECIAL_KINDS``
+#: either: signed checkpoints vouch for it as for a receipt (who may still skip depends on it)
+REVOCATION_KIND = "revocation"
 #: every ``kind`` the writer writes; a line with any ``kind`` at all is not a request receipt
 SPECIAL_KINDS = ("gap", "checkpoint")
 
@@ -40,6 +60,46 @@ def gap_record(reason: str, **fields: object) -> dict[str, object]:
     }
 
 
+def feedback_record(
+    *,
+    feedback_id: str,
+    receipt: str,
+    passed: bool,
+    reason: str | None,
+    reason_sha256: str | None,
+    client_key: str | None,
+) -> dict[str, object]:
+    """A client's label of ``receipt`` (docs/receipts.md, "Feedback lines"): ``reason`` is
+    the text (only with ``store_content``), ``reason_sha256`` its hash (None: no reason given);
+    ``client_key`` the name of the key that sent it (None: the server takes no keys)."""
+    return {
+        "id": feedback_id,
+        "kind": FEEDBACK_KIND,
+        "mode": FEEDBACK_KIND,
+        "time": utc_now(),
+        "receipt": receipt,
+        "passed": passed,
+        "reason_sha256": reason_sha256,
+        **({"reason": reason} if reason is not None else {}),
+        "client_key": client_key,
+    }
+
+
+def revocation_record(evidence: Mapping[str, object]) -> dict[str, object]:
+    """A revocation line: ``evidence`` is the monitor's (licence, route, rung, certificate,
+    alpha, level, audited, failures, log_wealth, bound, time, replica); ``revoked_at`` keeps
+    the monitor's decision time, ``time`` is the line's own."""
+    fields = {k: v for k, v in evidence.items() if k not in ("id", "kind", "mode", "time")}
+    return {
+        "id": new_receipt_id(),
+        "kind": REVOCATION_KIND,
+        "mode": REVOCATION_KIND,
+        "time": utc_now(),
+        **({"revoked_at": evidence["time"]} if "time" in evidence else {}),
+        **fields,
+    }
+
+
 def is_special(record: Mapping[str, object]) -> bool:
-    """Whether a line is one the writer added (a gap, a checkpoint), not a request's receipt."""
+    """Whether a line is not a chat request's receipt (a gap, a checkpoint, a feedback line)."""
     return "kind" in record

@@ -6,6 +6,7 @@ See docs/sandbox.md for what is isolated, the spec shape and the threat model.
 from ._child.codec import NonData, WireError, from_json, from_wire, to_wire
 from ._extract import Extraction, extract_code
 from ._limits import MAX_SECONDS, Limits
+from ._null import NullKind, NullProgram, NullVerdict, null_programs, stub_names
 from ._result import CATEGORIES, SampleResult, TestResult
 from ._runner import Sandbox
 from ._spec import (
@@ -28,6 +29,9 @@ __all__ = [
     "Extraction",
     "Limits",
     "NonData",
+    "NullKind",
+    "NullProgram",
+    "NullVerdict",
     "ProbeInputs",
     "SampleResult",
     "Sandbox",
@@ -37,6 +41,8 @@ __all__ = [
     "extract_code",
     "from_json",
     "from_wire",
+    "null_programs",
     "parse_spec",
+    "stub_names",
     "to_wire",
 ]

@@ -33,6 +33,7 @@ from ._client import ZygoteDied, ZygoteProcess
 from ._extract import extract_code
 from ._isolation import DEFAULT_HIDE, ZYGOTE, Isolation, detect_isolation
 from ._limits import WALL_STRETCH, Limits
+from ._null import NullVerdict, null_programs
 from ._reference import References
 from ._requests import build_request, read_behaviour, read_tests
 from ._result import SampleResult, TestResult
@@ -369,6 +370,42 @@ class Sandbox(References):
             for task in tasks:
                 task.cancel()
             raise
+
+    async def null_passes(self, spec: TestSpec, limits: Limits | None = None) -> NullVerdict | None:
+        """Which null answer passes every test of ``spec`` (``"returns_none"`` first, then
+        ``"raises"``), or None when both fail one: whether the tests carry any signal at all.
+
+        The stubs (``_null.py``) run as samples do, on the same slots, in parallel with each
+        other and with the request's samples; they never involve a sample, so none can fool it.
+        When the sandbox cannot tell (``SandboxBusy``, ``SandboxError``, a reference that
+        fails: ``SpecError``) and no stub passed, it returns ``"unknown"``, never None:
+        could-not-tell must not license a skip.
+        """
+        if not self._started:
+            raise SandboxError("the sandbox is not started: use 'async with Sandbox() as sb'")
+        limits = limits or self.limits
+        try:
+            if isinstance(spec, CasesSpec) and not spec.resolved:
+                spec = await self.resolve(spec, limits)
+        except (SandboxError, SpecError):
+            return "unknown"
+        programs = null_programs(spec)
+        key = secrets.token_hex(8)  # the two stubs may share a judge, as one request's samples
+
+        async def passes(code: str) -> bool:
+            req = build_request(code, spec, spec.entry_point)
+            req["judge_key"] = key
+            resp = await self._submit(req, limits)
+            return all(t.passed for t in read_tests(resp, spec.n_tests))
+
+        got = await asyncio.gather(*(passes(p.code) for p in programs), return_exceptions=True)
+        for program, ok in zip(programs, got, strict=True):
+            if ok is True:
+                return program.kind
+        for ok in got:  # SandboxBusy is a SandboxError; anything else is a bug of ours
+            if isinstance(ok, BaseException) and not isinstance(ok, SandboxError):
+                raise ok
+        return "unknown" if any(isinstance(ok, BaseException) for ok in got) else None
 
     async def _submit(self, req: RunRequest, limits: Limits, *, alt: bool = False) -> Response:
         """Run ``req`` on a free slot. If the caller is cancelled, the slot stays taken until

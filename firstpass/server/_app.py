@@ -29,6 +29,14 @@ from firstpass.receipts import CheckpointSigner, ReceiptLog, ReceiptWriter
 from firstpass.server._auth import KeyRing
 from firstpass.server._door import auth_middleware, capacity_middleware, refusal_middleware
 from firstpass.server._errors import error_middleware
+from firstpass.server._feedback import (
+    FEEDBACK,
+    FeedbackService,
+    IndexedSink,
+    ReceiptIndex,
+    feedback,
+    lookup_for,
+)
 from firstpass.server._handlers import chat_completions, healthz, list_models, readyz
 from firstpass.server._keys import (
     CLIENT_KEYS,
@@ -46,6 +54,7 @@ from firstpass.server._keys import (
     Handler,
     ServerState,
 )
+from firstpass.server._licences import open_monitor, revoked_summary
 from firstpass.server._observe import install_observability, observed_sink
 from firstpass.server._workers import run_workers, worker_logs
 
@@ -71,7 +80,21 @@ def _elastic_summary(config: Config) -> dict[str, object]:
         f"{route}/{rung}": (lic.certificate.id if lic.certificate is not None else "gates")
         for (route, rung), lic in sorted(elastic.licences.items())
     }
-    return {"elastic": elastic.mode, "certificates": licences}
+    summary: dict[str, object] = {"elastic": elastic.mode, "certificates": licences}
+    if elastic.files:  # who vouches for each cited file (a hash alone: anyone could write it)
+        summary["certificate_signatures"] = {
+            f"{cf.id} ({cf.path})": (
+                f"signed by trusted key {cf.signed_by}"
+                if cf.signed_by
+                else f"not signed by a trusted key: {cf.unsigned}"
+            )
+            for cf in elastic.files
+        }
+        in_force = {lic.certificate.id for lic in elastic.licences.values() if lic.certificate}
+        unsigned = sorted(cf.id for cf in elastic.files if cf.id in in_force and not cf.signed_by)
+        if unsigned:
+            summary["unsigned_certificates_in_force"] = unsigned
+    return summary
 
 
 def _default_sandbox(config: Config) -> SandboxService:
@@ -176,12 +199,18 @@ def create_app(
         handler_args={"max_field_size": 16384},
     )
     app[CONFIG] = config
-    endpoints: dict[Handler, Endpoint] = {chat_completions: "receipted", list_models: "keyed"}
+    endpoints: dict[Handler, Endpoint] = {
+        chat_completions: "receipted",
+        feedback: "receipted",
+        list_models: "keyed",
+    }
     app[ENDPOINTS] = endpoints
     app[STATE] = ServerState()
     app[CLIENT_KEYS] = KeyRing(config.server.client_key)
     app[PARSE_SPEC] = parse_spec
     app[ROUTE_CHECKS] = _route_checks(config, parse_spec)
+    index = ReceiptIndex(config.server.feedback_index_size)
+    app[FEEDBACK] = FeedbackService(index, lookup_for(config))
 
     async def receipts_ctx(app: web.Application) -> AsyncIterator[None]:
         r = config.receipts
@@ -251,12 +280,16 @@ def create_app(
             budgets = shared
         else:
             budgets = await _seeded_ledger(config)
+        monitor = await open_monitor(app, config)  # resumes the licence monitor's counts
+        app[FEEDBACK].monitor = monitor  # client labels of licensed skips, counted apart
         app[PIPELINE] = Pipeline(
             config=config,
             providers=built,
             sandbox=app[SANDBOX],
-            writer=observed_sink(app, app[RECEIPT_WRITER]),
+            # each served receipt is remembered for POST /v1/feedback's ownership check
+            writer=IndexedSink(observed_sink(app, app[RECEIPT_WRITER]), index),
             budgets=budgets,
+            monitor=monitor,
         )
         app[STATE].ready = True
         log.info(
@@ -269,15 +302,19 @@ def create_app(
                 else str(config.receipts.path)
             ),
             **_elastic_summary(config),
+            **revoked_summary(monitor),
         )
         yield
         app[STATE].ready = False
+        if monitor is not None:
+            await monitor.aclose()  # its last counts written while the receipt writer is open
         if shared is not None:
             await shared.aclose()  # settles still being retried get their last chance
 
     app.cleanup_ctx.extend([receipts_ctx, upstream_ctx, sandbox_ctx, pipeline_ctx])
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
+    app.router.add_post("/v1/feedback", feedback)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     install_observability(app, config)

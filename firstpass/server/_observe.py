@@ -14,6 +14,7 @@ from aiohttp import web
 from firstpass.config import Config
 from firstpass.observe import (
     CONTENT_TYPE,
+    LicenceCollector,
     ObservedSink,
     RequestMetrics,
     RuntimeCollector,
@@ -21,6 +22,7 @@ from firstpass.observe import (
 )
 from firstpass.pipeline import ReceiptSink
 from firstpass.server._keys import CONFIG, RECEIPT_WRITER, SANDBOX, STATE
+from firstpass.server._licences import MONITOR
 
 __all__ = ["METRICS", "install_observability", "metrics", "observed_sink"]
 
@@ -41,6 +43,8 @@ def install_observability(app: web.Application, config: Config) -> None:
             in_flight=lambda: app[STATE].in_flight,
         )
     )
+    # the licence monitor's state; registered here, before the monitor opens
+    registry.registry.register(LicenceCollector(lambda: app.get(MONITOR)))
     app[METRICS] = registry
     app.router.add_get("/metrics", metrics)
 

@@ -1,0 +1,130 @@
+"""The licence monitor's store in PostgreSQL (``firstpass.monitor.LicenceStore``): each
+replica's counts per licence in ``firstpass_licence_counts``, revocations in
+``firstpass_revocations`` (migration 4).
+
+An exchange writes this replica's counts and reads everyone's in one transaction under a
+transaction-scoped advisory lock, so exchanges are one sequence of states, each holding every
+count of the one before (what ``firstpass.monitor.LicenceMonitor`` decides on). A revocation is
+an insert that only the first replica to decide wins. The monitor calls these from its own
+task, every few seconds and after its own labels: never on a request's path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+import psycopg
+
+from firstpass.db._connect import first_line, redact
+from firstpass.db._pool import Conn, Connections
+from firstpass.errors import DatabaseError
+from firstpass.monitor import LicenceKey, Revocation, Snapshot, Tally
+
+__all__ = ["PostgresLicenceStore"]
+
+_T = TypeVar("_T")
+
+#: the advisory lock exchanges take ("FPLI"), beside the migrations' own
+LICENCE_LOCK = 0x46_50_4C_49
+#: seconds an operation may take, waiting for a connection included
+TIMEOUT_S = 10.0
+
+_UPSERT = """
+INSERT INTO firstpass_licence_counts
+    (replica, licence, audited, failures, feedback, feedback_failures, updated)
+VALUES (%s, %s, %s, %s, %s, %s, now())
+ON CONFLICT (replica, licence) DO UPDATE SET
+    audited = EXCLUDED.audited, failures = EXCLUDED.failures, feedback = EXCLUDED.feedback,
+    feedback_failures = EXCLUDED.feedback_failures, updated = now()
+"""
+_COUNTS = (
+    "SELECT replica, licence, audited, failures, feedback, feedback_failures "
+    "FROM firstpass_licence_counts"
+)
+_REVOCATIONS = "SELECT evidence::text FROM firstpass_revocations"
+
+
+class PostgresLicenceStore:
+    """The store on the database at ``dsn`` (already migrated: ``firstpass db migrate``)."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conns = Connections(dsn, size=1, connect_timeout_s=TIMEOUT_S)
+
+    async def load(self) -> Snapshot:
+        async def work(conn: Conn) -> Snapshot:
+            async with conn.transaction():
+                return await _read(conn)
+
+        return await self._run(work)
+
+    async def exchange(self, replica: str, mine: Mapping[LicenceKey, Tally]) -> Snapshot:
+        rows = [
+            (replica, key.text(), t.audited, t.failures, t.feedback, t.feedback_failures)
+            for key, t in sorted(mine.items())
+        ]
+
+        async def work(conn: Conn) -> Snapshot:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (LICENCE_LOCK,))
+                async with conn.cursor() as cur:
+                    await cur.executemany(_UPSERT, rows)
+                return await _read(conn)
+
+        return await self._run(work)
+
+    async def revoke(self, revocation: Revocation) -> bool:
+        async def work(conn: Conn) -> bool:
+            async with conn.transaction():
+                cur = await conn.execute(
+                    "INSERT INTO firstpass_revocations (licence, evidence) VALUES (%s, %s) "
+                    "ON CONFLICT (licence) DO NOTHING RETURNING licence",
+                    (revocation.key.text(), json.dumps(revocation.to_dict())),
+                )
+                return await cur.fetchone() is not None
+
+        return await self._run(work)
+
+    async def aclose(self) -> None:
+        await self._conns.aclose()
+
+    async def _run(self, work: Callable[[Conn], Awaitable[_T]]) -> _T:
+        """``work`` on a connection within ``TIMEOUT_S``; a failure is a ``DatabaseError`` (the
+        monitor logs it and tries again at its next poll)."""
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                async with self._conns.connection() as conn:
+                    return await work(conn)
+        except psycopg.errors.UndefinedTable as exc:
+            raise DatabaseError(
+                "the licence monitor's tables are missing: run `firstpass db migrate` "
+                "(migration 4) against this database"
+            ) from exc
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            why = "no answer in time" if isinstance(exc, TimeoutError) else first_line(exc)
+            raise DatabaseError(
+                f"the licence store in PostgreSQL: {redact(why, self._dsn)}"
+            ) from exc
+
+
+async def _read(conn: Conn) -> Snapshot:
+    replicas: dict[str, dict[LicenceKey, Tally]] = {}
+    cur = await conn.execute(_COUNTS)
+    for replica, licence, audited, failures, feedback, feedback_failures in await cur.fetchall():
+        tally = Tally(
+            audited=int(audited),  # type: ignore[call-overload]
+            failures=int(failures),  # type: ignore[call-overload]
+            feedback=int(feedback),  # type: ignore[call-overload]
+            feedback_failures=int(feedback_failures),  # type: ignore[call-overload]
+        )
+        replicas.setdefault(str(replica), {})[LicenceKey.parse(str(licence))] = tally
+    revocations: dict[LicenceKey, Revocation] = {}
+    cur = await conn.execute(_REVOCATIONS)
+    for (evidence,) in await cur.fetchall():
+        rev = Revocation.from_dict(json.loads(str(evidence)))
+        if rev is not None:
+            revocations[rev.key] = rev
+    return Snapshot(replicas=replicas, revocations=revocations)

@@ -1,0 +1,238 @@
+"""A licence's monitored state as values: its key, its terms, the counts each replica keeps, and
+the revocation the e-process decides (pure: the store and the loop are in ``_monitor.py``).
+
+A licence is a (route, rung, certificate id): a new certificate is another licence, with counts
+of its own, which is why only a new certificate lifts a revocation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from firstpass._json import JSON
+from firstpass.config import ElasticConfig
+from firstpass.monitor._eprocess import DEFAULT_LEVEL, log_wealth, lower_bound
+
+__all__ = [
+    "LabelSource",
+    "LicenceKey",
+    "Revocation",
+    "Tally",
+    "Terms",
+    "decide",
+    "level_for",
+    "licence_terms",
+    "pooled",
+]
+
+#: where a label came from: a random audit, shadow's label of a would-be skip (rate 1), or a
+#: client's delayed feedback (not a random sample: counted apart, never in the e-process)
+LabelSource = Literal["audit", "shadow", "feedback"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LicenceKey:
+    """What a label is about: the certificate in force at (route, rung)."""
+
+    route: str
+    rung: int
+    certificate: str
+
+    def text(self) -> str:
+        """``route/rung/certificate``: the key in the state file, logs and receipt lines."""
+        return f"{self.route}/{self.rung}/{self.certificate}"
+
+    @classmethod
+    def parse(cls, text: str) -> LicenceKey:
+        """The inverse of ``text`` (a route name may hold ``/``: the last two parts are ours)."""
+        route, rung, cert = text.rsplit("/", 2)
+        return cls(route=route, rung=int(rung), certificate=cert)
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """What a licence promises and how sure its monitor must be before revoking it."""
+
+    alpha: float
+    level: float
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """One replica's (or the pooled) labels of a licence: those the e-process counts (random
+    audits and shadow labels) and the client feedback kept apart."""
+
+    audited: int = 0
+    failures: int = 0
+    feedback: int = 0
+    feedback_failures: int = 0
+
+    def add(self, *, failed: bool, source: LabelSource) -> Tally:
+        if source == "feedback":
+            return Tally(
+                audited=self.audited,
+                failures=self.failures,
+                feedback=self.feedback + 1,
+                feedback_failures=self.feedback_failures + int(failed),
+            )
+        return Tally(
+            audited=self.audited + 1,
+            failures=self.failures + int(failed),
+            feedback=self.feedback,
+            feedback_failures=self.feedback_failures,
+        )
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(
+            audited=self.audited + other.audited,
+            failures=self.failures + other.failures,
+            feedback=self.feedback + other.feedback,
+            feedback_failures=self.feedback_failures + other.feedback_failures,
+        )
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "audited": self.audited,
+            "failures": self.failures,
+            "feedback": self.feedback,
+            "feedback_failures": self.feedback_failures,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, object]) -> Tally:
+        """A stored tally; a field that is not a count reads as 0 (never a crash at start)."""
+
+        def count(name: str) -> int:
+            value = raw.get(name)
+            return value if type(value) is int and value >= 0 else 0
+
+        audited, failures = count("audited"), count("failures")
+        feedback, feedback_failures = count("feedback"), count("feedback_failures")
+        return cls(
+            audited=audited,
+            failures=min(failures, audited),
+            feedback=feedback,
+            feedback_failures=min(feedback_failures, feedback),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Revocation:
+    """A licence the monitor revoked, with its evidence: the pooled counts it was decided on,
+    the e-value and the lower confidence bound on the rate."""
+
+    key: LicenceKey
+    alpha: float
+    level: float
+    audited: int
+    failures: int
+    #: log of the e-process's wealth K_n(α) when it reached 1/level
+    log_wealth: float
+    #: the lower end of the (1 − level) confidence sequence for the rate, above α
+    bound: float
+    time: str
+    replica: str
+
+    def evidence(self) -> str:
+        """One sentence a receipt's ``uncertified_because`` and the log carry."""
+        return (
+            f"revoked: certificate {self.key.certificate} at route {self.key.route!r} rung "
+            f"{self.key.rung}: {self.failures} of {self.audited} audited skips failed the gate; "
+            f"e-value {math.exp(min(self.log_wealth, 700.0)):.4g} ≥ 1/{self.level:g}, the "
+            f"failure rate is above {self.bound:.4f} > α {self.alpha:g} with confidence "
+            f"{1 - self.level:g} (revoked {self.time} by {self.replica}); calibrate again and "
+            "cite the new file to lift it"
+        )
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "licence": self.key.text(),
+            "route": self.key.route,
+            "rung": self.key.rung,
+            "certificate": self.key.certificate,
+            "alpha": self.alpha,
+            "level": self.level,
+            "audited": self.audited,
+            "failures": self.failures,
+            "log_wealth": self.log_wealth,
+            "bound": self.bound,
+            "time": self.time,
+            "replica": self.replica,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, object]) -> Revocation | None:
+        """A stored revocation; None when it does not read as one (the caller says so)."""
+        try:
+            key = LicenceKey.parse(str(raw["licence"]))
+            return cls(
+                key=key,
+                alpha=float(raw["alpha"]),  # type: ignore[arg-type]
+                level=float(raw["level"]),  # type: ignore[arg-type]
+                audited=int(raw["audited"]),  # type: ignore[call-overload]
+                failures=int(raw["failures"]),  # type: ignore[call-overload]
+                log_wealth=float(raw["log_wealth"]),  # type: ignore[arg-type]
+                bound=float(raw["bound"]),  # type: ignore[arg-type]
+                time=str(raw["time"]),
+                replica=str(raw["replica"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def pooled(replicas: Iterable[Mapping[LicenceKey, Tally]]) -> dict[LicenceKey, Tally]:
+    """Every replica's counts summed per licence: the e-process depends on counts only, so this
+    is the wealth of all their labels together."""
+    total: dict[LicenceKey, Tally] = {}
+    for tallies in replicas:
+        for key, tally in tallies.items():
+            total[key] = total.get(key, Tally()) + tally
+    return total
+
+
+def decide(
+    key: LicenceKey, tally: Tally, terms: Terms, *, time: str, replica: str
+) -> Revocation | None:
+    """The revocation of ``key`` when its pooled counts reject H0 "rate ≤ α" at the licence's
+    level (``firstpass.monitor._eprocess``), else None. Feedback never enters it."""
+    wealth = log_wealth(tally.audited, tally.failures, terms.alpha)
+    if wealth < -math.log(terms.level):
+        return None
+    return Revocation(
+        key=key,
+        alpha=terms.alpha,
+        level=terms.level,
+        audited=tally.audited,
+        failures=tally.failures,
+        log_wealth=wealth,
+        bound=lower_bound(tally.audited, tally.failures, terms.level),
+        time=time,
+        replica=replica,
+    )
+
+
+def level_for(monitor_level: float | None, delta: float | None) -> float:
+    """The monitor's level γ for a licence: ``[escalation.elastic] monitor_level``, else the
+    certificate's δ, else ``DEFAULT_LEVEL``."""
+    if monitor_level is not None:
+        return monitor_level
+    return delta if delta is not None else DEFAULT_LEVEL
+
+
+def licence_terms(elastic: ElasticConfig | None) -> dict[LicenceKey, Terms]:
+    """The licences a server monitors: each probed (route, rung)'s certificate in force that
+    bounds the failure rate among skips (Learn-then-Test; a CRC certificate's α bounds the
+    joint rate P(skip and fail), which labels of skips alone cannot test)."""
+    if elastic is None:
+        return {}
+    terms: dict[LicenceKey, Terms] = {}
+    for (route, rung), licence in elastic.licences.items():
+        cert = licence.certificate
+        if cert is None or cert.delta is None:
+            continue
+        key = LicenceKey(route=route, rung=rung, certificate=cert.id)
+        terms[key] = Terms(alpha=cert.alpha, level=level_for(elastic.monitor_level, cert.delta))
+    return terms

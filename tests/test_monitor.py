@@ -1,0 +1,217 @@
+"""The licence monitor's statistics and state, without a server: the e-process against its
+closed form and a numerical integral (scipy), its level and power by simulation, the lower
+confidence bound, and the counts' pooling, persistence and revocation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from firstpass.errors import ReceiptError
+from firstpass.monitor import (
+    FileLicenceStore,
+    LicenceKey,
+    LicenceMonitor,
+    Tally,
+    Terms,
+    level_for,
+    log_wealth,
+    lower_bound,
+    rejects,
+    simulate_revocation,
+)
+
+KEY = LicenceKey(route="code", rung=0, certificate="cal_0123456789abcdef")
+
+
+def _mixture_by_quadrature(n: int, failures: int, alpha: float) -> float:
+    """K_n(α) straight from its definition: the product of constant bets (1 + λ(X − α)),
+    λ = (q − α)/(α(1 − α)), averaged over q ~ Beta(1, 1/α − 1) truncated to [α, 1]."""
+    b = 1 / alpha - 1
+    mass = stats.beta.sf(alpha, 1, b)
+
+    def integrand(q: float) -> float:
+        lam = (q - alpha) / (alpha * (1 - alpha))
+        wealth = (1 + lam * (1 - alpha)) ** failures * (1 - lam * alpha) ** (n - failures)
+        return float(wealth * stats.beta.pdf(q, 1, b) / mass)
+
+    points = [failures / n] if 0 < failures < n else None
+    value, _ = integrate.quad(integrand, alpha, 1, points=points, limit=200)
+    return float(value)
+
+
+@pytest.mark.parametrize(
+    ("n", "failures", "alpha"),
+    [(1, 0, 0.1), (1, 1, 0.1), (10, 3, 0.1), (50, 8, 0.05), (200, 30, 0.1), (40, 0, 0.2)],
+)
+def test_the_wealth_equals_the_mixture_of_constant_bets(
+    n: int, failures: int, alpha: float
+) -> None:
+    """The closed form (incomplete beta) is the integral of the bets' wealth over the prior."""
+    assert math.exp(log_wealth(n, failures, alpha)) == pytest.approx(
+        _mixture_by_quadrature(n, failures, alpha), rel=1e-6
+    )
+
+
+def test_each_step_of_the_wealth_is_one_predictable_bet_in_range() -> None:
+    """K_0 = 1, and from any counts the next label multiplies the wealth by 1 + λ(X − α) with
+    one λ ∈ [0, 1/α] for both outcomes: a bet fixed before the label is seen, so the wealth
+    is a test supermartingale under H0 (Ville applies)."""
+    assert log_wealth(0, 0, 0.05) == 0.0
+    for alpha in (0.05, 0.2):
+        for n, f in ((0, 0), (1, 0), (1, 1), (20, 2), (20, 9), (500, 20), (500, 120)):
+            before = log_wealth(n, f, alpha)
+            up = math.exp(log_wealth(n + 1, f + 1, alpha) - before)  # 1 + λ(1 − α)
+            down = math.exp(log_wealth(n + 1, f, alpha) - before)  # 1 − λα
+            bet_up, bet_down = (up - 1) / (1 - alpha), (1 - down) / alpha
+            assert bet_up == pytest.approx(bet_down, rel=1e-6, abs=1e-9)
+            assert -1e-9 <= bet_up <= 1 / alpha + 1e-9
+
+
+def test_the_lower_bound_is_where_the_test_stops_rejecting() -> None:
+    """Every α' below the bound is rejected, every α' above it (up to F/n) is not; the
+    wealth falls as α' rises below F/n (so the bisection finds the one crossing)."""
+    for n, f, level in ((100, 20, 0.05), (30, 9, 0.1), (1000, 80, 0.01)):
+        low = lower_bound(n, f, level)
+        assert 0 < low < f / n
+        assert rejects(n, f, low * 0.99, level) and not rejects(n, f, low * 1.01 + 1e-6, level)
+        grid = np.linspace(1e-4, f / n, 200)
+        wealth = [log_wealth(n, f, a) for a in grid]
+        assert all(np.diff(wealth) <= 1e-9)
+    assert lower_bound(0, 0, 0.05) == 0.0 and lower_bound(50, 0, 0.05) == 0.0
+
+
+def test_the_bound_is_never_above_the_exact_one_look_bound() -> None:
+    """Valid at every n at once costs width: the bound is at most the one-look Clopper–Pearson
+    lower bound at the same confidence."""
+    for n, f in ((100, 20), (400, 40), (50, 25)):
+        one_look = stats.beta.ppf(0.05, f, n - f + 1)
+        assert lower_bound(n, f, 0.05) <= one_look
+
+
+@pytest.mark.slow
+def test_at_a_rate_of_exactly_alpha_at_most_gamma_of_runs_are_ever_revoked() -> None:
+    """Level by simulation: 4,000 runs of 3,000 labels each at rate α, looked at after every
+    label: the share ever revoked (with its 99% Clopper–Pearson interval) is at most γ."""
+    alpha, level, runs, horizon = 0.05, 0.05, 4000, 3000
+    rng = np.random.default_rng(2024)
+    revoked = sum(
+        simulate_revocation(alpha, alpha, level, horizon, rng) is not None for _ in range(runs)
+    )
+    share = revoked / runs
+    low, high = stats.beta.ppf(
+        [0.005, 0.995], [revoked, revoked + 1], [runs - revoked + 1, runs - revoked]
+    )
+    print(f"revoked at rate α: {share:.4f} (99% CI {low:.4f}-{high:.4f}), level {level}")
+    assert high <= level
+
+
+def test_at_three_times_alpha_the_licence_is_revoked_soon() -> None:
+    """Power by simulation: at rate 3α every run is revoked; the delay (labels) is reported."""
+    alpha, level = 0.05, 0.05
+    rng = np.random.default_rng(7)
+    delays = [simulate_revocation(3 * alpha, alpha, level, 5000, rng) for _ in range(300)]
+    assert all(d is not None for d in delays)
+    found = np.array([d for d in delays if d is not None])
+    median, p90 = np.median(found), np.quantile(found, 0.9)
+    print(f"labels until revocation at 3α: median {median:.0f}, 90th percentile {p90:.0f}")
+    assert median < 100 and p90 < 250
+
+
+def test_the_level_defaults_to_the_certificates_delta_then_to_five_percent() -> None:
+    assert level_for(0.01, 0.1) == 0.01
+    assert level_for(None, 0.1) == 0.1
+    assert level_for(None, None) == 0.05
+
+
+def test_feedback_is_counted_but_never_bet_on() -> None:
+    """Client feedback (not a random sample) never revokes, however much of it fails."""
+    monitor = LicenceMonitor(terms={KEY: Terms(alpha=0.1, level=0.05)}, replica="r")
+    for _ in range(50):
+        monitor.observe_label("code", 0, KEY.certificate, True, "feedback")
+    asyncio.run(monitor.sync())
+    (state,) = monitor.states()
+    assert state.tally == Tally(feedback=50, feedback_failures=50)
+    assert monitor.revoked == []
+
+
+def test_labels_of_an_unmonitored_certificate_are_not_counted() -> None:
+    monitor = LicenceMonitor(terms={KEY: Terms(alpha=0.1, level=0.05)}, replica="r")
+    monitor.observe_label("code", 0, "cal_other", True, "audit")
+    assert monitor.unmonitored == 1 and monitor.states()[0].tally == Tally()
+
+
+def test_replicas_sharing_a_file_store_pool_their_counts_and_see_one_revocation(
+    tmp_path: Path,
+) -> None:
+    """Two replicas on one licences.json: neither alone has enough failures; together they
+    revoke once, and the other replica learns it from the store."""
+
+    async def scenario() -> None:
+        path = tmp_path / "licences.json"
+        terms = {KEY: Terms(alpha=0.1, level=0.05)}
+        a = LicenceMonitor(terms=terms, replica="a", store=FileLicenceStore(path), poll_s=60)
+        b = LicenceMonitor(terms=terms, replica="b", store=FileLicenceStore(path), poll_s=60)
+        seen: list[str] = []
+
+        async def hook(rev: object) -> None:
+            seen.append("revoked")
+
+        a.on_revoke = b.on_revoke = hook
+        for m in (a, b):
+            await m.start()
+        for _ in range(2):
+            a.observe_label("code", 0, KEY.certificate, True, "audit")
+        await a.sync()
+        assert a.revoked == []  # 2 failures of 2: K ≈ 4.3 < 1/0.05
+        for _ in range(2):
+            b.observe_label("code", 0, KEY.certificate, True, "audit")
+        await b.sync()  # the store now holds all 4 (K ≈ 36): b decides
+        assert [r.key for r in b.revoked] == [KEY] and b.revoked[0].audited == 4
+        await a.sync()
+        assert [r.key for r in a.revoked] == [KEY]
+        assert a.revocation("code", 0) is not None and a.revocation("code", 1) is not None
+        assert a.revocation("other", 0) is None
+        assert seen == ["revoked"]
+        for m in (a, b):
+            await m.aclose()
+        doc = json.loads(path.read_text())
+        assert doc["replicas"]["a"][KEY.text()]["audited"] == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_restarted_replica_resumes_its_counts(tmp_path: Path) -> None:
+    """A new process of the same replica starts from the stored counts, never from zero."""
+
+    async def scenario() -> None:
+        path = tmp_path / "licences.json"
+        terms = {KEY: Terms(alpha=0.1, level=0.05)}
+        first = LicenceMonitor(terms=terms, replica="a", store=FileLicenceStore(path))
+        await first.start()
+        for failed in (True, False, True):
+            first.observe_label("code", 0, KEY.certificate, failed, "audit")
+        await first.aclose()
+        second = LicenceMonitor(terms=terms, replica="a", store=FileLicenceStore(path))
+        await second.start()
+        assert second.states()[0].tally == Tally(audited=3, failures=2)
+        second.observe_label("code", 0, KEY.certificate, True, "audit")
+        await second.aclose()
+        doc = json.loads(path.read_text())
+        assert doc["replicas"]["a"][KEY.text()] == Tally(audited=4, failures=3).to_dict()
+
+    asyncio.run(scenario())
+
+
+def test_an_unreadable_state_file_fails_the_start_saying_what_to_do(tmp_path: Path) -> None:
+    path = tmp_path / "licences.json"
+    path.write_text("{not json")
+    monitor = LicenceMonitor(terms={}, replica="a", store=FileLicenceStore(path))
+    with pytest.raises(ReceiptError, match="restore it from a backup"):
+        asyncio.run(monitor.start())
