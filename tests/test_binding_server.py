@@ -97,6 +97,8 @@ def test_a_request_the_certificate_covers_skips_the_gate(enforced: Any) -> None:
         ({"response_format": {"type": "text"}}, "response_format"),
         ({"presence_penalty": 1.5}, "presence_penalty"),
         ({"vendor_greedy": True}, "vendor_greedy"),
+        ({"max_tokens": 64}, "max_tokens"),
+        ({"max_completion_tokens": 64}, "max_completion_tokens"),
         ({"top_k": 1, "min_p": 0.5}, "min_p, top_k"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
@@ -125,7 +127,7 @@ def test_gate_checks_added_after_calibration_fail_the_start(
     with pytest.raises(ConfigError) as info:
         stack_config(shadow.stub.url, tmp_path / "r.jsonl", elastic=_enforce(cal), route_extra=GATE)
     assert info.value.key_path == "route[0].gate_checks"
-    assert "gate checks are not the ones" in str(info.value)
+    assert "are not the ones its calibration labels were judged by" in str(info.value)
     config = stack_config(
         shadow.stub.url, tmp_path / "r.jsonl", elastic={**_enforce(cal), "mode": "shadow"},
         route_extra=GATE,
@@ -133,6 +135,35 @@ def test_gate_checks_added_after_calibration_fail_the_start(
     assert config.elastic is not None
     licence = config.elastic.licence("code", 0)
     assert licence.certificate is None and "gate checks" in (licence.problem or "")
+
+
+def test_route_tests_changed_after_calibration_fail_the_start(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """``[route.checks]`` lends its tests to requests that bring none: the operator's tests are
+    part of the context like its listed checks. Calibrated with them, then given other hidden
+    tests, the start fails naming the route's gate."""
+    lent: dict[str, Any] = {
+        "without_checks": "route_checks",
+        "checks": {
+            "visible": ["assert add(1, 2) == 3"],
+            "hidden": ["assert add(2, 2) == 4"],
+            "entry_point": "add",
+        },
+    }
+    shadow, cal = calibrated(live_stack, tmp_path, route_extra=lent)
+    assert (
+        stack_config(
+            shadow.stub.url, tmp_path / "r.jsonl", elastic=_enforce(cal), route_extra=lent
+        ).elastic
+        is not None
+    )
+    other = {**lent, "checks": {**lent["checks"], "hidden": ["assert add(0, 0) == 0"]}}
+    with pytest.raises(ConfigError) as info:
+        stack_config(
+            shadow.stub.url, tmp_path / "r.jsonl", elastic=_enforce(cal), route_extra=other
+        )
+    assert info.value.key_path == "route[0].gate_checks"
 
 
 def test_the_same_model_behind_another_base_url_fails_the_start(
@@ -200,6 +231,27 @@ def test_client_tests_a_null_answer_passes_license_no_skip(enforced: Any) -> Non
     # the control: real visible tests are not flagged (the certificate's own requests)
     _ask(enforced)
     assert "vacuous_visible" not in enforced.receipts_list()[-1]["probe"]
+
+
+def test_a_request_without_visible_tests_gates_where_hidden_tests_are_the_gate(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """A route with a listed visible check and no gate checks, calibrated on requests that
+    brought visible and hidden tests: a request that leaves its visible tests out is scored by
+    the listed check alone (5/5), which is not what the certificate's rows were scored by; it
+    gates, saying why."""
+    listed = {"visible_checks": [{"kind": "regex", "name": "has-def", "must_match": "def add"}]}
+    shadow, cal = calibrated(live_stack, tmp_path, route_extra=listed)
+    stack = live_stack(elastic=_enforce(cal), upstream=shadow.stub.url, route_extra=listed)
+    shadow.stub.responder = _answers(VISIBLE_ONLY)
+    hidden_only = {"tests": {"hidden": TESTS["tests"]["hidden"]}, "entry_point": "add"}
+    fp = _ask(stack, hidden_only).parse().model_extra["firstpass"]
+    assert fp["verification"] != "gate_skipped"
+    probe = stack.receipts_list()[-1]["probe"]
+    assert probe["pass_count"] == 5 and probe["certificate"] is None
+    assert "brings no visible tests" in probe["uncertified_because"]
+    # the control: with its visible tests the same request skips
+    assert _ask(stack).parse().model_extra["firstpass"]["verification"] == "gate_skipped"
 
 
 def test_passthrough_is_refused_by_default_on_a_route_with_gate_checks(live_stack: Any) -> None:

@@ -98,6 +98,18 @@ def test_the_certificate_records_its_look_and_the_ledger_line(
         "spending": "delta * 6 / (pi^2 * look^2)",
         "ledger": str(tmp_path / "cal.json.looks.jsonl"),
         "ledger_line": line["hash"],
+        "data": {  # a study: no window, no filters, no times
+            "since": None,
+            "until": None,
+            "route": None,
+            "replicas": [],
+            "model": None,
+            "temperature": None,
+            "use_feedback": False,
+            "holdout": None,
+            "seed": None,
+            "data_until": None,
+        },
     }
     assert cert["delta"] == DELTA  # what the config compares with the block's delta
 
@@ -241,3 +253,177 @@ def test_calibrating_every_100_receipts_with_the_ledger_keeps_delta() -> None:
     (the upper end of the 95% interval is below δ)."""
     rate = sim.run("ledger", 200, 0, lambda r: sim.every_100(r, ledger=True))
     assert rate.ci[1] <= DELTA
+
+
+# -- every slice that covers a route counts its looks (F4) ------------------------------------
+
+
+def _mixed(path: Path, rows: list[tuple[str, int, bool]]) -> Path:
+    """A study of (route, pass count of 5, label) rows."""
+    with path.open("w", encoding="utf-8") as fh:
+        for route, c, label in rows:
+            fh.write(json.dumps({"k": 5, "pass_count": c, "label": label, "route": route}) + "\n")
+    return path
+
+
+def test_the_same_routes_in_another_order_are_the_same_pooled_slice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pooled routes are one slice whatever order the data lists them in: inputs reordered are
+    look 2, not a fresh look 1."""
+    out = tmp_path / "cal.json"
+    first = _mixed(tmp_path / "ab.jsonl", [("a", 5, True)] * 20 + [("b", 1, False)] * 20)
+    _run(capsys, "--study", str(first), "--out", str(out))
+    second = _mixed(tmp_path / "ba.jsonl", [("b", 5, True)] * 30 + [("a", 1, False)] * 20)
+    doc, _ = _run(capsys, "--study", str(second), "--out", str(out))
+    assert doc["looks"][0]["look"] == 2
+
+
+def test_a_routes_look_counts_every_pooled_look_that_covered_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pooled look tested every route it pooled: --by-route afterwards is look 2 of each, and
+    pooling again is look 4 (a certificate of route a, pooled or not, is one of the looks at a)."""
+    out = tmp_path / "cal.json"
+    rows = [("a", 5, True)] * 40 + [("b", 5, True)] * 40 + [("a", 1, False)] * 20
+    study = _mixed(tmp_path / "s.jsonl", rows)
+    _run(capsys, "--study", str(study), "--out", str(out))
+    doc, err = _run(capsys, "--study", str(study), "--out", str(out), "--by-route")
+    assert {entry["route"]: entry["look"] for entry in doc["looks"]} == {"a": 2, "b": 2}
+    assert "REPEATED LOOK" in err  # the very rows the pooled look tested
+    more = _mixed(tmp_path / "t.jsonl", [*rows, ("b", 5, True)])
+    doc, _ = _run(capsys, "--study", str(more), "--out", str(out))
+    assert doc["looks"][0]["look"] == 4
+    assert [line["look"] for line in _ledger(tmp_path / "cal.json.looks.jsonl")] == [1, 2, 2, 4]
+
+
+def test_a_ledger_cut_behind_the_calibration_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The calibration file records the ledger's head: a ledger whose last lines were cut (or
+    that was deleted) no longer holds it, and calibrating into that file again is refused."""
+    out = tmp_path / "cal.json"
+    _run(capsys, "--study", str(_study(tmp_path / "a.jsonl", 31)), "--out", str(out))
+    doc, _ = _run(capsys, "--study", str(_study(tmp_path / "b.jsonl", 40)), "--out", str(out))
+    ledger = tmp_path / "cal.json.looks.jsonl"
+    lines = ledger.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert doc["ledger"] == {"path": str(ledger), "head": json.loads(lines[1])["hash"], "lines": 2}
+    again = ["--study", str(_study(tmp_path / "c.jsonl", 80)), "--out", str(out)]
+    for cut in (lines[:1], []):
+        ledger.write_text("".join(cut), encoding="utf-8")
+        assert main(again) == 2
+        err = capsys.readouterr().err
+        assert f"{out} records 2 looks in {ledger}" in err and "cut" in err
+
+
+# -- windows and filters on a slice that has looks (F5) ---------------------------------------
+
+
+def _timed_log(path: Path, day: int, n_pass: int) -> Path:
+    """Shadow receipts of route "code", one an hour on 2026-01-<day>: ``n_pass`` at 5/5 that pass
+    and 20 at 1/5 that fail."""
+    from tests.test_calibration_receipts import shadow, write_chain
+
+    rows = [shadow(5, 5, True)] * n_pass + [shadow(5, 1, False)] * 20
+    stamped = [
+        {**row, "time": f"2026-01-{day:02d}T{i // 60 % 24:02d}:{i % 60:02d}:00.000Z"}
+        for i, row in enumerate(rows)
+    ]
+    return write_chain(path, stamped)
+
+
+def test_a_window_on_a_slice_with_looks_must_hold_new_data_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Look j holds at δ_j only for data fixed before its labels are seen: after a look, a
+    window (--since/--until, which could be chosen by its labels) is refused unless it starts
+    after the newest row every earlier look used."""
+    out = tmp_path / "cal.json"
+    old = _timed_log(tmp_path / "old.jsonl", 1, 31)
+    _run(capsys, "--receipts", str(old), "--out", str(out))
+    both = tmp_path / "both.jsonl"
+    rows = (
+        old.read_text().splitlines()
+        + _timed_log(tmp_path / "new.jsonl", 2, 80).read_text().splitlines()
+    )
+    from tests.test_calibration_receipts import write_chain
+
+    write_chain(both, [{k: v for k, v in json.loads(r).items() if "hash" not in k} for r in rows])
+    newest = "2026-01-01T00:50:00.000Z"
+    for window in (
+        ["--since", "2026-01-01T00:10:00Z"],
+        ["--until", "2026-01-02T00:40:00Z"],
+        ["--since", newest],  # that row was look 1's
+    ):
+        assert main(["--receipts", str(both), "--out", str(out), *window]) == 2
+        err = capsys.readouterr().err
+        assert "new data only" in err and f"--since later than {newest}" in err, err
+    doc, _ = _run(capsys, "--receipts", str(both), "--out", str(out), "--since", "2026-01-02")
+    assert doc["looks"][0]["look"] == 2
+    # all labels up to now is fixed before they are seen: no window, no refusal
+    doc, _ = _run(capsys, "--receipts", str(both), "--out", str(out))
+    assert doc["looks"][0]["look"] == 3
+
+
+def test_the_window_and_filters_are_recorded_in_the_ledger_the_json_and_the_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Which rows a look chose (window, route, holdout and seed) and the newest of them are
+    written wherever the look is, so a reviewer sees what each look's data was."""
+    out = tmp_path / "cal.json"
+    log = _timed_log(tmp_path / "log.jsonl", 1, 300)
+    argv = ["--receipts", str(log), "--out", str(out), "--route", "code"]
+    doc, _ = _run(capsys, *argv, "--since", "2026-01-01T00:05:00Z", "--until", "2026-01-02")
+    expected: dict[str, object] = {
+        "since": "2026-01-01T00:05:00Z",
+        "until": "2026-01-02T00:00:00Z",
+        "route": "code",
+        "replicas": [],
+        "model": None,
+        "temperature": None,
+        "use_feedback": False,
+        "holdout": None,
+        "seed": None,
+        "data_until": "2026-01-01T05:19:00.000Z",
+    }
+    (line,) = _ledger(tmp_path / "cal.json.looks.jsonl")
+    assert line["data"] == expected
+    assert doc["looks"][0]["data"] == expected
+    (cert,) = doc["certificates"]
+    assert cert["looks"]["data"] == expected
+
+
+def test_the_readme_states_the_requests_a_first_look_needs() -> None:
+    """With 0 failures, a level certifies at look 1 once (1 − α)^n ≤ δ_1: the README's number."""
+    from scipy.stats import binom
+
+    need = next(n for n in range(1, 1000) if binom.cdf(0, n, 0.05) <= delta_at_look(DELTA, 1))
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    assert need == 69 and " ".join(readme.split()).count(f"needs at least {need} skipped") == 1
+
+
+def test_other_replica_chains_after_a_look_need_new_data_too(tmp_path: Path) -> None:
+    """--replica picks rows as a window does: the chains earlier looks read may be read again,
+    other ones only for rows newer than every earlier look's."""
+    from firstpass.calibration._looks import Scope, SliceKey, open_ledger
+    from firstpass.errors import CalibrationError
+
+    key, settings = SliceKey(route="code", routes=("code",), rung=0), Settings()
+    seen = Scope(replicas=("a",), data_until="2026-01-01T12:00:00.000Z")
+    with open_ledger(tmp_path / "looks.jsonl") as ledger:
+        ref = ledger.plan(key, "sha256:1", settings, "pass_share", seen)
+        ledger.record(
+            ref,
+            data_digest="sha256:1",
+            settings=settings,
+            score="pass_share",
+            n=1,
+            source={},
+            lam=None,
+        )
+    with open_ledger(tmp_path / "looks.jsonl") as ledger:
+        assert ledger.plan(key, "sha256:2", settings, "pass_share", seen).look == 2
+        with pytest.raises(CalibrationError, match="other --replica chains"):
+            ledger.plan(key, "sha256:2", settings, "pass_share", Scope(replicas=("b",)))
+        later = Scope(replicas=("b",), since="2026-01-01T12:00:01Z")
+        assert ledger.plan(key, "sha256:2", settings, "pass_share", later).look == 2

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import structlog
 
@@ -33,8 +34,10 @@ from firstpass.receipts import (
     write_key_files,
 )
 from tests import server_harness
+from tests.add_task import GOOD, TESTS, WRONG
 from tests.certificates import certificate, write_calibration
 from tests.server_harness import LiveStack
+from tests.stub_upstream import Reply
 from tests.test_certificate_e2e import TableSandbox, Traffic, _send
 
 K = 5
@@ -257,6 +260,164 @@ def test_a_missing_trusted_key_fails_the_start_naming_its_index(tmp_path: Path) 
     assert err.value.key_path == "escalation.elastic.trusted_keys[0]"
 
 
+def _plausible(body: dict[str, Any]) -> Reply:
+    """The cheap model's k answers all pass the visible tests and fail the gate
+    (``TableSandbox``): served without the gate, each is a failure."""
+    if body.get("model") != server_harness.CHEAP:
+        return Reply.ok(GOOD)
+    n = int(body.get("n") or 1)
+    return Reply.ok(*(WRONG.replace("a - b", f"a - b  #plausible {i}") for i in range(n)))
+
+
+def _ask_enforce(stack: LiveStack) -> openai.APIStatusError | dict[str, Any]:
+    """One request asking for ``mode = "enforce"``: the refusal, or the firstpass object."""
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    try:
+        reply = client.chat.completions.create(
+            model=server_harness.MODEL,
+            messages=[{"role": "user", "content": "write add"}],
+            extra_body={"firstpass": {**TESTS, "mode": "enforce"}},
+        )
+    except openai.APIStatusError as exc:
+        return exc
+    extra = reply.model_extra or {}
+    fp: dict[str, Any] = extra["firstpass"]
+    return fp
+
+
+def _vouched_by(key: KeyFiles) -> dict[str, Any]:
+    """A calibration file's ``source`` as ``calibrate --pubkey KEY`` records it."""
+    return {"source": {"checkpoints": {"verified": True, "key_id": key.key_id}}}
+
+
+@pytest.mark.parametrize("flaw", ["unsigned", "untrusted signer", "untrusted evidence"])
+def test_a_client_asking_for_enforce_is_refused_on_a_file_no_trusted_key_vouches_for(
+    tmp_path: Path,
+    key: KeyFiles,
+    other: KeyFiles,
+    flaw: str,
+    after_bind: Hooks,
+    stacks: list[LiveStack],
+) -> None:
+    """Shadow block, enforce in client_modes, a trusted key, and a cited file it does not
+    vouch for (unsigned; signed by another key; signed, over receipts another key's
+    checkpoints vouched for): the file licenses nothing, so a request asking for enforce gets
+    403 enforce_not_certified naming why, and the ready line shows the rung gating. The same
+    file fully vouched for serves that request without the gate (the control)."""
+
+    def start(name: str, signer: KeyFiles | None, evidence: KeyFiles) -> tuple[LiveStack, Any]:
+        cal = write_calibration(
+            tmp_path / f"{name}.json", certificate(lam=0.2), **_vouched_by(evidence)
+        )
+        if signer is not None:
+            after_bind[cal] = [lambda p: _sign(p, signer)]
+        block = {"k": K, "escalate_at": 0, "mode": "shadow", "calibration": str(cal)}
+        stack, events = _start(
+            tmp_path,
+            {**block, "trusted_keys": [str(key.public)]},
+            client_modes=["cascade", "shadow", "enforce"],
+            sandbox_factory=lambda _c: TableSandbox(),
+        )
+        stacks.append(stack)
+        stack.stub.responder = _plausible
+        (ready,) = [e for e in events if e["event"] == "ready"]
+        return stack, ready
+
+    control, ready = start("control", key, key)
+    assert ready["certificates"]["code/0"] != "gates"
+    served = _ask_enforce(control)
+    assert isinstance(served, dict) and served["verification"] == "gate_skipped"
+
+    signer = {"unsigned": None, "untrusted signer": other, "untrusted evidence": key}[flaw]
+    evidence = other if flaw == "untrusted evidence" else key
+    stack, ready = start("flawed", signer, evidence)
+    assert ready["certificates"]["code/0"] == "gates"
+    refused = _ask_enforce(stack)
+    assert isinstance(refused, openai.APIStatusError), refused
+    assert refused.status_code == 403 and refused.code == "enforce_not_certified"
+    why = {
+        "unsigned": "is not signed",
+        "untrusted signer": f"signed by {other.key_id}, which is not a trusted key",
+        "untrusted evidence": f"checkpoints signed by {other.key_id}",
+    }[flaw]
+    assert why in refused.message
+    assert stack.stub.completions == []  # refused at the door: nothing went upstream
+
+
+def test_a_trusted_signature_over_evidence_an_untrusted_key_vouched_for_fails_the_start(
+    tmp_path: Path, key: KeyFiles, other: KeyFiles, after_bind: Hooks
+) -> None:
+    """Signed by a trusted key, but calibrated on receipts whose checkpoints another key
+    signed (``calibrate --signing-key TRUSTED --pubkey OTHER``): enforce refuses to start,
+    naming the file and the evidence key."""
+    cal = write_calibration(tmp_path / "cal.json", **_vouched_by(other))
+    after_bind[cal] = [lambda p: _sign(p, key)]
+    with pytest.raises(ConfigError) as err:
+        LiveStack(tmp_path / "r.jsonl", elastic=_enforce([cal], trusted_keys=[str(key.public)]))
+    assert err.value.key_path == "escalation.elastic.calibration"
+    assert str(cal) in str(err.value) and other.key_id in str(err.value)
+    assert "not a trusted key" in str(err.value)
+
+
+def test_the_ready_line_names_the_key_that_vouched_for_the_evidence(
+    tmp_path: Path, key: KeyFiles, other: KeyFiles, after_bind: Hooks, stacks: list[LiveStack]
+) -> None:
+    """Evidence vouched for by a trusted key (here another trusted one): enforce starts, and
+    the ready line says which key's checkpoints vouched for the receipts; a file with no
+    recorded checkpoints says so."""
+    cal = write_calibration(tmp_path / "cal.json", **_vouched_by(other))
+    bare = write_calibration(tmp_path / "bare.json", certificate(route=None, routes=["code"]))
+    after_bind[cal] = after_bind[bare] = [lambda p: _sign(p, key)]
+    trusted = [str(key.public), str(other.public)]
+    stack, events = _start(tmp_path, _enforce([cal, bare], trusted_keys=trusted))
+    stacks.append(stack)
+    (ready,) = [e for e in events if e["event"] == "ready"]
+    evidence = {name.split(" ")[1]: v for name, v in ready["certificate_evidence"].items()}
+    assert evidence[f"({cal})"] == f"receipts vouched for by checkpoints signed by {other.key_id}"
+    assert "no signed checkpoint" in evidence[f"({bare})"]
+
+
+# -- key files -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646, 0o664])
+def test_a_trusted_key_others_can_write_fails_the_start(
+    tmp_path: Path, key: KeyFiles, mode: int
+) -> None:
+    """A trusted ``.pub`` writable by group or others: anyone there could swap in their own
+    key, so the start fails naming ``trusted_keys[0]`` and the chmod that fixes it."""
+    cal = write_calibration(tmp_path / "cal.json")
+    key.public.chmod(mode)
+    with pytest.raises(ConfigError) as err:
+        LiveStack(tmp_path / "r.jsonl", elastic=_enforce([cal], trusted_keys=[str(key.public)]))
+    assert err.value.key_path == "escalation.elastic.trusted_keys[0]"
+    assert f"chmod go-w {key.public}" in str(err.value)
+
+
+def test_a_trusted_key_file_with_two_keys_fails_the_start(
+    tmp_path: Path, key: KeyFiles, other: KeyFiles
+) -> None:
+    """Two PEM blocks in one ``.pub``: which one is trusted would be a guess (the first was
+    taken silently); the start fails saying one key per file."""
+    cal = write_calibration(tmp_path / "cal.json")
+    both = tmp_path / "both.pub"
+    both.write_bytes(other.public.read_bytes() + key.public.read_bytes())
+    with pytest.raises(ConfigError) as err:
+        LiveStack(tmp_path / "r.jsonl", elastic=_enforce([cal], trusted_keys=[str(both)]))
+    assert err.value.key_path == "escalation.elastic.trusted_keys[0]"
+    assert "2 PEM blocks" in str(err.value) and "one key per file" in str(err.value)
+
+
+def test_a_receipts_signing_key_that_is_a_public_key_says_so(tmp_path: Path, key: KeyFiles) -> None:
+    """``[receipts] signing_key`` naming the ``.pub`` half: the error says it is the public
+    key and names the private one beside it (not a permissions complaint)."""
+    with pytest.raises(ConfigError) as err:
+        LiveStack(tmp_path / "r.jsonl", receipts_extra={"signing_key": str(key.public)})
+    assert err.value.key_path == "receipts.signing_key"
+    assert "is a public key" in str(err.value) and str(key.private) in str(err.value)
+    assert "readable by group or others" not in str(err.value)
+
+
 # -- calibrating from checkpoint-signed receipts ---------------------------------------------
 
 
@@ -391,7 +552,10 @@ def test_a_log_without_checkpoints_is_not_evidence(
         _rehash_from([r for r in records if r.get("kind") != "checkpoint"], GENESIS_HASH)
     )
     assert _calibrate(log, tmp_path / "cal.json", "--signing-key", str(shadow_log[1])) == 2
-    assert "a log with no signed checkpoint" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "a log with no signed checkpoint" in err
+    # the way out is a proxy that signs checkpoints, not shadow mode (it already ran shadow)
+    assert "[receipts] signing_key" in err and 'mode = "shadow"' not in err
 
 
 @pytest.mark.e2e
@@ -407,3 +571,38 @@ def test_checkpoints_signed_by_another_key_fail_the_calibration(
     argv = ("--signing-key", str(shadow_log[1]), "--pubkey", str(other.public))
     assert _calibrate(log, tmp_path / "cal.json", *argv) == 2
     assert "signed by another key" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_calibrate_warns_when_the_checkpoints_are_by_another_key_than_the_signature(
+    shadow_log: tuple[Path, Path, Path],
+    tmp_path: Path,
+    other: KeyFiles,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--signing-key OTHER --pubkey WRITER``: the file is signed by one key over evidence
+    another vouched for; calibrate says so on stderr, naming both (a server must trust both)."""
+    log = _copy(shadow_log, tmp_path)
+    out = tmp_path / "cal.json"
+    argv = ("--signing-key", str(other.private), "--pubkey", str(shadow_log[2]))
+    assert _calibrate(log, out, *argv) == 0
+    writer = json.loads(out.read_text("utf-8"))["source"]["checkpoints"]["key_id"]
+    (warning,) = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert other.key_id in warning and writer in warning and "trusted_keys" in warning
+    assert _calibrate(log, tmp_path / "same.json", "--signing-key", str(shadow_log[1])) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_calibrate_with_a_signing_key_prints_a_block_that_trusts_it(
+    shadow_log: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The printed ``[escalation.elastic]`` block lists the signing key's ``.pub`` in
+    ``trusted_keys`` (pasted as is, enforce checks the signature); unsigned, it has none."""
+    log = _copy(shadow_log, tmp_path)
+    assert _calibrate(log, tmp_path / "cal.json", "--signing-key", str(shadow_log[1])) == 0
+    block = capsys.readouterr().out.split("[escalation.elastic]")[1]
+    public = json.dumps(str(shadow_log[2].absolute()))
+    assert f"trusted_keys = [{public}]" in block.splitlines()
+    assert _calibrate(log, tmp_path / "plain.json") == 0
+    assert "trusted_keys" not in capsys.readouterr().out

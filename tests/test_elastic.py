@@ -267,6 +267,37 @@ def test_a_higher_rung_with_its_own_certificate_serves_without_the_gate(
     assert gate_runs(receipt, 1) == []
 
 
+@pytest.mark.e2e
+def test_a_request_an_audit_sent_up_is_not_covered_by_the_higher_rungs_certificate(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """Rung 0's skip is audited and its answer fails the gate, so the request goes up: no
+    calibration request ever reached rung 1 that way (its ``given`` is rung 0 skipping), so
+    rung 1's certificate does not cover it and rung 1 gates, saying why."""
+    r0 = write_calibration(tmp_path / "r0.json", certificate(lam=0.9))
+    rung1 = certificate(
+        rung=1, k=3, lam=1.0, model=f"stub/{STRONG}",
+        given=[Given(rung=0, certificate=file_id(r0), lambda_=0.9)],
+    )  # fmt: skip
+    r1 = write_calibration(tmp_path / "r1.json", rung1)
+    block = {
+        "k": 5, "escalate_at": 0, "mode": "enforce", "calibration": [str(r0), str(r1)],
+        "audit_rate": 1.0,
+    }  # fmt: skip
+    stack = live_stack(elastic=block, strong_k=3)
+    stack.stub.script(Reply.ok(*[VISIBLE_ONLY] * 5), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD, GOOD, GOOD), model=STRONG)
+    raw = ask(stack)
+    assert raw.parse().choices[0].message.content == GOOD
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["audit"]["label"] is False
+    (later,) = receipt["probe"]["later"]
+    assert later["regime"] == "gate" and later["certificate"] is None
+    assert "audit of rung 0" in later["uncertified_because"]
+    assert receipt["served"]["verification"] == "verified"
+    assert len(gate_runs(receipt, 1)) == 1
+
+
 def test_a_higher_rung_certificate_made_under_another_lower_policy_is_refused(
     tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +19,17 @@ from firstpass.monitor import (
     FileLicenceStore,
     LicenceKey,
     LicenceMonitor,
+    Predated,
+    Recorded,
+    Revocation,
+    Snapshot,
+    Suspension,
     Tally,
     Terms,
     level_for,
     log_wealth,
     lower_bound,
+    predating,
     rejects,
     simulate_revocation,
 )
@@ -215,3 +222,279 @@ def test_an_unreadable_state_file_fails_the_start_saying_what_to_do(tmp_path: Pa
     monitor = LicenceMonitor(terms={}, replica="a", store=FileLicenceStore(path))
     with pytest.raises(ReceiptError, match="restore it from a backup"):
         asyncio.run(monitor.start())
+
+
+# -- what the receipts record, staleness, and what metrics show (the review's findings) ---------
+
+
+def _line(record: Mapping[str, object]) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def _revocation_line(key: LicenceKey, revoked_at: str = "2026-01-02T03:04:05.000Z") -> str:
+    from firstpass.monitor import Revocation
+    from firstpass.receipts import revocation_record
+
+    rev = Revocation(
+        key=key, alpha=0.1, level=0.05, audited=4, failures=4, log_wealth=3.6, bound=0.2,
+        time=revoked_at, replica="receipts.jsonl",
+    )  # fmt: skip
+    return _line(revocation_record(rev.to_dict()))
+
+
+def test_revocation_lines_are_read_from_every_workers_chain_rotated_files_included(
+    tmp_path: Path,
+) -> None:
+    """The store's record of the receipts: every ``revocation`` line of every log beside
+    licences.json (a rotated file, another worker's chain), and which certificates the logs
+    mention; a request whose own fields hold ``"kind":"revocation"`` revokes nothing."""
+    other = LicenceKey(route="sql", rung=1, certificate="cal_fedcba9876543210")
+    (tmp_path / "receipts.000001.jsonl").write_text(_line({"id": "a"}) + _revocation_line(KEY))
+    (tmp_path / "receipts.jsonl").write_text(_line({"id": "b", "c": KEY.certificate}))
+    forged = {"id": "c", "body": {"kind": "revocation", "licence": other.text()}}
+    (tmp_path / "receipts.w1.jsonl").write_text(
+        _line(forged)
+        + _line({"id": "d", "prompt": '"kind":"revocation"'})
+        + _revocation_line(other)
+    )
+    (tmp_path / "empty.jsonl").write_text("")
+    store = FileLicenceStore(tmp_path / "licences.json")
+    recorded = asyncio.run(store.recorded([KEY.certificate, "cal_0000000000000000"]))
+    assert sorted(rev.key for rev in recorded.revocations) == sorted([KEY, other])
+    (mine,) = [rev for rev in recorded.revocations if rev.key == KEY]
+    assert mine.time == "2026-01-02T03:04:05.000Z" and mine.failures == 4
+    assert recorded.mentioned == {KEY.certificate}
+    assert asyncio.run(FileLicenceStore(tmp_path / "none" / "licences.json").recorded([])) == (
+        type(recorded)()
+    )
+
+
+class _FlakyStore:
+    """An in-memory store that can go away (every call then fails, as a dead database does)."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.snapshot = Snapshot()
+
+    def _check(self) -> None:
+        if not self.up:
+            raise ReceiptError("the store is away")
+
+    async def load(self) -> Snapshot:
+        self._check()
+        return self.snapshot
+
+    async def exchange(self, replica: str, mine: Mapping[LicenceKey, Tally]) -> Snapshot:
+        self._check()
+        replicas = {**self.snapshot.replicas, replica: dict(mine)}
+        self.snapshot = Snapshot(replicas=replicas, revocations=self.snapshot.revocations)
+        return self.snapshot
+
+    async def revoke(self, revocation: Revocation) -> bool:
+        self._check()
+        if revocation.key in self.snapshot.revocations:
+            return False
+        revocations = {**self.snapshot.revocations, revocation.key: revocation}
+        self.snapshot = Snapshot(replicas=self.snapshot.replicas, revocations=revocations)
+        return True
+
+    async def recorded(self, certificates: object) -> Recorded:
+        self._check()
+        return Recorded()
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_a_store_that_stops_syncing_suspends_its_licences_until_it_syncs_again() -> None:
+    """Fail closed: past stale_s without a sync, the licence (and a higher rung on its route)
+    may not skip, with a ``Suspension`` saying why; the next sync lifts it."""
+    upper = LicenceKey(route="code", rung=1, certificate="cal_1111111111111111")
+    now = [100.0]
+    store = _FlakyStore()
+    terms = {KEY: Terms(alpha=0.1, level=0.05), upper: Terms(alpha=0.1, level=0.05)}
+
+    async def scenario() -> None:
+        monitor = LicenceMonitor(
+            terms=terms, replica="r", store=store, poll_s=60, stale_s=30.0, clock=lambda: now[0]
+        )
+        await monitor.start()
+        store.up = False
+        now[0] += 30.0
+        assert monitor.revocation("code", 0) is None  # at the limit: still fresh
+        assert monitor.store_age() == 30.0
+        now[0] += 0.5
+        low, high = monitor.revocation("code", 0), monitor.revocation("code", 1)
+        assert isinstance(low, Suspension) and low.key == KEY
+        assert isinstance(high, Suspension) and high.key == upper
+        assert "monitor_stale_s = 30" in low.evidence()
+        assert monitor.revocation("other", 0) is None and monitor.revoked == []
+        with pytest.raises(ReceiptError):
+            await monitor.sync()
+        assert isinstance(monitor.revocation("code", 0), Suspension)
+        store.up = True
+        await monitor.sync()
+        assert monitor.revocation("code", 0) is None and monitor.store_age() == 0.0
+        await monitor.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_states_show_the_last_store_state_not_this_replicas_unsynced_labels() -> None:
+    """While the store is away, the counts, bound and e-value exported are those of the last
+    state of the store (what revocation is decided on), never this replica's newer counts
+    added to the others' older ones."""
+    store = _FlakyStore()
+
+    async def scenario() -> None:
+        monitor = LicenceMonitor(terms={KEY: Terms(alpha=0.05, level=0.05)}, replica="r",
+                                 store=store, poll_s=60)  # fmt: skip
+        await monitor.start()
+        monitor.observe_label("code", 0, KEY.certificate, False, "audit")
+        await monitor.sync()
+        store.up = False
+        for _ in range(200):
+            monitor.observe_label("code", 0, KEY.certificate, True, "audit")
+        with pytest.raises(ReceiptError):
+            await monitor.sync()
+        (state,) = monitor.states()
+        assert state.tally == Tally(audited=1, failures=0)
+        assert state.bound == 0.0 and state.log_wealth <= 0.0
+        store.up = True
+        await monitor.sync()
+        (state,) = monitor.states()
+        assert state.tally == Tally(audited=201, failures=200) and monitor.revoked
+        await monitor.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_rung_above_a_revoked_one_shows_revoked_in_metrics() -> None:
+    """``firstpass_licence_revoked`` is what the pipeline asks: rung 1 gates every request
+    once rung 0 on its route is revoked, so it shows 1 too."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from firstpass.observe import LicenceCollector
+
+    upper = LicenceKey(route="code", rung=1, certificate="cal_1111111111111111")
+    terms = {KEY: Terms(alpha=0.1, level=0.05), upper: Terms(alpha=0.1, level=0.05)}
+    monitor = LicenceMonitor(terms=terms, replica="r")
+    for _ in range(4):
+        monitor.observe_label("code", 0, KEY.certificate, True, "audit")
+    asyncio.run(monitor.sync())
+    assert [r.key for r in monitor.revoked] == [KEY]
+    registry = CollectorRegistry()
+    registry.register(LicenceCollector(lambda: monitor))
+    text = generate_latest(registry).decode()
+    assert 'firstpass_licence_revoked{route="code",rung="0"} 1.0' in text
+    assert 'firstpass_licence_revoked{route="code",rung="1"} 1.0' in text
+    assert 'firstpass_licence_suspended{route="code",rung="1"} 0.0' in text
+
+
+# -- a revocation lifted only by a certificate calibrated on data after it (review F6) ----------
+
+
+def _revocation_of(key: LicenceKey, time: str) -> Revocation:
+    return Revocation(
+        key=key,
+        alpha=0.1,
+        level=0.05,
+        audited=4,
+        failures=4,
+        log_wealth=3.6,
+        bound=0.4,
+        time=time,
+        replica="r",
+    )
+
+
+OLD = LicenceKey(route="code", rung=0, certificate="cal_aaaaaaaaaaaaaaaa")
+REVOKED_AT = "2026-03-01T12:00:00.000Z"
+
+
+@pytest.mark.parametrize(
+    ("data_until", "predates"),
+    [
+        (None, True),  # not recorded: it cannot show its data is newer
+        ("2026-03-01T11:59:59.999Z", True),
+        ("2026-03-01T12:00:00.000Z", False),
+        ("2026-03-01T12:00:00.001Z", False),
+        ("2026-03-01T13:00:00+01:00", False),  # the same instant in another zone
+        ("not a time", True),  # unreadable: fail closed
+    ],
+)
+def test_a_certificate_predates_a_revocation_when_its_data_ends_before_it(
+    data_until: str | None, predates: bool
+) -> None:
+    """Another certificate's revocation at the same (route, rung) holds for a certificate
+    whose newest row is older than the revocation, or unknown."""
+    found = predating(KEY, data_until, [_revocation_of(OLD, REVOKED_AT)])
+    assert (found is not None) is predates
+    if found is not None:
+        assert found.revocation.key == OLD and found.key == KEY
+
+
+def test_only_a_revocation_at_the_same_route_and_rung_under_another_certificate_counts() -> None:
+    """Its own revocation, another route's and another rung's are not news about its data."""
+    elsewhere = [
+        _revocation_of(KEY, REVOKED_AT),
+        _revocation_of(LicenceKey("other", 0, OLD.certificate), REVOKED_AT),
+        _revocation_of(LicenceKey("code", 1, OLD.certificate), REVOKED_AT),
+    ]
+    assert predating(KEY, None, elsewhere) is None
+
+
+def test_the_latest_revocation_a_certificate_predates_is_the_one_named() -> None:
+    """Two revocations before it: the newer decides, and its time is the one to calibrate
+    after (`--since`)."""
+    newer = LicenceKey(route="code", rung=0, certificate="cal_bbbbbbbbbbbbbbbb")
+    found = predating(
+        KEY,
+        "2026-02-01T00:00:00.000Z",
+        [_revocation_of(newer, "2026-03-02T00:00:00.000Z"), _revocation_of(OLD, REVOKED_AT)],
+    )
+    assert found is not None and found.revocation.key == newer
+    assert "--since 2026-03-02T00:00:00.000Z" in found.evidence()
+    assert "2026-02-01T00:00:00.000Z" in found.evidence()
+    assert found.evidence().startswith("revoked: certificate ")
+
+
+def test_a_revocation_arriving_while_serving_stops_a_certificate_calibrated_before_it(
+    tmp_path: Path,
+) -> None:
+    """Replica b serves certificate B (data up to noon); replica a revokes its certificate A
+    at the same (route, rung) at 13:00: b's next sync makes B gate too, and the rung above it;
+    a certificate whose data ends after the revocation keeps skipping."""
+
+    async def scenario() -> None:
+        path = tmp_path / "licences.json"
+        upper = LicenceKey(route="code", rung=1, certificate="cal_1111111111111111")
+        newer = LicenceKey(route="other", rung=0, certificate="cal_cccccccccccccccc")
+        b = LicenceMonitor(
+            terms={
+                KEY: Terms(alpha=0.1, level=0.05, data_until="2026-03-01T11:00:00.000Z"),
+                upper: Terms(alpha=0.1, level=0.05, data_until="2026-03-01T11:00:00.000Z"),
+                newer: Terms(alpha=0.1, level=0.05, data_until="2026-03-01T14:00:00.000Z"),
+            },
+            replica="b",
+            store=FileLicenceStore(path),
+            poll_s=60,
+        )
+        await b.start()
+        assert b.revocation("code", 0) is None
+        assert await FileLicenceStore(path).revoke(_revocation_of(OLD, REVOKED_AT))
+        assert await FileLicenceStore(path).revoke(
+            _revocation_of(LicenceKey("other", 0, OLD.certificate), REVOKED_AT)
+        )
+        await b.sync()
+        why = b.revocation("code", 0)
+        assert isinstance(why, Predated) and why.revocation.key == OLD
+        assert "calibrated on data from before the revocation of " in why.evidence()
+        above = b.revocation("code", 1)
+        assert isinstance(above, Predated) and above.key == KEY
+        assert b.revocation("other", 0) is None
+        assert [p.key for p in b.predated] == [KEY]  # rung 1 gates for the rung below
+        assert b.revoked == []  # B itself was never revoked on evidence
+        await b.aclose()
+
+    asyncio.run(scenario())

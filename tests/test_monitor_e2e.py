@@ -8,11 +8,13 @@ or not (``VISIBLE_ONLY``: the drift the certificate cannot see without audits).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,10 @@ import openai
 import pytest
 
 from firstpass.cli import main as firstpass_main
+from firstpass.config import Certificate
 from firstpass.monitor import LICENCES_FILE, LicenceMonitor
 from firstpass.server._keys import PIPELINE
-from firstpass.server._licences import MONITOR
+from firstpass.server._licences import MONITOR, revoked_summary
 from tests.add_task import GOOD, TESTS, VISIBLE_ONLY
 from tests.certificates import certificate, elastic_block, write_calibration
 from tests.server_harness import CHEAP, MODEL, LiveStack
@@ -128,6 +131,28 @@ def test_shadow_labels_of_would_be_skips_feed_the_monitor(live_stack: Any) -> No
     assert all(r["decision"]["gate_label"] is False for r in stack.receipts_list())
 
 
+def test_shadow_a_client_chose_never_reaches_the_monitor(live_stack: Any) -> None:
+    """Under enforce a client may still choose shadow (``client_modes``): its labels, judged by
+    its own hidden tests at a rate of 1, would let one client revoke the licence for everyone
+    (or drown a drift). They are not counted; the server's own audits are."""
+    stack = live_stack(elastic=elastic_block("enforce", audit_rate=0.0))
+    stack.stub.responder = cheap_answers(VISIBLE_ONLY)
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    for _ in range(8):
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "write add"}],
+            extra_body={"firstpass": dict(TESTS)},
+            extra_headers={"X-Firstpass-Mode": "shadow"},
+        )
+        assert raw.headers["X-Firstpass-Mode"] == "shadow"
+    assert all(r["decision"]["gate_label"] is False for r in stack.receipts_list())
+    monitor = monitor_of(stack)
+    assert not monitor.revoked
+    assert all(state.tally.audited == 0 for state in monitor.states())
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"
+
+
 def _revoked_stack(live_stack: Any) -> tuple[LiveStack, dict[str, Any]]:
     return _revoked_stack_with(live_stack)
 
@@ -188,8 +213,8 @@ def test_a_revocation_survives_a_restart_and_a_new_certificate_lifts_it(
     live_stack: Any, tmp_path: Path
 ) -> None:
     """The same receipts directory after a restart: still revoked (the state file is read at
-    start, the ready line names it); a calibration file with another certificate is a new
-    licence that skips again."""
+    start, the ready line names it); a calibration file with another certificate, calibrated
+    on data after the revocation, is a new licence that skips again."""
     stack, block = _revoked_stack(live_stack)
     (rev,) = monitor_of(stack).revoked
     stack.restart()
@@ -197,10 +222,59 @@ def test_a_revocation_survives_a_restart_and_a_new_certificate_lifts_it(
     assert [r.key for r in monitor_of(stack).revoked] == [rev.key]
     assert ask(stack).headers["X-Firstpass-Action"] == "served_after_gate"
     fresh = write_calibration(
-        tmp_path / "recalibrated.json", certificate(lam=0.9, k=5, escalate_at=0), note="again"
+        tmp_path / "recalibrated.json", _calibrated_until(_after(rev.time)), note="again"
     )
     stack.restart(elastic={**block, "calibration": str(fresh), "audit_rate": 0.0})
     assert monitor_of(stack).revoked == []
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"
+
+
+def _calibrated_until(data_until: str | None) -> Certificate:
+    """The test stack's certificate, computed on rows up to ``data_until``."""
+    return dataclasses.replace(certificate(lam=0.9, k=5, escalate_at=0), data_until=data_until)
+
+
+def _after(time_text: str) -> str:
+    """A receipt time one millisecond after ``time_text``."""
+    when = datetime.fromisoformat(time_text.replace("Z", "+00:00")) + timedelta(milliseconds=1)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+def test_a_certificate_calibrated_on_data_before_a_revocation_does_not_lift_it(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """Certificate A is revoked; restarting on certificate B, whose newest row predates the
+    revocation (or whose data's time is not recorded), still gates, the receipt saying which
+    revocation and `--since` what to calibrate; certificate C, calibrated on data after it,
+    skips."""
+    stack, block = _revoked_stack(live_stack)
+    (rev,) = monitor_of(stack).revoked
+    stack.stub.responder = cheap_answers(GOOD)
+    for name, until in (("older.json", "2000-01-01T00:00:00.000Z"), ("untimed.json", None)):
+        cited = write_calibration(tmp_path / name, _calibrated_until(until), note=name)
+        stack.restart(elastic={**block, "calibration": str(cited), "audit_rate": 0.0})
+        monitor = monitor_of(stack)
+        (why,) = monitor.predated
+        assert why.key.certificate != rev.key.certificate and why.revocation.key == rev.key
+        assert monitor.revoked == []
+        assert ask(stack).headers["X-Firstpass-Action"] == "served_after_gate"
+        probe = stack.receipts_list()[-1]["probe"]
+        assert probe["regime"] == "gate" and probe["certificate"] is None
+        because = probe["uncertified_because"]
+        assert (
+            f"calibrated on data from before the revocation of {rev.key.certificate} at "
+            f"{rev.time}" in because
+        )
+        assert f"--since {rev.time}" in because
+        # the operator sees it as revoked: the metric, and the ready line's summary
+        with urllib.request.urlopen(stack.base_url.replace("/v1", "/metrics")) as reply:
+            metrics = reply.read().decode()
+        assert 'firstpass_licence_revoked{route="code",rung="0"} 1.0' in metrics
+        summary: Any = revoked_summary(monitor)["revoked_licences"]
+        assert list(summary) == [why.key.text()]
+    after = write_calibration(tmp_path / "after.json", _calibrated_until(_after(rev.time)))
+    stack.restart(elastic={**block, "calibration": str(after), "audit_rate": 0.0})
+    assert monitor_of(stack).predated == [] and monitor_of(stack).revoked == []
     assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"
 
 
@@ -234,7 +308,6 @@ def test_a_licence_one_postgresql_replica_revokes_gates_on_the_other(
     """Two replicas on one database, one upstream: the first's audits revoke the licence (a
     row in firstpass_revocations, a revocation line in its chain); the second, which audited
     nothing, learns it from its poll and gates."""
-    import dataclasses
 
     from firstpass.db import migrate
 
@@ -318,3 +391,241 @@ def test_client_feedback_on_a_skip_reaches_the_monitor_counted_apart(live_stack:
         line for line in metrics.splitlines() if line.startswith("firstpass_licence_revoked")
     ]
     assert revoked and all(line.endswith(" 0.0") for line in revoked)
+
+
+@pytest.mark.parametrize("mode", ["enforce", "shadow"])
+def test_a_failed_label_known_before_the_deadline_survives_a_timeout(
+    live_stack: Any, mode: str
+) -> None:
+    """A label that fails goes on to the slower rungs, a passing one ends the request: if the
+    deadline then cut the request and its receipt dropped the label, the monitor (and
+    calibration) would see the passes and not the failures. The timeout's receipt keeps the
+    probe, the label and the audit, and the monitor counts the failure."""
+    stack = live_stack(elastic={**enforce_block(), "mode": mode}, request_timeout_s=1.5)
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("model") == CHEAP:
+            return Reply.ok(*[VISIBLE_ONLY] * int(body.get("n") or 1))
+        return Reply.ok(GOOD, latency_ms=5_000)  # the strong rung outlasts the deadline
+
+    stack.stub.responder = respond
+    with pytest.raises(openai.APIStatusError) as info:
+        ask(stack)
+    assert info.value.status_code == 504
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["action"] == "timeout"
+    assert receipt["probe"]["regime"] == "serve" and receipt["probe"]["certificate"]
+    if mode == "enforce":
+        assert receipt["decision"]["audit"]["label"] is False
+    else:
+        assert receipt["decision"]["gate_label"] is False
+    wait_until(
+        lambda: any(s.tally.failures == 1 for s in monitor_of(stack).states()),
+        "the failed label in the monitor",
+    )
+
+
+# -- the review's findings: the record outlives the store, the store's absence fails closed ----
+
+
+def _replace_state_file(stack: LiveStack, change: Callable[[Path], None], **config: Any) -> None:
+    """Stop the server, ``change`` its licences.json, start it again (``config``: a new one)."""
+    from tests.server_harness import stack_config
+
+    stack.run(stack._stop_server())
+    change(stack.receipts.parent / LICENCES_FILE)
+    if config:
+        stack.config = stack_config(stack.stub.url, stack.receipts, **config)
+    stack.base_url = stack.run(stack._start_server())
+
+
+def _delete(path: Path) -> None:
+    path.unlink()
+
+
+def _forget_revocations(path: Path) -> None:
+    """A valid-looking file with the revocation dropped and every failure zeroed."""
+    doc = json.loads(path.read_text("utf-8"))
+    doc["revocations"] = {}
+    for tallies in doc["replicas"].values():
+        for tally in tallies.values():
+            tally["failures"] = 0
+    path.write_text(json.dumps(doc), "utf-8")
+
+
+@pytest.mark.parametrize("change", [_delete, _forget_revocations], ids=["deleted", "edited"])
+def test_a_revocation_outlives_a_deleted_or_edited_licence_state_file(
+    live_stack: Any, change: Callable[[Path], None]
+) -> None:
+    """licences.json deleted, or edited to forget the revocation: at start the revocation line
+    in the receipts' chain is re-applied, so the request still gates (no skip), the ready
+    line's licence is revoked, and the state file holds the revocation again."""
+    import structlog
+
+    stack, block = _revoked_stack(live_stack)
+    (rev,) = monitor_of(stack).revoked
+    with structlog.testing.capture_logs() as events:
+        _replace_state_file(stack, change, elastic={**block, "audit_rate": 0.0})
+    assert [r.key for r in monitor_of(stack).revoked] == [rev.key]
+    stack.stub.responder = cheap_answers(GOOD)
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_after_gate"
+    state = json.loads((stack.receipts.parent / LICENCES_FILE).read_text("utf-8"))
+    assert rev.key.text() in state["revocations"]
+    names = [e["event"] for e in events]
+    assert "revocation_restored" in names
+    assert ("licence_state_missing" in names) == (change is _delete)
+
+
+def test_a_licence_gates_while_its_store_cannot_be_synced_and_skips_again_after(
+    live_stack: Any,
+) -> None:
+    """Fail closed: once the licence store has not synced for monitor_stale_s, a would-be skip
+    gates, its receipt saying why; /metrics shows the store's age and the suspension; when
+    the store answers again, the licence skips again."""
+    stack = live_stack(elastic=elastic_block("enforce", audit_rate=0.0, monitor_stale_s=0.5))
+    monitor = monitor_of(stack)
+    monitor.poll_s = 0.05  # a healthy store is synced well inside the test's 0.5 s
+    stack.stub.responder = cheap_answers(GOOD)
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"
+    state = stack.receipts.parent / LICENCES_FILE
+    saved = state.read_bytes()
+    state.unlink()
+    state.mkdir()  # a directory where the file should be: every read and write fails
+    try:
+        wait_until(lambda: monitor.revocation("code", 0) is not None, "the suspension")
+        raw = ask(stack)
+        assert raw.headers["X-Firstpass-Action"] == "served_after_gate"
+        last = stack.receipts_list()[-1]
+        assert last["probe"]["regime"] == "gate" and last["probe"]["certificate"] is None
+        assert last["probe"]["uncertified_because"].startswith("suspended: ")
+        assert "monitor_stale_s" in last["probe"]["uncertified_because"]
+        with urllib.request.urlopen(stack.base_url.removesuffix("/v1") + "/metrics") as r:
+            text = r.read().decode()
+        assert 'firstpass_licence_suspended{route="code",rung="0"} 1.0' in text
+        assert "firstpass_licence_store_max_age_seconds 0.5" in text
+        (age,) = [
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("firstpass_licence_store_age_seconds ")
+        ]
+        assert age > 0.5
+    finally:
+        state.rmdir()
+        state.write_bytes(saved)
+    wait_until(lambda: monitor.revocation("code", 0) is None, "the store to answer again")
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"
+
+
+def _metric(stack: LiveStack, prefix: str) -> float:
+    with urllib.request.urlopen(stack.base_url.removesuffix("/v1") + "/metrics") as r:
+        lines = [line for line in r.read().decode().splitlines() if line.startswith(prefix)]
+    return sum(float(line.split()[-1]) for line in lines)
+
+
+def test_audits_are_counted_by_outcome_labelled_or_sandbox_busy(live_stack: Any) -> None:
+    """firstpass_audits_total counts every audit drawn, read from its receipt: one whose gate
+    ran is ``labelled``; one whose gate found no sandbox slot (the skip then served
+    unaudited, label null) is ``sandbox_busy``."""
+    from firstpass.errors import SandboxBusy
+    from firstpass.sandbox import Sandbox
+
+    busy = {"on": False}
+
+    class GateBusy(Sandbox):
+        async def run(self, answer: str, spec: Any, *args: Any, **kwargs: Any) -> Any:
+            if busy["on"] and getattr(spec, "cases", None):  # the gate: the hidden cases
+                raise SandboxBusy("no slot for the gate", retry_after_s=1.0)
+            return await super().run(answer, spec, *args, **kwargs)
+
+    def factory(config: Any) -> Sandbox:
+        return GateBusy(concurrency=2, limits=config.sandbox.limits())
+
+    stack = live_stack(elastic=enforce_block(), sandbox_factory=factory)
+    stack.stub.responder = cheap_answers(GOOD)
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_after_gate"
+    busy["on"] = True
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"
+    first, second = stack.receipts_list()
+    assert first["decision"]["audit"]["label"] is True
+    assert second["decision"]["audit"]["label"] is None
+    where = 'route="code",rung="0"'
+    assert _metric(stack, f'firstpass_audits_total{{outcome="labelled",{where}}}') == 1.0
+    assert _metric(stack, f'firstpass_audits_total{{outcome="sandbox_busy",{where}}}') == 1.0
+    assert _metric(stack, 'firstpass_audits_total{outcome="budget"') == 0.0
+    # the same receipt had the gate's budget run out instead: the trace step says which
+    from firstpass.monitor import audit_outcome
+    from firstpass.receipts import receipt_from_builtins
+
+    steps = second["decision"]["steps"]
+    assert "audit:0:0:sandbox_busy" in steps
+    second["decision"]["steps"] = [s.replace(":sandbox_busy", ":budget") for s in steps]
+    assert audit_outcome(receipt_from_builtins(second)) == (0, "budget")
+
+
+def test_calibrating_again_the_receipts_a_revocation_was_decided_on_warns(
+    live_stack: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shadow labels revoke the licence; `calibrate` over that log (the pre-revocation rows
+    included) warns that a new certificate from them would lift the revocation without new
+    evidence, naming --since; with --since the revocation's time, no warning."""
+    stack = live_stack(elastic={**enforce_block(), "mode": "shadow"})
+    stack.stub.responder = cheap_answers(VISIBLE_ONLY)
+    monitor = monitor_of(stack)
+    for _ in range(4):
+        ask(stack)
+    wait_until(lambda: bool(monitor.revoked), "the revocation from shadow labels")
+    (rev,) = monitor.revoked
+    wait_until(
+        lambda: any(r.get("kind") == "revocation" for r in _lines(stack)), "the revocation line"
+    )
+    stack.stub.responder = cheap_answers(GOOD)
+    for _ in range(3):
+        ask(stack)
+    stack.flush()
+    log = str(stack.receipts)
+    capsys.readouterr()
+    assert firstpass_main(["calibrate", "--receipts", log, "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "calibration: warning: route 'code' rung 0" in err
+    assert rev.key.certificate in err and f"--since {rev.time}" in err
+    assert firstpass_main(["calibrate", "--receipts", log, "--since", rev.time, "--json"]) == 0
+    assert "warning: route 'code'" not in capsys.readouterr().err
+
+
+def _lines(stack: LiveStack) -> list[dict[str, Any]]:
+    stack.flush()
+    return [json.loads(line) for line in stack.receipts.read_text("utf-8").splitlines()]
+
+
+@pytest.mark.slow
+def test_a_revocation_outlives_its_deleted_postgresql_row(
+    live_stack: Any, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sink = "postgresql": the firstpass_revocations row deleted and the failures zeroed, a
+    restart re-applies the revocation line chained in firstpass_receipts (and writes the row
+    again)."""
+    import psycopg
+
+    from firstpass.db import migrate
+
+    asyncio.run(migrate(pg_database))
+    monkeypatch.setenv("FP_MONITOR_TEST_DSN", pg_database)
+    pg = {"sink": "postgresql", "dsn_env": "FP_MONITOR_TEST_DSN", "replica": "r1"}
+    env = {"FP_MONITOR_TEST_DSN": pg_database}
+    stack, block = _revoked_stack_with(live_stack, receipts_extra=pg, env=env)
+    (rev,) = monitor_of(stack).revoked
+
+    def forget(_state: Path) -> None:
+        with psycopg.connect(pg_database) as conn:
+            conn.execute("DELETE FROM firstpass_revocations")
+            conn.execute("UPDATE firstpass_licence_counts SET failures = 0")
+
+    _replace_state_file(
+        stack, forget, elastic={**block, "audit_rate": 0.0}, receipts_extra=pg, env=env
+    )
+    assert [r.key for r in monitor_of(stack).revoked] == [rev.key]
+    stack.stub.responder = cheap_answers(GOOD)
+    assert ask(stack).headers["X-Firstpass-Action"] == "served_after_gate"
+    with psycopg.connect(pg_database) as conn:
+        rows = conn.execute("SELECT licence FROM firstpass_revocations").fetchall()
+    assert rows == [(rev.key.text(),)]

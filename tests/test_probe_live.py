@@ -117,6 +117,9 @@ def test_the_default_score_writes_the_receipts_it_always_wrote(
     probe = dict(receipt["probe"])
     assert probe.pop("cost_usd") == pytest.approx(2.42e-05)
     assert (probe.pop("temperature"), probe.pop("top_p")) == (0.7, None)
+    # added in 0.3.0 on every probe: what a certificate is bound to (the upstream, the gate)
+    assert probe.pop("endpoint") == stack.stub.url.rstrip("/")
+    assert probe.pop("gate_hidden_tests") is True
     licence = dict(PINNED_LICENCE[mode])
     if mode == "enforce":  # the id is the calibration file's content digest
         assert probe["certificate"] == probe["calibration_id"]

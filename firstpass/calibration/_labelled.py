@@ -104,6 +104,9 @@ class Labelled:
     given: tuple[dict[str, JSON], ...] = ()
     #: receipts: per route, the model and sampling its rows were drawn with
     contexts: tuple[RouteContext, ...] = ()
+    #: receipts: per route (as ``route_names``), the newest ``time`` of its rows (None: a row
+    #: without one); empty for a study
+    data_until: tuple[str | None, ...] = ()
 
     @property
     def n(self) -> int:

@@ -10,19 +10,27 @@ How. Look j of a slice is tested at
 
     δ_j = δ · 6 / (π² j²)                    (Σ_{j≥1} δ_j = δ, since Σ 1/j² = π²/6)
 
-Each look's Learn-then-Test guarantee holds at its own δ_j whatever data it used (fresh,
-overlapping the earlier looks', or the very same rows with other flags), because δ_j is fixed
-before the look is taken: it depends only on how many looks the ledger holds. A union bound over
+δ_j is fixed before the look is taken: it depends only on how many looks the ledger holds at
+the look's routes. Each look's Learn-then-Test guarantee holds at its own δ_j when the look's
+data set is fixed before its labels are seen: all labels up to a time (overlapping the earlier
+looks'), rows no earlier look used, or the very same rows with other flags. A union bound over
 looks then gives P(some look certifies a λ with R(λ) > α) ≤ Σ_j δ_j ≤ δ for any number of looks
 and any rule for when to stop (Bonferroni's inequality; the spending view of Lan & DeMets 1983,
 "Discrete sequential boundaries for clinical trials", Biometrika 70(3), with δ in place of α).
+It does not cover data chosen by its labels: the best ``--since``/``--until`` window after a
+failed look exceeds δ several times over. So a window on a slice that has looks must start after
+the newest row those looks used (``Ledger._check_window``), and every look records the rows it
+chose (``Scope``). A look counts at every route it tested (pooled or per route), so for each
+route the looks whose certificates could license it have distinct numbers.
 The sequence 1/j² keeps most of δ for the first looks (δ_1 = 0.61·δ) and costs later looks only
 a logarithm: at 0 failures a level needs n ≥ log(1/δ_j)/α requests, which grows like 2·log j,
 where δ/2^j would grow like j.
 
 The ledger is a hash-chained JSONL file, one line per look (beside ``--out`` by default). A run
 that repeats a look exactly (same rows, same settings) is the same test with the same outcome:
-it takes that look's number and δ_j again and appends nothing. Pure but for ``open_ledger``.
+it takes that look's number and δ_j again and appends nothing. The calibration file records the
+ledger's head (``LedgerState``), so a ledger later cut behind it is refused. Pure but for
+``open_ledger``.
 """
 
 from __future__ import annotations
@@ -47,7 +55,9 @@ __all__ = [
     "LEDGER_SUFFIX",
     "SPENDING",
     "Ledger",
+    "LedgerState",
     "LookRef",
+    "Scope",
     "SliceKey",
     "default_ledger_path",
     "delta_at_look",
@@ -88,6 +98,10 @@ class SliceKey:
     routes: tuple[str | None, ...]
     rung: int
 
+    def __post_init__(self) -> None:
+        # one order, whatever order the data listed the routes in: the same routes are one slice
+        object.__setattr__(self, "routes", _sorted_routes(self.routes))
+
     def to_dict(self) -> dict[str, JSON]:
         """As the ledger and the calibration JSON spell it."""
         return {"route": self.route, "routes": list(self.routes), "rung": self.rung}
@@ -100,6 +114,63 @@ class SliceKey:
             else "pooled routes " + json.dumps(list(self.routes))
         )
         return f"{where}, rung {self.rung}"
+
+
+def _sorted_routes(routes: Sequence[str | None]) -> tuple[str | None, ...]:
+    return tuple(sorted(routes, key=lambda r: (r is not None, r or "")))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """Which rows a look chose (its window and filters) and the newest of them: recorded in the
+    ledger line, the calibration JSON and each certificate, and what ``Ledger.plan`` checks a
+    window against."""
+
+    since: str | None = None  # --since, as UTC ISO 8601
+    until: str | None = None  # --until
+    route: str | None = None  # --route
+    replicas: tuple[str, ...] = ()  # --replica
+    model: str | None = None  # --model
+    temperature: float | None = None  # --temperature
+    use_feedback: bool = False
+    holdout: float | None = None
+    seed: int | None = None  # only with a holdout (it draws nothing otherwise)
+    #: the newest ``time`` of the rows this look used at the slice (None: unknown, or a study)
+    data_until: str | None = None
+
+    @property
+    def windowed(self) -> bool:
+        """A time window was chosen (it could have been chosen by looking at labels)."""
+        return self.since is not None or self.until is not None
+
+    def to_dict(self) -> dict[str, JSON]:
+        """As the ledger line, the JSON's ``looks`` and the certificate's ``looks`` spell it."""
+        return {
+            "since": self.since,
+            "until": self.until,
+            "route": self.route,
+            "replicas": list(self.replicas),
+            "model": self.model,
+            "temperature": self.temperature,
+            "use_feedback": self.use_feedback,
+            "holdout": self.holdout,
+            "seed": self.seed,
+            "data_until": self.data_until,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerState:
+    """The ledger as a run left it: recorded in the calibration file, so that a ledger later cut
+    behind it (its last lines removed, or the file deleted) is refused (``Ledger.check_holds``)."""
+
+    path: str
+    head: str | None
+    lines: int
+
+    def to_dict(self) -> dict[str, JSON]:
+        """The calibration JSON's ``ledger``."""
+        return {"path": self.path, "head": self.head, "lines": self.lines}
 
 
 def settings_digest(settings: Settings, score: str) -> str:
@@ -148,10 +219,13 @@ class LookRef:
     warnings: tuple[str, ...] = field(default=())
     #: for this run's report only, not the JSON (a rerun's file stays byte-for-byte the same)
     note: str | None = None
+    #: the rows this look chose (None: not said, as in a simulation)
+    scope: Scope | None = None
 
     def certificate_dict(self) -> dict[str, JSON]:
-        """The ``looks`` object of a certificate: which look issued it and what that spent."""
-        return {
+        """The ``looks`` object of a certificate: which look issued it, what that spent, and
+        which rows it chose (``data``)."""
+        body: dict[str, JSON] = {
             "look": self.look,
             "delta": self.delta,
             "delta_spent": self.delta_spent,
@@ -160,6 +234,9 @@ class LookRef:
             "ledger": self.ledger,
             "ledger_line": self.line,
         }
+        if self.scope is not None:
+            body["data"] = self.scope.to_dict()
+        return body
 
     def to_dict(self) -> dict[str, JSON]:
         """The calibration JSON's entry for this slice (the certificate's, plus what it repeats)."""
@@ -171,11 +248,12 @@ class LookRef:
         }
 
 
-def unrecorded(key: SliceKey, settings: Settings) -> LookRef:
+def unrecorded(key: SliceKey, settings: Settings, scope: Scope | None = None) -> LookRef:
     """A look with no ledger to record it: tested as look 1, counted nowhere, said loudly."""
     ltt = settings.method == "ltt"
     return LookRef(
         slice=key,
+        scope=scope,
         look=None,
         method=settings.method,
         delta=settings.delta if ltt else None,
@@ -202,6 +280,15 @@ class _Line:
     data_digest: str
     settings: str
     hash: str
+    rung: int
+    routes: frozenset[str | None]
+    data_until: str | None  # the newest row the look used (None: not known)
+    replicas: tuple[str, ...]
+
+    def covers_any(self, key: SliceKey) -> bool:
+        """This look tested a route of ``key`` at its rung: a certificate of that route, pooled
+        or not, is one of the looks at it."""
+        return self.rung == key.rung and not self.routes.isdisjoint(key.routes)
 
 
 @dataclass(kw_only=True)
@@ -214,16 +301,28 @@ class Ledger:
     existed: bool
     _pending: list[dict[str, JSON]] = field(default_factory=list)
 
-    def plan(self, key: SliceKey, data_digest: str, settings: Settings, score: str) -> LookRef:
+    def plan(
+        self,
+        key: SliceKey,
+        data_digest: str,
+        settings: Settings,
+        score: str,
+        scope: Scope | None = None,
+    ) -> LookRef:
         """The look this run takes at ``key``: the next number and its δ_j, or an earlier look's
-        number when the run repeats it exactly. Refuses a δ other than the slice's earlier
-        looks' (their spending was planned against that δ)."""
+        number when the run repeats it exactly.
+
+        Every earlier look that tested one of ``key``'s routes at its rung counts (pooled or
+        per route): for each route, the looks whose certificates could license it get distinct
+        numbers, so their δ_j sum to at most δ. Refuses a δ other than those looks' (their
+        spending was planned against that δ), and a window on rows some of them may have seen
+        (``_check_window``)."""
         canon = _canon(key)
-        earlier = [ln for ln in self.lines if ln.slice == canon]
+        earlier = [ln for ln in self.lines if ln.covers_any(key)]
         ltt = settings.method == "ltt"
         chosen = settings_digest(settings, score)
         for ln in earlier:
-            if ln.data_digest == data_digest and ln.settings == chosen:
+            if ln.slice == canon and ln.data_digest == data_digest and ln.settings == chosen:
                 return LookRef(
                     slice=key,
                     look=ln.look,
@@ -235,6 +334,7 @@ class Ledger:
                     line=ln.hash,
                     repeat_of=ln.look,
                     earlier_looks=len(earlier),
+                    scope=scope,
                     note=(
                         f"look {ln.look} repeated: the same rows and settings as look {ln.look} "
                         f"of {self.path} (line {ln.number}); nothing new is spent and the outcome "
@@ -250,6 +350,8 @@ class Ledger:
                 "with a new ledger only for labels no earlier look has seen "
                 "(docs/calibration.md, 'Calibrating again')"
             )
+        if scope is not None:
+            self._check_window(key, scope, earlier)
         look = len(earlier) + 1
         same = tuple(ln.look for ln in earlier if ln.data_digest == data_digest)
         spent_before = _spent(earlier)
@@ -282,6 +384,66 @@ class Ledger:
             earlier_looks=len(earlier),
             new_ledger=not self.existed,
             warnings=tuple(warnings),
+            scope=scope,
+        )
+
+    def _check_window(self, key: SliceKey, scope: Scope, earlier: Sequence[_Line]) -> None:
+        """Refuse rows chosen after earlier looks, unless they are new data only.
+
+        The δ spending holds when each look's data is fixed before its labels are seen: all
+        labels up to a time, or rows no earlier look used. A time window, or other replicas
+        than the earlier looks read, could have been chosen by the labels those looks showed
+        (the best window after a failed look exceeds δ several times over): such a look must
+        start after the newest row any earlier look at these routes used."""
+        if not earlier:
+            return
+        other_replicas = any(ln.replicas != scope.replicas for ln in earlier)
+        if not (scope.windowed or (scope.replicas and other_replicas)):
+            return
+        ends = [ln.data_until for ln in earlier]
+        known = [e for e in ends if e is not None]
+        newest = max(known) if known else None
+        since = _instant(scope.since)
+        if since is not None and newest is not None and len(known) == len(ends):
+            end = _instant(newest)
+            if end is not None and since > end:
+                return
+        what = "a time window (--since/--until)" if scope.windowed else "other --replica chains"
+        if newest is None or len(known) != len(ends):
+            fix = (
+                "new data only, which needs the newest row of every earlier look: some recorded "
+                "none (a study, or rows without a time), so start a new ledger (--looks NEW) "
+                "with receipts no earlier look used"
+            )
+        else:
+            fix = f"new data only: --since later than {newest} (the newest row earlier looks used)"
+        raise CalibrationError(
+            f"{key.label()} has {len(earlier)} earlier look(s) in {self.path}, and this run "
+            f"chooses {what}: rows chosen after their labels were seen are not covered by the δ "
+            "spending (each look's data must be fixed before its labels are seen). Calibrate on "
+            f"all labels up to now (no --since/--until, the same --replica as before), or on {fix} "
+            "(docs/calibration.md, 'Calibrating again')"
+        )
+
+    def state(self) -> LedgerState:
+        """The ledger as this run leaves it (its lines and the ones ``record`` added)."""
+        return LedgerState(path=str(self.path), head=self.head, lines=len(self.lines))
+
+    def check_holds(self, recorded: LedgerState, out: Path) -> None:
+        """Refuse a ledger cut behind what the calibration file ``out`` recorded of it: its
+        lines up to the recorded head must all still be there (the chain commits to them)."""
+        if recorded.lines == 0 or recorded.head is None:
+            return
+        at = recorded.lines - 1
+        if at < len(self.lines) and self.lines[at].hash == recorded.head:
+            return
+        raise CalibrationError(
+            f"{out} records {recorded.lines} looks in {self.path} (head {recorded.head}), and "
+            f"the ledger now holds {len(self.lines)} lines without that head: its last lines "
+            "were cut or the file replaced, which would hide looks already spent. Restore the "
+            "ledger (from a backup, or the looks the calibration files record), or write to "
+            "another --out with a new --looks ledger only for labels no earlier look has seen "
+            "(docs/calibration.md, 'Calibrating again')"
         )
 
     def record(
@@ -318,6 +480,7 @@ class Ledger:
             "escalate_at": settings.escalate_at,
             "n": n,
             "source": source,
+            "data": ref.scope.to_dict() if ref.scope is not None else None,
             "certified": lam is not None,
             "lambda": lam,
             "prev": self.head,
@@ -342,6 +505,16 @@ def _canon(key: SliceKey) -> str:
     return json.dumps(key.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
+def _instant(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
+
+
 def _spent(lines: Iterator[_Line] | list[_Line]) -> float:
     return float(sum(ln.delta_spent or 0.0 for ln in lines))
 
@@ -352,7 +525,9 @@ def _parse(obj: JSON, number: int, path: Path) -> _Line:
     look, method = obj.get("look"), obj.get("method")
     delta, spent = obj.get("delta"), obj.get("delta_spent")
     data, chosen, digest = obj.get("data_digest"), obj.get("settings"), obj.get("hash")
-    key = obj.get("slice")
+    key, scope = obj.get("slice"), obj.get("data")
+    listed = key.get("routes") if isinstance(key, dict) else None
+    rung = key.get("rung") if isinstance(key, dict) else None
     if not (
         isinstance(look, int)
         and not isinstance(look, bool)
@@ -364,13 +539,30 @@ def _parse(obj: JSON, number: int, path: Path) -> _Line:
         and isinstance(chosen, str)
         and isinstance(digest, str)
         and isinstance(key, dict)
+        and isinstance(listed, list)
+        and all(r is None or isinstance(r, str) for r in listed)
+        and isinstance(rung, int)
+        and (scope is None or isinstance(scope, dict))
     ):
         raise _parse_error(
-            path, number, "missing or malformed look, method, delta, data_digest, settings or hash"
+            path,
+            number,
+            "missing or malformed look, method, delta, data_digest, settings, slice, data or hash",
         )
+    routes = [r for r in listed if r is None or isinstance(r, str)]
+    until = scope.get("data_until") if isinstance(scope, dict) else None
+    replicas = scope.get("replicas") if isinstance(scope, dict) else None
     return _Line(
         number=number,
-        slice=json.dumps(key, sort_keys=True, separators=(",", ":")),
+        slice=json.dumps(
+            {**key, "routes": list(_sorted_routes(routes))}, sort_keys=True, separators=(",", ":")
+        ),
+        rung=rung,
+        routes=frozenset(routes),
+        data_until=until if isinstance(until, str) else None,
+        replicas=tuple(r for r in replicas if isinstance(r, str))
+        if isinstance(replicas, list)
+        else (),
         look=look,
         method=method,
         delta=None if delta is None else float(delta),
@@ -385,7 +577,6 @@ def _read(fh: IO[str], path: Path) -> Ledger:
     fh.seek(0)
     lines: list[_Line] = []
     head: str | None = None
-    counts: dict[str, int] = {}
     for number, text in enumerate(fh, start=1):
         if not text.strip():
             continue
@@ -400,10 +591,11 @@ def _read(fh: IO[str], path: Path) -> Ledger:
             raise _parse_error(path, number, "its hash does not match its content (edited)")
         if obj.get("prev") != head:
             raise _parse_error(path, number, "it does not link to the line before (removed lines)")
-        expected = counts.get(line.slice, 0) + 1
+        expected = 1 + sum(
+            1 for ln in lines if ln.rung == line.rung and not ln.routes.isdisjoint(line.routes)
+        )
         if line.look != expected:
             raise _parse_error(path, number, f"look {line.look} where look {expected} was due")
-        counts[line.slice] = expected
         lines.append(line)
         head = line.hash
     return Ledger(path=path, lines=lines, head=head, existed=bool(lines))

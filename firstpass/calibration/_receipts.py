@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+import msgspec
 import numpy as np
 
 from firstpass._json import JSON
@@ -38,6 +39,7 @@ from firstpass.calibration._rows import (
     ContextKey,
     receipt_values,
 )
+from firstpass.calibration._until import fold, note
 from firstpass.calibration._window import RowWindow
 from firstpass.errors import CalibrationError, ReceiptError
 from firstpass.receipts import GENESIS_HASH
@@ -155,6 +157,8 @@ def read_receipts(
     digests: list[str | None] = []
     problems: list[str] = []
     columns: list[Columns] = []
+    firsts: list[str | None] = []  # a verified log's first line's hash (None: empty, unverified)
+    latest: dict[ContextKey, str | None] = {}
     n_lines = 0
     feedback = FeedbackLabels(rung) if use_feedback else None
     with Pool() as pool:
@@ -168,9 +172,10 @@ def read_receipts(
             if window is None and limited is None and feedback is None:
                 head = scan_log(path, score, rung, pool, log, progress, start)
             if head is not None:
-                n_lines += log.commit(sets, routes, skipped, columns)
+                n_lines += log.commit(sets, routes, skipped, columns, latest)
                 heads.append(head)
                 digests.append(None)
+                firsts.append(_first_hash(path) if head != start else None)
                 continue
             chain = _verify_chain(path, start)  # sequential: names the first bad line exactly
             if not chain.ok:
@@ -195,9 +200,12 @@ def read_receipts(
                 window,
                 limited,
                 feedback,
+                latest,
             )
             heads.append(chain.head)
             digests.append(None if chain.ok else file_sha256(path))
+            firsts.append(_first_hash(path) if chain.ok and chain.head != start else None)
+    _refuse_overlaps(files, heads, firsts, everything=bool(problems))
     other = {r: n for r, n in skipped.items() if r.startswith(OTHER_SCORE)}
     if other:
         named = ", ".join(f"{n} {r}" for r, n in sorted(other.items()))
@@ -253,6 +261,10 @@ def read_receipts(
         rung=rung,
         given=given,
         contexts=contexts,
+        # per route, the newest time of the rows kept (those of another model were dropped)
+        data_until=tuple(
+            fold(latest.get(key) for key in keys if key[0] == name) for name in route_names
+        ),
     )
 
 
@@ -383,6 +395,109 @@ def _split_context(
     return tuple(order), tuple(contexts), tuple(lower), [order[key[0]] for key in keys]
 
 
+def _first_hash(path: Path) -> str | None:
+    """The ``hash`` of a verified log's first line: it commits to that line and its link. None
+    for a request line without an ``id`` (the proxy writes one on every receipt): two such lines
+    may be alike without being one request, so those logs are compared by their heads only."""
+    try:
+        with open(path, "rb") as fh:
+            for raw in fh:
+                if raw.strip():
+                    record = json.loads(raw)
+                    if not isinstance(record, dict) or (
+                        "kind" not in record
+                        and record.get("mode") not in _SPECIAL
+                        and not isinstance(record.get("id"), str)
+                    ):
+                        return None
+                    value = record.get("hash")
+                    return value if isinstance(value, str) else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    return None
+
+
+class _RequestId(msgspec.Struct, gc=False):
+    id: object = None
+    kind: object = None
+    mode: object = None
+
+
+_ID_DECODER = msgspec.json.Decoder(_RequestId)
+#: the ``mode`` of lines the writer adds that are not requests (``_rows.NOT_A_REQUEST``)
+_SPECIAL = ("gap", "checkpoint", "feedback")
+
+
+def _request_ids(path: Path) -> Iterator[str]:
+    """The ``id`` of every request receipt in a log that decodes (gap markers, checkpoints and
+    feedback lines are not requests; an undecodable line has no id to compare)."""
+    try:
+        with open(path, "rb") as fh:
+            for raw in fh:
+                try:
+                    record = _ID_DECODER.decode(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                    continue
+                if (
+                    isinstance(record.id, str)
+                    and record.kind is None
+                    and record.mode not in _SPECIAL
+                ):
+                    yield record.id
+    except OSError:
+        return
+
+
+def _refuse_overlaps(
+    files: list[Path], heads: list[str | None], firsts: list[str | None], *, everything: bool
+) -> None:
+    """Refuse inputs that hold the same receipts twice (a copy, the same path again, a snapshot
+    beside the full log): each row would count twice, and n doubled certifies what one copy
+    cannot.
+
+    Verified logs are compared by their first line's hash and their head, which costs no extra
+    pass: two verified chains that share any line share their first line (a line's hash commits
+    to every line before it, back to the genesis hash or to the head of the file given right
+    before it, for a rotated one), so this finds every shared line between them. An unverified
+    log may hold anything: when ``everything`` (some log did not verify) every log's request ids
+    are read and compared, a pass over the files that only ``--allow-unverified`` pays for.
+    """
+    why = "they hold the same receipts, which would be counted twice"
+    seen_head: dict[str, int] = {}
+    seen_first: dict[str, int] = {}
+    for index, (head, first) in enumerate(zip(heads, firsts, strict=True)):
+        if files[index] in files[:index]:
+            _overlap(f"{files[index]} is given twice; {why}")
+        if first is None or head is None:
+            continue
+        if head in seen_head:
+            _overlap(
+                f"{files[seen_head[head]]} and {files[index]} end in the same receipt (one is a "
+                f"copy of the other); {why}"
+            )
+        if first in seen_first:
+            _overlap(
+                f"{files[seen_first[first]]} and {files[index]} start with the same receipt (one "
+                f"is a copy or an earlier snapshot of the other); {why}"
+            )
+        seen_head[head], seen_first[first] = index, index
+    if not everything:
+        return
+    owner: dict[str, int] = {}
+    for index, path in enumerate(files):
+        for rid in _request_ids(path):
+            held = owner.setdefault(rid, index)
+            if held != index:
+                _overlap(f"{files[held]} and {path} both hold receipt id {rid!r}; {why}")
+
+
+def _overlap(what: str) -> None:
+    raise CalibrationError(
+        f"{what}. Pass each receipt log once: of a log and its copies or snapshots, only the "
+        "newest; rotated files once each, in order"
+    )
+
+
 def _check_receipt_file(path: Path) -> None:
     """Refuse, with what to do instead, a log that cannot be verified where it lies: a
     compressed one (the chain covers the bytes the proxy wrote) or a pipe (it is read twice)."""
@@ -415,6 +530,7 @@ def _read_parsed(
     window: RowWindow | None = None,
     limited: tuple[int, str] | None = None,
     feedback: FeedbackLabels | None = None,
+    latest: dict[ContextKey, str | None] | None = None,
 ) -> int:
     """Read a log by parsing every line with ``json`` (a log the one-pass read could not vouch
     for); returns its non-blank line count. An unverified log may hold a truncated line: it is
@@ -453,6 +569,8 @@ def _read_parsed(
                 if feedback is not None and isinstance(record, dict):
                     feedback.row(record)
                 rows.append((value, failed, k, c, routes.code(name), sets.for_k(k)))
+                if latest is not None and isinstance(record, dict):
+                    note(latest, name, [record.get("time")])
         if rows:
             columns.append(rows_to_columns(rows))
         if progress is not None and len(lines) > CHUNK_LINES:

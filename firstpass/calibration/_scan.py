@@ -49,6 +49,7 @@ from firstpass.calibration._rows import (
     context_key,
     receipt_values,
 )
+from firstpass.calibration._until import by_key
 from firstpass.errors import CalibrationError
 from firstpass.receipts._chain import BadLine, check_line, line_links
 
@@ -89,12 +90,28 @@ class _Decision(msgspec.Struct, gc=False):
 
 class _Receipt(msgspec.Struct, gc=False):
     mode: object = None
+    time: object = None
     route: object = None
     probe: _Probe | None = None
     decision: _Decision | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Receipt)
+
+
+class _Stamp(msgspec.Struct, gc=False):
+    time: object = None
+
+
+_STAMP = msgspec.json.Decoder(_Stamp)
+
+
+def _time_of(raw: bytes | memoryview) -> object:
+    """A line's ``time`` (None when it does not decode here)."""
+    try:
+        return _STAMP.decode(raw).time
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
 
 
 def fast_row(raw: bytes | memoryview, score: str, rung: int = 0) -> RowValues | str | None:
@@ -174,6 +191,7 @@ def _pass_share_recorded(named: _Score | None) -> bool:
 
 
 _mode, _probe, _decision, _route = (attrgetter(n) for n in ("mode", "probe", "decision", "route"))
+_stamp = attrgetter("time")
 _k, _c, _label = attrgetter("k"), attrgetter("pass_count"), attrgetter("gate_label")
 _pscore, _name = attrgetter("score"), attrgetter("name")
 _provider, _model = attrgetter("provider"), attrgetter("model")
@@ -297,6 +315,8 @@ class Span:
     route_names: tuple[ContextKey, ...] = ()
     skipped: dict[str, int] = field(default_factory=dict)
     slow: tuple[tuple[int, bytes], ...] = ()
+    #: per slice key, the newest ``time`` of its rows here (``_until``; ``slow`` lines not in it)
+    newest: dict[ContextKey, str | None] = field(default_factory=dict)
 
 
 def scan_span(
@@ -471,6 +491,7 @@ def _rows(
                 c=array("q", cols[3]),
                 route=array("q", codes),
                 route_names=tuple(names),
+                newest=by_key(cols[4], list(map(_stamp, decoded))),
             )
     index: list[int] = []
     scores: list[float] = []
@@ -481,6 +502,8 @@ def _rows(
     routes: list[int] = []
     skipped: dict[str, int] = {}
     slow: list[tuple[int, bytes]] = []
+    keyed: list[ContextKey] = []
+    stamps: list[object] = []
     ends = [*(a - 1 for a in starts[1:]), end - 1]
     for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
         line = view[a:b]
@@ -505,6 +528,11 @@ def _rows(
             ks.append(out[2])
             cs.append(out[3])
             routes.append(names.setdefault(out[4], len(names)))
+            keyed.append(out[4])
+            if i in chain.parsed:
+                stamps.append(chain.parsed[i].get("time"))
+            else:
+                stamps.append(decoded[i].time if decoded is not None else _time_of(line))
     return Span(
         lines=n,
         chain_ok=True,
@@ -519,4 +547,5 @@ def _rows(
         route_names=tuple(names),
         skipped=skipped,
         slow=tuple(slow),
+        newest=by_key(keyed, stamps),
     )

@@ -5,8 +5,10 @@ genesis verifies. A checkpoint signed by the receipt writer's key ties the lines
 the key (``firstpass.receipts.verify_checkpoints``). So with a key, calibration keeps only the
 lines up to each chain's last good checkpoint: the unsigned tail after it (the live log's
 newest lines, or lines appended by a forger) and a log with no checkpoint at all are left out
-and counted; a checkpoint that does not verify under the key (another key, edited, a rewritten
-prefix, lines signed by no one between two checkpoints) fails the calibration.
+and counted (when no log given has one, nothing is evidence and the calibration fails, saying
+the proxy signs checkpoints only under ``[receipts] signing_key``); a checkpoint that does not
+verify under the key (another key, edited, a rewritten prefix, lines signed by no one between
+two checkpoints) fails the calibration.
 
 Each file's chain is verified here once more (``read_receipts`` verifies it again as it reads):
 a second hashing pass over the logs is the price of keeping the signed read apart from the
@@ -112,6 +114,15 @@ def checkpoint_evidence(files: Sequence[Path], public_key: Ed25519PublicKey) -> 
             left_out[AFTER_CHECKPOINT] = (
                 left_out.get(AFTER_CHECKPOINT, 0) + signed.unsigned_tail_lines
             )
+    if files and not n_checkpoints:
+        raise CalibrationError(
+            f"{', '.join(map(str, files))}: a log with no signed checkpoint is not evidence "
+            f"under a key ({left_out.get(NO_CHECKPOINT, 0):,} lines left out). The proxy signs "
+            "checkpoints only with [receipts] signing_key set: run it with that key (the "
+            f"private half of {key_id(public_key)}) and calibrate on the receipts it writes, or "
+            "calibrate without --signing-key/--pubkey (the file is then unsigned, and enforce "
+            "with trusted keys refuses it)"
+        )
     return Evidence(
         key_id=key_id(public_key),
         limits=tuple(limits),

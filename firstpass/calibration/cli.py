@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Sequence
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     )
 
     from firstpass._json import JSON
+    from firstpass.calibration._looks import LedgerState, Scope, SliceKey
     from firstpass.calibration._receipts import ReadOptions
     from firstpass.calibration.data import Labelled
     from firstpass.calibration.fit import Calibration
@@ -269,7 +271,34 @@ def _say_signed(
         )
     signature = doc.get("signature")
     if isinstance(signature, dict):
-        print(f"calibration: signed by {signature.get('key_id')}", file=sys.stderr)
+        signer = signature.get("key_id")
+        print(f"calibration: signed by {signer}", file=sys.stderr)
+        if checkpoints is not None and signer != key_id(checkpoints):
+            print(
+                f"calibration: warning: signed by {signer} over receipts that checkpoints signed "
+                f"by {key_id(checkpoints)} vouch for (--pubkey): a server takes this file only "
+                "if it trusts both keys ([escalation.elastic] trusted_keys lists each `.pub`)",
+                file=sys.stderr,
+            )
+
+
+def _trusting(block: str, args: argparse.Namespace) -> str:
+    """The printed config block with ``trusted_keys`` listing the public halves of the keys
+    this file rests on (the signing key's, and --pubkey's when it is another), so that the
+    block as pasted checks the signature; unchanged without --signing-key."""
+    path = getattr(args, "signing_key", None)
+    if path is None or "[escalation.elastic]" not in block:
+        return block
+    public = Path(path).expanduser().absolute()
+    listed = [public.with_name(public.name + ".pub")]
+    pubkey = getattr(args, "pubkey", None)
+    if pubkey is not None and Path(pubkey).expanduser().absolute() not in listed:
+        listed.append(Path(pubkey).expanduser().absolute())
+    line = "trusted_keys = [" + ", ".join(json.dumps(str(p)) for p in listed) + "]"
+    missing = [str(p) for p in listed if not p.is_file()]
+    if missing:  # a key kept elsewhere: say which public key file to list
+        line = f"# {line}   (not found: {', '.join(missing)}; list the `.pub` files of these keys)"
+    return block + line + "\n"
 
 
 # -- end of signing ------------------------------------------------------------------------------
@@ -297,14 +326,20 @@ def _calibrate_looking(
     from firstpass.calibration.fit import calibrate, slice_keys
 
     keys = slice_keys(labelled, settings)
+    scopes = {route: _scope(args, labelled, settings, key) for route, key in keys.items()}
     path = _looks.default_ledger_path(args.out, getattr(args, "looks", None))
     if path is None:
-        plan = {route: _looks.unrecorded(key, settings) for route, key in keys.items()}
+        plan = {
+            route: _looks.unrecorded(key, settings, scopes[route]) for route, key in keys.items()
+        }
         return calibrate(labelled, settings, looks=plan)
     digest = labelled.digest()
     with _looks.open_ledger(path) as ledger:
+        recorded_state = _recorded_ledger(args.out, path)
+        if recorded_state is not None:
+            ledger.check_holds(recorded_state, Path(args.out))
         plan = {
-            route: ledger.plan(key, digest, settings, labelled.score_name)
+            route: ledger.plan(key, digest, settings, labelled.score_name, scopes[route])
             for route, key in keys.items()
         }
         result = calibrate(labelled, settings, looks=plan)
@@ -322,7 +357,64 @@ def _calibrate_looking(
             )
             for route, ref in plan.items()
         }
-    return dataclasses.replace(result, looks=tuple(recorded.values()))
+        state = ledger.state()
+    return dataclasses.replace(result, looks=tuple(recorded.values()), ledger=state)
+
+
+def _scope(
+    args: argparse.Namespace, labelled: Labelled, settings: Settings, key: SliceKey
+) -> Scope:
+    """The rows this run chose at ``key`` (window, filters, holdout) and the newest of them."""
+    from firstpass.calibration._looks import Scope
+    from firstpass.calibration._until import fold
+    from firstpass.calibration._window import parse_time
+
+    def utc(flag: str) -> str | None:
+        text = getattr(args, flag, None)
+        if text is None or args.study is not None:
+            return None
+        when = parse_time(text, f"--{flag}").astimezone(UTC)
+        micro = f".{when.microsecond:06d}" if when.microsecond else ""
+        return when.strftime("%Y-%m-%dT%H:%M:%S") + micro + "Z"
+
+    newest = dict(zip(labelled.route_names, labelled.data_until, strict=False))
+    return Scope(
+        since=utc("since"),
+        until=utc("until"),
+        route=getattr(args, "route", None),
+        replicas=tuple(sorted(getattr(args, "replica", None) or ())),
+        model=args.model,
+        temperature=args.temperature,
+        use_feedback=bool(getattr(args, "use_feedback", False)),
+        holdout=settings.holdout,
+        seed=settings.seed if settings.holdout is not None else None,
+        data_until=fold(newest.get(r) for r in key.routes) if newest else None,
+    )
+
+
+def _recorded_ledger(out: str | None, path: Path) -> LedgerState | None:
+    """What the calibration file at ``out`` (written by an earlier run) recorded of the ledger at
+    ``path``; None when there is no such file or record."""
+    from firstpass.calibration._looks import LedgerState
+
+    if out is None:
+        return None
+    try:
+        doc = json.loads(Path(out).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no earlier file (or not one this could have written): nothing to hold to
+    state = doc.get("ledger") if isinstance(doc, dict) else None
+    if not isinstance(state, dict):
+        return None
+    where, head, lines = state.get("path"), state.get("head"), state.get("lines")
+    if not (
+        isinstance(where, str)
+        and (head is None or isinstance(head, str))
+        and isinstance(lines, int)
+        and Path(where).absolute() == path.absolute()
+    ):
+        return None
+    return LedgerState(path=where, head=head, lines=lines)
 
 
 def _say_looks(result: Calibration) -> None:
@@ -330,6 +422,20 @@ def _say_looks(result: Calibration) -> None:
     for ref in result.looks:
         for warning in (*ref.warnings, *([ref.note] if ref.note else [])):
             print(f"calibration: {ref.slice.label()}: {warning}", file=sys.stderr)
+
+
+def _say_revoked(paths: Sequence[str], labelled: Labelled, read: ReadOptions) -> None:
+    """On stderr: each revocation in the logs read that the rows may predate (``_revoked``)."""
+    from firstpass.calibration._revoked import revocation_warnings
+
+    window = read.get("window")
+    for warning in revocation_warnings(
+        [Path(p) for p in paths],
+        rung=labelled.rung,
+        routes=set(labelled.route_names),
+        since=window.since if window is not None else None,
+    ):
+        print(f"calibration: warning: {warning}", file=sys.stderr)
 
 
 # -- end of looks --------------------------------------------------------------------------------
@@ -450,6 +556,7 @@ def run(args: argparse.Namespace) -> int:
             raise CalibrationError("--replica applies to --dsn-env (the table's chains)")
         else:
             labelled = data_mod.read_receipts(args.receipts, **read)
+            _say_revoked(args.receipts, labelled, read)
     from firstpass.calibration import report
 
     result = _calibrate_looking(args, labelled, settings)
@@ -476,7 +583,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"plot written to {args.plot}")
     print()
-    print(report.toml_block(result, out_path=args.out), end="")
+    print(_trusting(report.toml_block(result, out_path=args.out), args), end="")
     return 0
 
 

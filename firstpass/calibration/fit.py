@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from firstpass._json import JSON
 from firstpass.calibration import stats
-from firstpass.calibration._looks import LookRef, SliceKey
+from firstpass.calibration._looks import LedgerState, LookRef, SliceKey
 from firstpass.calibration.data import Labelled, RouteContext, Source
 from firstpass.calibration.settings import METHODS, Settings
 from firstpass.errors import CalibrationError
@@ -136,6 +136,10 @@ class Calibration:
     contexts: tuple[RouteContext, ...] = ()
     #: per certifiable slice, the look it took (``firstpass.calibration._looks``)
     looks: tuple[LookRef, ...] = ()
+    #: the looks ledger as this run left it (None: no ledger)
+    ledger: LedgerState | None = None
+    #: receipts: per route, the newest ``time`` of its rows (absent or None: not known)
+    data_until: Mapping[str | None, str | None] = field(default_factory=dict)
 
     def look_for(self, key: SliceKey) -> LookRef | None:
         """The look this calibration took at ``key``, if it recorded one."""
@@ -208,6 +212,7 @@ def calibrate(
         ),
         contexts=data.contexts,
         looks=tuple(looks.values()),
+        data_until=dict(zip(data.route_names, data.data_until, strict=False)),
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from firstpass._json import JSON
 from firstpass.calibration._looks import LookRef, SliceKey, delta_at_look
+from firstpass.calibration._until import fold
 from firstpass.calibration.data import PASS_SHARE, RouteContext
 from firstpass.calibration.fit import Calibration, Fit
 from firstpass.calibration.stats import ProportionRow
@@ -128,6 +129,8 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, JS
                 visible_checks=checks,
                 endpoint=endpoint,
                 gate=_gate(pooled, gate_checks),
+                # the newest row any of its routes gave (None: a study, or a row without time)
+                data_until=fold(cal.data_until.get(r) for r in routes),
             )
         )
     return issued, refused
@@ -178,6 +181,7 @@ def to_json_dict(cal: Calibration, *, created_at: datetime | None = None) -> dic
         "certificates": [_with_look(c.to_dict(), cal.look_for(_slice(c))) for c in issued],
         "uncertified": list(refused),
         "looks": [ref.to_dict() for ref in cal.looks],
+        "ledger": cal.ledger.to_dict() if cal.ledger is not None else None,
     }
     body.pop("route")
     when = (created_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")

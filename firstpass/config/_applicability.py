@@ -31,15 +31,18 @@ __all__ = ["SKIP_SAFE_FIELDS", "Applied", "RequestDraw", "applicable", "unbound_
 #: - ``user``, ``metadata``, ``store``, ``service_tier``, ``safety_identifier``,
 #:   ``prompt_cache_key``: bookkeeping of the upstream's, not read by the sampler;
 #: - ``logprobs``, ``top_logprobs``: report the draw, do not change it;
-#: - ``max_tokens``, ``max_completion_tokens``: a cap. A sample cut short is still run against
-#:   the visible tests, so it counts as a failure in the pass share rather than as a pass;
 #: - ``temperature``, ``top_p``: bound by the certificate itself (``Certificate.samples_like``).
+#:
+#: ``max_tokens`` and ``max_completion_tokens`` are not listed: a cap cuts long answers, which
+#: then fail the visible tests and stop skipping, while short wrong answers still skip, so the
+#: failure rate among the skips that remain rises (a cap changes which requests skip, not only
+#: how many). A budget's ``default_max_tokens`` applies to every request alike, calibration's
+#: shadow traffic included, and is not the request's field.
 SKIP_SAFE_FIELDS: frozenset[str] = frozenset(
     {
         "messages", "model", "n", "stream", "stream_options", "firstpass",
         "user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key",
         "logprobs", "top_logprobs",
-        "max_tokens", "max_completion_tokens",
         "temperature", "top_p",
     }
 )  # fmt: skip
@@ -63,6 +66,11 @@ class RequestDraw:
     #: the route has operator gate checks but lists no visible checks of its own: only the
     #: request's tests would license the skip, and those are the client's to choose
     unlicensed_visible: bool = False
+    #: the route's gate is the requests' hidden tests (it has no gate checks) and this request
+    #: brings no visible tests: its pass share is the route's listed checks alone, not the
+    #: tests-and-checks score calibration requests were probed with (certificates do not yet
+    #: record whether their rows had visible tests, so such a request never skips)
+    no_visible_tests: bool = False
     #: how the visible tests also passed a null stub of the entry point ("returns None",
     #: "raises"); None: they did not, or were not tried
     vacuous_visible: str | None = None
@@ -108,6 +116,12 @@ def _void(cert: Certificate, draw: RequestDraw) -> str | None:
         return (
             "the route has gate checks but no visible checks of its own: a skip would rest on "
             "the request's own tests only, which license nothing there"
+        )
+    if draw.no_visible_tests:
+        return (
+            "this request brings no visible tests: its pass share is the route's listed checks "
+            "alone, which is not what a skip rests on where the requests' hidden tests are the "
+            "gate"
         )
     if draw.vacuous_visible is not None:
         return (

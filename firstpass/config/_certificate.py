@@ -22,6 +22,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeGuard, overload
 
@@ -159,6 +160,10 @@ class Certificate:
     #: labelled them; None: not recorded (an older firstpass, or receipts from before them)
     endpoint: str | None = None
     gate: GateContext | None = None
+    #: the ``time`` of the newest receipt row it was computed from (ISO 8601 UTC; None: a
+    #: study without times, or an older firstpass): a revocation after it is news its data
+    #: did not hold, so it cannot lift that revocation (``firstpass.monitor``)
+    data_until: str | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         """The entry of the calibration file's ``certificates`` list (``id`` and ``path`` are
@@ -182,6 +187,7 @@ class Certificate:
             **({"visible_checks": self.visible_checks} if self.visible_checks else {}),
             "endpoint": self.endpoint,
             "gate": None if self.gate is None else self.gate.to_dict(),
+            "data_until": self.data_until,
             "n": self.n,
             "skipped": self.skipped,
             "failures": self.failures,
@@ -222,8 +228,12 @@ class CertificateFile:
     signature: CalibrationSignature | None = None
     #: the key id whose signature verified (set at start, when trusted keys are configured)
     signed_by: str | None = None
-    #: why no trusted key vouches for it (set at start: unsigned, untrusted key, bad signature)
+    #: why no trusted key vouches for it (set at start: unsigned, untrusted key, bad signature,
+    #: evidence vouched for by an untrusted key)
     unsigned: str | None = None
+    #: the key whose signed checkpoints vouched for the receipts it was calibrated on
+    #: (``source.checkpoints.key_id``; None: not recorded, calibrated without a key)
+    evidence_key: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -350,6 +360,9 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
             route = entry.get("route")
             uncertified.append((route if isinstance(route, str) else None, rung))
     source = data.get("source")
+    checkpoints = source.get("checkpoints") if isinstance(source, dict) else None
+    found = checkpoints.get("key_id") if isinstance(checkpoints, dict) else None
+    evidence_key = found if isinstance(found, str) else None
     if isinstance(source, dict) and source.get("verified") is False:
         # --allow-unverified: the receipts may have been altered, so nothing here is evidence
         return CertificateFile(
@@ -360,6 +373,7 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
             void="it was computed from receipt logs whose hash chain does not verify "
             "(--allow-unverified)",
             signature=signature,
+            evidence_key=evidence_key,
         )
     return CertificateFile(
         path=path,
@@ -367,6 +381,7 @@ def read_certificates(path: Path, where: str) -> CertificateFile | None:
         certificates=certs,
         uncertified=tuple(uncertified),
         signature=signature,
+        evidence_key=evidence_key,
     )
 
 
@@ -453,7 +468,28 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: JSON) -> Certi
         visible_checks=_optional(c, "visible_checks", where, path, at, str),
         endpoint=_optional(c, "endpoint", where, path, at, str),
         gate=_gate(c.get("gate"), where, path, at),
+        data_until=_time(c.get("data_until"), where, path, f"{at}.data_until"),
     )
+
+
+def _time(raw: JSON | None, where: str, path: Path, at: str) -> str | None:
+    """An ISO 8601 time as ``2026-01-31T12:00:00.123Z`` (UTC; a time without a zone is UTC),
+    or None."""
+    if raw is None:
+        return None
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00")) if isinstance(raw, str) else None
+    except ValueError:
+        when = None
+    if when is None:
+        raise _bad(where, path, f"{at} must be an ISO 8601 time or null, got {raw!r}")
+    return _utc_text(when)
+
+
+def _utc_text(when: datetime) -> str:
+    """``when`` in the format of a receipt's ``time`` (a naive time is taken as UTC)."""
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
 def _gate(raw: JSON | None, where: str, path: Path, at: str) -> GateContext | None:
@@ -596,12 +632,14 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
             advice = _RECALIBRATE
             if key == "visible_checks":
                 what = (
-                    "the route's visible checks are not the ones its probes were scored by "
+                    "the route's visible checks (its [[route.visible_checks]] and the visible "
+                    "tests [route.checks] lends) are not the ones its probes were scored by "
                     f"(digest {_show(mine)} here, {_show(theirs)} in the certificate)"
                 )
             if key == "gate_checks":
                 what = (
-                    "the route's gate checks are not the ones its calibration labels were "
+                    "the route's gate checks (its [[route.gate_checks]] and the hidden tests "
+                    "[route.checks] lends) are not the ones its calibration labels were "
                     f"judged by (digest {_show(mine)} here, {_show(theirs)} in the certificate)"
                 )
             if key == "endpoint":

@@ -37,7 +37,7 @@ from firstpass.receipts import key_id, load_public_key, load_signing_key
 ELASTIC_PATH = "escalation.elastic"
 _ELASTIC_KEYS = (
     "k", "lambda", "escalate_at", "mode", "calibration", "alpha", "delta", "max_gate_candidates",
-    "score", "method", "trusted_keys", "audit_rate", "monitor_level",
+    "score", "method", "trusted_keys", "audit_rate", "monitor_level", "monitor_stale_s",
 )  # fmt: skip
 #: the probe scores: the config model's ``ProbeScore`` (``firstpass.policy.SCORES`` must equal it)
 SCORES: tuple[ProbeScore, ...] = typing.get_args(ProbeScore)
@@ -74,6 +74,9 @@ def build_elastic(escalation: Mapping[str, object], base_dir: Path) -> ElasticCo
         trusted_keys=_trusted_key_paths(table, base_dir),
         audit_rate=f.get_float(table, "audit_rate", p, ElasticConfig.audit_rate, lo=0.0, hi=1.0),
         monitor_level=f.get_float(table, "monitor_level", p, None, lo=0.0, hi=0.5, lo_open=True),
+        monitor_stale_s=f.get_float(
+            table, "monitor_stale_s", p, ElasticConfig.monitor_stale_s, lo=0.0, lo_open=True
+        ),
         files=files,
     )
 
@@ -111,10 +114,17 @@ def _trusted_key_paths(table: Mapping[str, object], base_dir: Path) -> tuple[Pat
 def check_signatures(
     elastic: ElasticConfig, receipts_key: Path | None, key_path: str
 ) -> ElasticConfig:
-    """Which trusted key signed each cited calibration file; under enforce with any trusted
-    key (``trusted_keys``, or ``[receipts] signing_key``'s public half), a file no trusted key
-    signed fails the start, naming it. Shadow only records it (the ready line says so), and
-    without any trusted key every file is recorded as unchecked."""
+    """Which trusted key vouches for each cited calibration file: it signed the file and, when
+    the file records the key whose checkpoints vouched for its receipts, that key is trusted
+    too (a trusted signature over evidence only an untrusted key vouched for vouches for
+    nothing). Trusted: ``trusted_keys`` and ``[receipts] signing_key``'s public half.
+
+    With any trusted key, a file they do not vouch for licenses nothing, whatever the mode: a
+    request may ask for enforce under a shadow block (``client_modes``), and enforce takes only
+    what a trusted key vouches for. Under the block's enforce such a file fails the start,
+    naming it; shadow keeps it cited (its counterfactual runs at the block's λ) and the ready
+    line says why. Without any trusted key every file is recorded as unchecked.
+    """
     trusted = {key_id(k): k for k in map(load_public_key, elastic.trusted_keys)}
     if receipts_key is not None:
         own = load_signing_key(receipts_key).public_key()
@@ -125,16 +135,38 @@ def check_signatures(
             why = "it is not signed" if cf.signature is None else "no trusted key to check it"
             files.append(dataclasses.replace(cf, unsigned=why))
             continue
-        problem = signature_problem(cf.signature, trusted)
-        if problem is not None and elastic.mode == "enforce":
+        problem, advice = signature_problem(cf.signature, trusted), HOW_TO_SIGN
+        if problem is None and cf.evidence_key is not None and cf.evidence_key not in trusted:
+            problem = (
+                f"it was calibrated on receipts vouched for by checkpoints signed by "
+                f"{cf.evidence_key}, which is not a trusted key (trusted: "
+                f"{', '.join(sorted(trusted))})"
+            )
+            advice = (
+                "calibrate on receipts written under a trusted [receipts] signing_key (`firstpass "
+                "calibrate --signing-key KEY` checks their checkpoints against KEY), or list "
+                f"that key's `.pub` in {ELASTIC_PATH}.trusted_keys if you trust who holds it"
+            )
+        if problem is None:
+            signer = cf.signature.key_id if cf.signature is not None else None
+            files.append(dataclasses.replace(cf, signed_by=signer))
+            continue
+        if elastic.mode == "enforce":
             raise ConfigError(
                 f"{ELASTIC_PATH}.calibration",
                 f"{cf.path}: {problem}, and enforce ({key_path}) takes only calibration files "
-                f"signed by a trusted key ([receipts] signing_key, {ELASTIC_PATH}.trusted_keys): "
-                f"{HOW_TO_SIGN}",
+                f"a trusted key vouches for ([receipts] signing_key, {ELASTIC_PATH}.trusted_keys):"
+                f" {advice}",
             )
-        signer = cf.signature.key_id if problem is None and cf.signature is not None else None
-        files.append(dataclasses.replace(cf, signed_by=signer, unsigned=problem))
+        files.append(
+            dataclasses.replace(
+                cf,
+                certificates=(),
+                uncertified=tuple((c.route, c.rung) for c in cf.certificates) + cf.uncertified,
+                void=cf.void or f"no trusted key vouches for it: {problem}",
+                unsigned=problem,
+            )
+        )
     return dataclasses.replace(elastic, files=tuple(files))
 
 
@@ -161,6 +193,7 @@ def bind_licences(
     """
     if elastic is None:
         return None
+    elastic = check_signatures(elastic, receipts_key, key_path)
     licences: dict[tuple[str, int], Licence] = {}
     for route_index, route in enumerate(routes):
         given: list[Given] = []
@@ -212,7 +245,7 @@ def bind_licences(
     bound = dataclasses.replace(elastic, licences=MappingProxyType(licences))
     if bound.mode == "enforce":
         _check_enforceable(bound, licences, key_path)
-    return check_signatures(bound, receipts_key, key_path)
+    return bound
 
 
 def _endpoint(providers: Sequence[ProviderConfig], provider_id: str) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import re
 import socket
@@ -281,6 +282,20 @@ class RouteChecks:
     entry_point: str | None = None
 
 
+def _with_route_tests(
+    digest: str | None, checks: RouteChecks | None, part: Literal["visible", "hidden"]
+) -> str | None:
+    """``digest`` folded with the ``part`` tests ``[route.checks]`` lends (and their setup and
+    entry point): an operator's own tests are part of the context as their listed checks are.
+    Unchanged without route tests, so a route without ``[route.checks]`` keeps its digest."""
+    tests = None if checks is None else getattr(checks, part)
+    if tests is None or checks is None:
+        return digest
+    lent = {"checks": digest, part: tests, "setup": checks.setup, "entry": checks.entry_point}
+    canonical = json.dumps(lent, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Revision:
     """``[route.revision]``: when a rung's answer fails its checks, ask the same rung again with
@@ -319,15 +334,17 @@ class RouteConfig:
 
     @functools.cached_property
     def visible_checks_digest(self) -> str | None:
-        """The digest of ``visible_checks`` (``firstpass.checks.checks_digest``): probes record
-        it, certificates carry it, and a certificate made under other visible checks gates."""
-        return checks_digest(self.visible_checks)
+        """The digest of ``visible_checks`` (``firstpass.checks.checks_digest``) and of the
+        visible tests ``[route.checks]`` lends: probes record it, certificates carry it, and a
+        certificate made under other visible checks or route tests fails the start."""
+        return _with_route_tests(checks_digest(self.visible_checks), self.checks, "visible")
 
     @functools.cached_property
     def gate_checks_digest(self) -> str | None:
-        """The digest of ``gate_checks``: what "failure" meant for the labels a certificate was
-        computed from; a certificate labelled under other gate checks fails the start."""
-        return checks_digest(self.gate_checks)
+        """The digest of ``gate_checks`` and of the hidden tests ``[route.checks]`` lends: what
+        "failure" meant for the labels a certificate was computed from; a certificate labelled
+        under another operator gate fails the start."""
+        return _with_route_tests(checks_digest(self.gate_checks), self.checks, "hidden")
 
     def matches(self, model: str) -> bool:
         """True when ``model`` is listed, or the route lists ``*``."""
@@ -371,6 +388,9 @@ class ElasticConfig:
     #: probability at most γ, ever. None: the certificate's δ (``firstpass.monitor`` holds the
     #: fallback when there is none)
     monitor_level: float | None = None
+    #: seconds without a sync of the licence monitor's store after which its licences stop
+    #: skipping (fail closed: a revocation could not be seen); the store is polled every 2 s
+    monitor_stale_s: float = 60.0
     #: the calibration files cited that exist (a cited file not written yet is skipped)
     files: tuple[CertificateFile, ...] = field(default=(), repr=False, compare=False)
     #: (route name, rung index) → the certificate in force there, or why there is none

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TypeVar
 
 import psycopg
@@ -21,7 +21,8 @@ import psycopg
 from firstpass.db._connect import first_line, redact
 from firstpass.db._pool import Conn, Connections
 from firstpass.errors import DatabaseError
-from firstpass.monitor import LicenceKey, Revocation, Snapshot, Tally
+from firstpass.monitor import LicenceKey, Recorded, Revocation, Snapshot, Tally, revocation_of
+from firstpass.receipts import REVOCATION_KIND
 
 __all__ = ["PostgresLicenceStore"]
 
@@ -45,6 +46,10 @@ _COUNTS = (
     "FROM firstpass_licence_counts"
 )
 _REVOCATIONS = "SELECT evidence::text FROM firstpass_revocations"
+#: the chained revocation lines, oldest first (read once, at start)
+_RECORDED = "SELECT line FROM firstpass_receipts WHERE kind = %s ORDER BY time, replica, seq"
+#: the start's read of the revocation lines scans the receipts table (no index on ``kind``)
+RECORDED_TIMEOUT_S = 120.0
 
 
 class PostgresLicenceStore:
@@ -88,14 +93,38 @@ class PostgresLicenceStore:
 
         return await self._run(work)
 
+    async def recorded(self, certificates: Collection[str]) -> Recorded:
+        """The revocation lines every replica chained into ``firstpass_receipts`` (the rows
+        in ``firstpass_revocations`` can be deleted; the chain is the record). Which
+        certificates the receipts mention is not searched here (empty)."""
+
+        async def work(conn: Conn) -> Recorded:
+            cur = await conn.execute(_RECORDED, (REVOCATION_KIND,))
+            found: dict[LicenceKey, Revocation] = {}
+            for (line,) in await cur.fetchall():
+                if not isinstance(line, bytes | bytearray | memoryview):
+                    continue
+                try:
+                    record = json.loads(bytes(line))
+                except (ValueError, RecursionError):
+                    continue
+                rev = revocation_of(record) if isinstance(record, dict) else None
+                if rev is not None:
+                    found.setdefault(rev.key, rev)
+            return Recorded(revocations=tuple(found.values()))
+
+        return await self._run(work, timeout_s=RECORDED_TIMEOUT_S)
+
     async def aclose(self) -> None:
         await self._conns.aclose()
 
-    async def _run(self, work: Callable[[Conn], Awaitable[_T]]) -> _T:
-        """``work`` on a connection within ``TIMEOUT_S``; a failure is a ``DatabaseError`` (the
+    async def _run(
+        self, work: Callable[[Conn], Awaitable[_T]], *, timeout_s: float = TIMEOUT_S
+    ) -> _T:
+        """``work`` on a connection within ``timeout_s``; a failure is a ``DatabaseError`` (the
         monitor logs it and tries again at its next poll)."""
         try:
-            async with asyncio.timeout(TIMEOUT_S):
+            async with asyncio.timeout(timeout_s):
                 async with self._conns.connection() as conn:
                     return await work(conn)
         except psycopg.errors.UndefinedTable as exc:

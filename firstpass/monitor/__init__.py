@@ -4,7 +4,7 @@ anytime-valid test per licence (route, rung, certificate), and revocation.
     monitor = LicenceMonitor(terms=..., replica="receipts.jsonl", store=FileLicenceStore(path))
     await monitor.start()                              # resumes the stored counts
     monitor.observe_label("code", 0, cert_id, failed=True, source="audit")
-    monitor.revocation("code", 0)                      # Revocation | None: may it still skip?
+    monitor.revocation("code", 0)  # Revocation | Predated | Suspension | None: may it skip?
 
 The statistics (``log_wealth``, ``lower_bound``, ``simulate_revocation``) are pure functions of
 counts; docs/operations.md says what an operator sees and does.
@@ -17,25 +17,50 @@ from firstpass.monitor._eprocess import (
     rejects,
     simulate_revocation,
 )
-from firstpass.monitor._labels import Label, licence_labels
+from firstpass.monitor._labels import (
+    AUDIT_OUTCOMES,
+    AuditOutcome,
+    Label,
+    audit_outcome,
+    licence_labels,
+)
 from firstpass.monitor._licences import (
     LabelSource,
     LicenceKey,
+    Predated,
     Revocation,
+    Suspension,
     Tally,
     Terms,
     decide,
     level_for,
     licence_terms,
     pooled,
+    predating,
 )
-from firstpass.monitor._monitor import POLL_S, LicenceMonitor, LicenceState, RevokeHook
+from firstpass.monitor._monitor import (
+    POLL_S,
+    LicenceMonitor,
+    LicenceState,
+    RevokeHook,
+    Withdrawal,
+)
+from firstpass.monitor._recorded import (
+    REVOCATION_NEEDLE,
+    Recorded,
+    directory_logs,
+    read_recorded,
+    revocation_of,
+)
 from firstpass.monitor._store import LICENCES_FILE, FileLicenceStore, LicenceStore, Snapshot
 
 __all__ = [
+    "AUDIT_OUTCOMES",
     "DEFAULT_LEVEL",
     "LICENCES_FILE",
     "POLL_S",
+    "REVOCATION_NEEDLE",
+    "AuditOutcome",
     "FileLicenceStore",
     "Label",
     "LabelSource",
@@ -43,18 +68,27 @@ __all__ = [
     "LicenceMonitor",
     "LicenceState",
     "LicenceStore",
+    "Predated",
+    "Recorded",
     "Revocation",
     "RevokeHook",
     "Snapshot",
+    "Suspension",
     "Tally",
     "Terms",
+    "Withdrawal",
+    "audit_outcome",
     "decide",
+    "directory_logs",
     "level_for",
     "licence_labels",
     "licence_terms",
     "log_wealth",
     "lower_bound",
     "pooled",
+    "predating",
+    "read_recorded",
     "rejects",
+    "revocation_of",
     "simulate_revocation",
 ]

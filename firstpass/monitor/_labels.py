@@ -5,16 +5,27 @@ under a certificate: an enforce receipt's ``decision.audit`` (a random share of 
 anyway), and a shadow receipt's label of a probe whose regime was ``serve`` under a certificate
 (shadow labels every request: a sampling rate of 1). A label that could not be bought (None) is
 no label. Only receipts that were written are read, so a label counts once.
+
+``audit_outcome`` says what became of an audit drawn on a receipt: labelled, or not, because the
+gate's budget or a sandbox slot was missing (the skip was then served unaudited). Audits that
+cannot run are not a random thinning if hard tasks are the ones that run out of budget: the
+share of them is exported and alerted on (docs/operations.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from firstpass.monitor._licences import LabelSource
 from firstpass.receipts import AuditRecord, ProbeRecord, Receipt
 
-__all__ = ["Label", "licence_labels"]
+__all__ = ["AUDIT_OUTCOMES", "AuditOutcome", "Label", "audit_outcome", "licence_labels"]
+
+#: what became of an audit: its gate ran (a label), or it could not (the budget, no sandbox
+#: slot), or the receipt does not say why (``unlabelled``)
+AuditOutcome = Literal["labelled", "budget", "sandbox_busy", "unlabelled"]
+AUDIT_OUTCOMES: tuple[AuditOutcome, ...] = ("labelled", "budget", "sandbox_busy", "unlabelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +65,23 @@ def _shadow_label(labels: list[Label], route: str, probe: ProbeRecord, label: bo
     cert = probe.certificate
     if probe.regime == "serve" and isinstance(cert, str) and label is not None:
         labels.append(Label(route, probe.rung, cert, not label, "shadow"))
+
+
+def audit_outcome(receipt: Receipt) -> tuple[int, AuditOutcome] | None:
+    """The rung of the audit ``receipt`` records and what became of it; None: no audit. The
+    reason an audit went unlabelled is the pipeline's trace step ``audit:<rung>:<sample>:<why>``
+    (``budget`` or ``sandbox_busy``)."""
+    audit = receipt.decision.audit
+    if not isinstance(audit, AuditRecord):
+        return None
+    if audit.label is not None:
+        return audit.rung, "labelled"
+    prefix = f"audit:{audit.rung}:"
+    for step in receipt.decision.steps:
+        if step.startswith(prefix):
+            why = step.rsplit(":", 1)[-1]
+            if why == "budget":
+                return audit.rung, "budget"
+            if why == "sandbox_busy":
+                return audit.rung, "sandbox_busy"
+    return audit.rung, "unlabelled"

@@ -2,7 +2,9 @@
 the revocation the e-process decides (pure: the store and the loop are in ``_monitor.py``).
 
 A licence is a (route, rung, certificate id): a new certificate is another licence, with counts
-of its own, which is why only a new certificate lifts a revocation.
+of its own, which is why only a new certificate lifts a revocation, and only one calibrated on
+data newer than the revocation (``predating``): an older certificate, or one calibrated on the
+receipts from before it, never saw what the revoked licence's audits saw.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from firstpass._json import JSON
@@ -19,13 +22,16 @@ from firstpass.monitor._eprocess import DEFAULT_LEVEL, log_wealth, lower_bound
 __all__ = [
     "LabelSource",
     "LicenceKey",
+    "Predated",
     "Revocation",
+    "Suspension",
     "Tally",
     "Terms",
     "decide",
     "level_for",
     "licence_terms",
     "pooled",
+    "predating",
 ]
 
 #: where a label came from: a random audit, shadow's label of a would-be skip (rate 1), or a
@@ -54,10 +60,12 @@ class LicenceKey:
 
 @dataclass(frozen=True, slots=True)
 class Terms:
-    """What a licence promises and how sure its monitor must be before revoking it."""
+    """What a licence promises and how sure its monitor must be before revoking it, and the
+    time of the newest row its certificate was calibrated on (None: not recorded)."""
 
     alpha: float
     level: float
+    data_until: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +191,92 @@ class Revocation:
             return None
 
 
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """A monitored licence that may not skip for now: the store has not been synced for longer
+    than ``[escalation.elastic] monitor_stale_s``, so a revocation another replica decided, or
+    the one this replica's own audits would decide, cannot be seen (fail closed). It lifts at
+    the next sync; the pipeline reads ``key`` and ``evidence()`` as for a ``Revocation``."""
+
+    key: LicenceKey
+    #: seconds since the last sync, and the setting it exceeds
+    age_s: float
+    limit_s: float
+
+    def evidence(self) -> str:
+        """One sentence a receipt's ``uncertified_because`` carries."""
+        return (
+            f"suspended: certificate {self.key.certificate} at route {self.key.route!r} rung "
+            f"{self.key.rung}: the licence store has not synced for {self.age_s:.0f} s (more "
+            f"than [escalation.elastic] monitor_stale_s = {self.limit_s:g}), so a revocation "
+            "cannot be seen; it gates until the store answers again (see the "
+            "licence_store_unavailable log event)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Predated:
+    """A licence treated as revoked: its certificate was calibrated on data from before a
+    revocation at the same (route, rung) under another certificate, so it cannot lift it (its
+    data never held what the audits that revoked the other one saw). It holds as long as that
+    revocation does: only a certificate whose data ends after it skips again."""
+
+    key: LicenceKey
+    #: the certificate's ``data_until`` (None: not recorded) and the revocation it predates
+    data_until: str | None
+    revocation: Revocation
+
+    def evidence(self) -> str:
+        """One sentence a receipt's ``uncertified_because`` and the log carry."""
+        rev = self.revocation
+        data = (
+            "its data's time is not recorded"
+            if self.data_until is None
+            else f"its newest row is from {self.data_until}"
+        )
+        return (
+            f"revoked: certificate {self.key.certificate} at route {self.key.route!r} rung "
+            f"{self.key.rung} was calibrated on data from before the revocation of "
+            f"{rev.key.certificate} at {rev.time} ({data}): calibrate on shadow receipts "
+            f"collected after it (`--since {rev.time}`) and cite the new file to lift it"
+        )
+
+
+def predating(
+    key: LicenceKey, data_until: str | None, revocations: Iterable[Revocation]
+) -> Predated | None:
+    """The latest revocation at ``key``'s (route, rung) under another certificate that the
+    certificate's data ends before (any, when ``data_until`` is unknown), else None. A time
+    that does not read counts as unknown: the licence then gates (fail closed)."""
+    until = _instant(data_until)
+    found: list[tuple[datetime, Revocation]] = []
+    for rev in revocations:
+        if (rev.key.route, rev.key.rung) != (key.route, key.rung) or rev.key == key:
+            continue
+        # a revocation whose time does not read is taken as the latest: nothing lifts it
+        when = _instant(rev.time) or _LATEST
+        if until is None or until < when:
+            found.append((when, rev))
+    if not found:
+        return None
+    _, latest = max(found, key=lambda pair: (pair[0], pair[1].key))
+    return Predated(key=key, data_until=data_until, revocation=latest)
+
+
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _instant(text: str | None) -> datetime | None:
+    """An ISO 8601 time (``2026-01-31T12:00:00.123Z``) as an aware datetime; None if unread."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
 def pooled(replicas: Iterable[Mapping[LicenceKey, Tally]]) -> dict[LicenceKey, Tally]:
     """Every replica's counts summed per licence: the e-process depends on counts only, so this
     is the wealth of all their labels together."""
@@ -234,5 +328,9 @@ def licence_terms(elastic: ElasticConfig | None) -> dict[LicenceKey, Terms]:
         if cert is None or cert.delta is None:
             continue
         key = LicenceKey(route=route, rung=rung, certificate=cert.id)
-        terms[key] = Terms(alpha=cert.alpha, level=level_for(elastic.monitor_level, cert.delta))
+        terms[key] = Terms(
+            alpha=cert.alpha,
+            level=level_for(elastic.monitor_level, cert.delta),
+            data_until=cert.data_until,
+        )
     return terms

@@ -17,6 +17,13 @@ A restart reads its replica's counts back and goes on from them (a fresh start a
 a new look). Labels not yet written when a process dies are lost; which ones is independent of
 their values, and a sequence thinned independently of its values is still one the test holds on.
 Feedback labels (a client's word, not a random sample) are counted and shown, never bet on.
+
+Failing closed. The store is also how a replica learns of revocations, and how its own labels
+reach a decision: while it cannot be synced, nothing can be revoked. So after ``stale_s``
+seconds without a sync (``[escalation.elastic] monitor_stale_s``) every monitored licence
+answers ``revocation`` with a ``Suspension``: it gates, the reason on the receipt, until the
+store answers again. At start the store's revocations are checked against the revocation lines
+the receipts chain holds (``LicenceStore.recorded``): one the store lost is restored.
 """
 
 from __future__ import annotations
@@ -24,26 +31,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
 
+from firstpass.config import ElasticConfig
 from firstpass.errors import FirstpassError
 from firstpass.monitor._eprocess import log_wealth, lower_bound
 from firstpass.monitor._licences import (
     LabelSource,
     LicenceKey,
+    Predated,
     Revocation,
+    Suspension,
     Tally,
     Terms,
     decide,
     pooled,
+    predating,
 )
+from firstpass.monitor._recorded import Recorded
 from firstpass.monitor._store import LicenceStore, Snapshot
 from firstpass.receipts import utc_now
 
-__all__ = ["POLL_S", "LicenceMonitor", "LicenceState", "RevokeHook"]
+__all__ = ["POLL_S", "LicenceMonitor", "LicenceState", "RevokeHook", "Withdrawal"]
 
 log = structlog.get_logger("firstpass.monitor")
 
@@ -51,13 +64,18 @@ log = structlog.get_logger("firstpass.monitor")
 #: label of its own is written at once
 POLL_S = 2.0
 
+#: what ``LicenceMonitor.revocation`` answers: why (route, rung) may not skip, or None
+Withdrawal = Revocation | Suspension | Predated
+
 #: called once per licence this replica revoked (it writes the chained ``revocation`` line)
 RevokeHook = Callable[[Revocation], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class LicenceState:
-    """A monitored licence as metrics show it: the pooled counts of every replica."""
+    """A monitored licence as metrics show it: the pooled counts of every replica in the last
+    state of the store this replica saw (one state, never its own newer counts added to others'
+    older ones: the bound shown is the one the revocation is decided on)."""
 
     key: LicenceKey
     terms: Terms
@@ -80,7 +98,10 @@ class LicenceMonitor:
 
     ``terms``: the licences in force and monitored (an LTT certificate at a probed rung), each
     with its α and level. ``replica``: this process's name in the store. ``store`` None keeps
-    everything in memory (tests of the pure parts; a server always has one).
+    everything in memory (tests of the pure parts; a server always has one). ``stale_s``: after
+    that many seconds without a sync the monitored licences stop skipping (None: never; by
+    default ``[escalation.elastic] monitor_stale_s``'s);
+    ``clock`` is the monotonic clock it is measured on.
     """
 
     def __init__(
@@ -91,15 +112,25 @@ class LicenceMonitor:
         store: LicenceStore | None = None,
         poll_s: float = POLL_S,
         on_revoke: RevokeHook | None = None,
+        stale_s: float | None = ElasticConfig.monitor_stale_s,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.terms = dict(terms)
         self.replica = replica
         self.store = store
         self.poll_s = poll_s
         self.on_revoke = on_revoke
+        self.stale_s = stale_s
+        self._clock = clock
         self._mine: dict[LicenceKey, Tally] = {}
-        self._others: dict[LicenceKey, Tally] = {}
+        #: the pooled counts of the last store state seen (what revocation was decided on)
+        self._state: dict[LicenceKey, Tally] = {}
         self._revoked: dict[LicenceKey, Revocation] = {}
+        #: licences in force whose certificate's data ends before a revocation at their
+        #: (route, rung) under another certificate (recomputed on every store state)
+        self._predated: dict[LicenceKey, Predated] = {}
+        #: the clock's time of the last sync with the store (start counts as one)
+        self._synced = clock()
         self._dirty = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -124,23 +155,42 @@ class LicenceMonitor:
 
     # -- what the pipeline asks ----------------------------------------------------------------
 
-    def revocation(self, route: str, rung: int) -> Revocation | None:
+    def revocation(self, route: str, rung: int) -> Withdrawal | None:
         """Why (route, rung) may not skip: its licence in force, or a lower rung's on the same
-        route (whose skips decide who reaches this rung), was revoked; None: it may."""
-        found = [
+        route (whose skips decide who reaches this rung), was revoked (a ``Revocation``), or its
+        certificate's data predates a revocation there (``Predated``), or is monitored on a
+        store not synced for ``stale_s`` (a ``Suspension``); None: it may."""
+        found: list[Revocation | Predated] = [
             rev
             for key, rev in self._revoked.items()
             if key.route == route and key.rung <= rung and key in self.terms
         ]
-        return min(found, key=lambda rev: rev.key.rung) if found else None
+        found += [
+            why for key, why in self._predated.items() if key.route == route and key.rung <= rung
+        ]
+        if found:
+            return min(found, key=lambda rev: rev.key.rung)
+        age = self.store_age()
+        if self.stale_s is None or age is None or age <= self.stale_s:
+            return None
+        below = [key for key in self.terms if key.route == route and key.rung <= rung]
+        if not below:
+            return None
+        # this rung's own licence when it is monitored, else the lowest one below it
+        key = max(below, key=lambda k: (k.rung == rung, -k.rung))
+        return Suspension(key=key, age_s=age, limit_s=self.stale_s)
+
+    def store_age(self) -> float | None:
+        """Seconds since the last sync with the store (None without a store)."""
+        return None if self.store is None else max(0.0, self._clock() - self._synced)
 
     def states(self) -> list[LicenceState]:
-        """Every monitored licence with its pooled counts (this replica's up to now)."""
+        """Every monitored licence with its pooled counts in the last store state seen."""
         return [
             LicenceState(
                 key=key,
                 terms=terms,
-                tally=self._others.get(key, Tally()) + self._mine.get(key, Tally()),
+                tally=self._state.get(key, Tally()),
                 revoked=self._revoked.get(key),
             )
             for key, terms in sorted(self.terms.items())
@@ -151,16 +201,65 @@ class LicenceMonitor:
         """The licences in force here that are revoked."""
         return [rev for key, rev in sorted(self._revoked.items()) if key in self.terms]
 
+    @property
+    def predated(self) -> list[Predated]:
+        """The licences in force here treated as revoked: calibrated on data from before a
+        revocation at their (route, rung)."""
+        return [why for _, why in sorted(self._predated.items())]
+
     # -- life cycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Resume from the store (this replica's counts, everyone's revocations), decide on
-        that state, then keep it in step from a task of its own."""
+        """Resume from the store (this replica's counts, everyone's revocations, and every
+        revocation the receipts record), decide on that state, then keep it in step from a
+        task of its own. The first exchange writes the store, so its absence later is a loss
+        the next start can tell."""
         if self.store is not None:
             snapshot = await self.store.load()
+            # a store written against the protocol before ``recorded`` existed reads nothing
+            reader: Callable[[list[str]], Awaitable[Recorded]] | None = getattr(
+                self.store, "recorded", None
+            )
+            certificates = sorted({k.certificate for k in self.terms})
+            recorded = Recorded() if reader is None else await reader(certificates)
+            self._warn_lost(snapshot, recorded)
+            for rev in recorded.revocations:
+                if rev.key in snapshot.revocations:
+                    continue
+                log.warning(
+                    "revocation_restored",
+                    licence=rev.key.text(),
+                    advice="the receipts' chain records this revocation but the licence store "
+                    "(licences.json, or the firstpass_revocations rows) did not hold it: it was "
+                    "deleted or edited. Restored; only a new certificate lifts it",
+                )
+                await self.store.revoke(rev)
             self._mine = dict(snapshot.replicas.get(self.replica, {}))
+            try:
+                snapshot = await self.store.exchange(self.replica, self._mine)
+            except (FirstpassError, OSError) as exc:  # it answered the load: go on, write later
+                log.warning("licence_store_unavailable", error=str(exc))
+                self._dirty = True
+                snapshot = await self.store.load()
+            self._synced = self._clock()
             await self._apply(snapshot)
         self._task = asyncio.create_task(self._run(), name="licence-monitor")
+
+    def _warn_lost(self, snapshot: Snapshot, recorded: Recorded) -> None:
+        """Say so when the store holds nothing at all while the receipts name a licence in
+        force: its counts were lost (the file deleted), and its test starts again from zero."""
+        lost = sorted(k.text() for k in self.terms if k.certificate in recorded.mentioned)
+        if snapshot.replicas or snapshot.revocations or not lost:
+            return
+        log.warning(
+            "licence_state_missing",
+            licences=lost,
+            advice="the receipts name these licences in force but the licence store is empty "
+            "(licences.json deleted?): their audited counts are lost, so each monitor's test "
+            "starts again from zero (a new look at a licence already under test); revocations "
+            "the receipts record are restored. Restore licences.json from a backup if there is "
+            "one",
+        )
 
     async def aclose(self) -> None:
         """Stop the task and write the last counts."""
@@ -187,6 +286,7 @@ class LicenceMonitor:
                 raise
         else:
             snapshot = await self.store.load()
+        self._synced = self._clock()
         await self._apply(snapshot)
 
     async def _run(self) -> None:
@@ -201,11 +301,11 @@ class LicenceMonitor:
 
     async def _apply(self, snapshot: Snapshot) -> None:
         """Take a store state: other replicas' counts, revocations, and any new one it shows."""
-        others = [t for name, t in snapshot.replicas.items() if name != self.replica]
-        self._others = pooled(others)
         for key, stored in snapshot.revocations.items():
             self._revoked.setdefault(key, stored)
+        self._reassess()
         total = pooled(snapshot.replicas.values())
+        self._state = total
         for key, tally in sorted(total.items()):
             terms = self.terms.get(key)
             if terms is None or key in self._revoked:
@@ -220,6 +320,7 @@ class LicenceMonitor:
                 self._revoked.setdefault(key, recorded)
                 continue
             self._revoked[key] = rev
+            self._reassess()
             log.warning(
                 "licence_revoked",
                 licence=key.text(),
@@ -232,3 +333,23 @@ class LicenceMonitor:
             )
             if self.on_revoke is not None:
                 await self.on_revoke(rev)
+
+    def _reassess(self) -> None:
+        """Which licences in force predate a revocation of another certificate at their (route,
+        rung), from the revocations known now (at start, and as revocations arrive)."""
+        revocations = list(self._revoked.values())
+        for key, terms in sorted(self.terms.items()):
+            if key in self._revoked or key in self._predated:
+                continue  # a revocation is never lifted while serving
+            why = predating(key, terms.data_until, revocations)
+            if why is None:
+                continue
+            self._predated[key] = why
+            log.warning(
+                "licence_predates_revocation",
+                licence=key.text(),
+                data_until=why.data_until,
+                revoked=why.revocation.key.text(),
+                revoked_at=why.revocation.time,
+                advice=why.evidence(),
+            )

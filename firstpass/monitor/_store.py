@@ -17,7 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -25,6 +25,7 @@ from typing import Protocol
 from firstpass._json import JSON
 from firstpass.errors import ReceiptError
 from firstpass.monitor._licences import LicenceKey, Revocation, Tally
+from firstpass.monitor._recorded import Recorded, directory_logs, read_recorded
 
 __all__ = ["LICENCES_FILE", "FileLicenceStore", "LicenceStore", "Snapshot"]
 
@@ -57,6 +58,12 @@ class LicenceStore(Protocol):
         """Record a revocation; False when the licence was revoked already (by anyone)."""
         ...
 
+    async def recorded(self, certificates: Collection[str]) -> Recorded:
+        """What the receipts record (read at start): every revocation line of the chains this
+        store's replicas write, and which of ``certificates`` the receipts mention. The store's
+        own state can be deleted or edited; the chain is the record."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -78,6 +85,13 @@ class FileLicenceStore:
 
     async def revoke(self, revocation: Revocation) -> bool:
         return await asyncio.to_thread(self._revoke, revocation)
+
+    async def recorded(self, certificates: Collection[str]) -> Recorded:
+        """The revocation lines of every log beside ``licences.json`` (each worker's chain,
+        rotated files included), and which of ``certificates`` they mention."""
+        return await asyncio.to_thread(
+            lambda: read_recorded(directory_logs(self.path.parent), certificates)
+        )
 
     async def aclose(self) -> None:
         return None

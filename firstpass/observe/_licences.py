@@ -1,6 +1,9 @@
 """The licence monitor's state at scrape time: labels, failures, the bound and revocations per
 (route, rung), pooled over every replica that shares the store (so sum nothing across
-instances: take ``max``)."""
+instances: take ``max``). Counts, bound and e-value are those of the last store state this
+replica saw (the state revocation is decided on); ``revoked`` and ``suspended`` are what the
+pipeline asks (``LicenceMonitor.revocation``), so a rung above a revoked one shows revoked too;
+the store's age is this replica's own."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from firstpass.monitor import LicenceMonitor
+from firstpass.monitor import LicenceMonitor, Predated, Revocation, Suspension
 
 __all__ = ["LicenceCollector"]
 
@@ -55,8 +58,23 @@ class LicenceCollector(Collector):
         )
         revoked = GaugeMetricFamily(
             "firstpass_licence_revoked",
-            "1 when the licence at (route, rung) is revoked: it gates every request",
+            "1 when the licence at (route, rung), or a lower rung's on the route, is revoked: "
+            "it gates every request",
             labels=labels,
+        )
+        suspended = GaugeMetricFamily(
+            "firstpass_licence_suspended",
+            "1 while the licence at (route, rung) gates because the licence store has not "
+            "synced for monitor_stale_s (fail closed)",
+            labels=labels,
+        )
+        age = GaugeMetricFamily(
+            "firstpass_licence_store_age_seconds",
+            "Seconds since this replica last synced with the licence store (polled every 2 s)",
+        )
+        limit = GaugeMetricFamily(
+            "firstpass_licence_store_max_age_seconds",
+            "[escalation.elastic] monitor_stale_s: past this age the monitored licences gate",
         )
         monitor = self._monitor()
         for state in monitor.states() if monitor is not None else []:
@@ -70,5 +88,12 @@ class LicenceCollector(Collector):
             alpha.add_metric(where, state.terms.alpha)
             level.add_metric(where, state.terms.level)
             evalue.add_metric(where, math.exp(min(state.log_wealth, 700.0)))
-            revoked.add_metric(where, 1.0 if state.revoked is not None else 0.0)
-        yield from (n, failed, bound, alpha, level, evalue, revoked)
+            why = None if monitor is None else monitor.revocation(state.key.route, state.key.rung)
+            revoked.add_metric(where, 1.0 if isinstance(why, Revocation | Predated) else 0.0)
+            suspended.add_metric(where, 1.0 if isinstance(why, Suspension) else 0.0)
+        store_age = monitor.store_age() if monitor is not None else None
+        if monitor is not None and store_age is not None:
+            age.add_metric([], store_age)
+            if monitor.stale_s is not None:
+                limit.add_metric([], monitor.stale_s)
+        yield from (n, failed, bound, alpha, level, evalue, revoked, suspended, age, limit)

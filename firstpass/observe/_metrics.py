@@ -196,6 +196,14 @@ class RequestMetrics:
             ("route", "rung", "would_skip", "label"),
             registry=r,
         )
+        self.audits = Counter(
+            "firstpass_audits",
+            "Audits drawn (would-be skips gated anyway, audit_rate) by route, rung and outcome: "
+            "labelled, or served unaudited because the gate's budget (budget) or a sandbox "
+            "slot (sandbox_busy) was missing",
+            ("route", "rung", "outcome"),
+            registry=r,
+        )
 
     def child(self, family: M, *labels: str) -> M:
         """``family.labels(*labels)``, cached."""

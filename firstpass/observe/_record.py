@@ -8,6 +8,7 @@ Only request receipts reach here: gap markers and checkpoints are the writer's o
 from __future__ import annotations
 
 from firstpass.checks import CONFIG_KINDS, REQUEST_KINDS
+from firstpass.monitor import audit_outcome
 from firstpass.observe._metrics import RequestMetrics
 from firstpass.receipts import (
     UNSET,
@@ -59,6 +60,9 @@ def observe_record(m: RequestMetrics, receipt: Receipt) -> None:
         _revisions(m, receipt.revisions, route)
     if probe is not None:
         _probes(m, probe, receipt.decision, route, mode)
+    audited = audit_outcome(receipt)
+    if audited is not None:
+        m.child(m.audits, route, str(audited[0]), audited[1]).inc()
 
 
 def _timings(m: RequestMetrics, receipt: Receipt, route: str, mode: str) -> None:

@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 
 from firstpass.budgets import budget_record
 from firstpass.config import (
@@ -184,6 +184,7 @@ class ElasticRunner:
                 # on a route with operator gate checks only the operator's visible checks
                 # license a skip: the client's tests alone could be `assert True`
                 unlicensed_visible=bool(route.gate_checks) and not route.visible_checks,
+                no_visible_tests=not route.gate_checks and req.checks.visible is None,
                 vacuous_visible=vacuous,
                 gate_hidden_tests=hidden,
             ),
@@ -256,6 +257,13 @@ class ElasticRunner:
         self.steps.record_check(req, probe.rung_index, sample, "gate", result, purpose)
         return result
 
+    def _enforce_record(self, probes: Sequence[Probe]) -> ProbeRecord:
+        """Enforce's probe record: rung 0's, the higher probed rungs' in ``later``."""
+        record = self._probe_record(probes[0])
+        if len(probes) > 1:
+            record.later = [self._probe_record(p) for p in probes[1:]]
+        return record
+
     def _probe_record(self, probe: Probe) -> ProbeRecord:
         elastic = self.elastic
         return probe.record(
@@ -282,15 +290,12 @@ class ElasticRunner:
         if not probes:  # the probe call itself failed upstream
             failed = ProbeRecord(rung=0, error=req.trace.first_upstream_error())
             return self.steps.conclude(req, result, Endings(probe=failed))
-        record = self._probe_record(probes[0])
-        if len(probes) > 1:
-            record.later = [self._probe_record(p) for p in probes[1:]]
         escalated = result.served is None or result.served.rung > 0
         return self.steps.conclude(
             req,
             result,
             Endings(
-                probe=record,
+                probe=self._enforce_record(probes),
                 counterfactual=self._cascade_estimate(req, probes[0], escalated=escalated),
                 audit=audits[0] if audits else None,
             ),
@@ -317,8 +322,9 @@ class ElasticRunner:
             state.answers.append(None)
             state.last_error = error
             return None
-        probe = self._unless_revoked(req, probe)
+        probe = self._unless_revoked(req, probe, audits)
         probes.append(probe)
+        req.trace.learned(probe=lambda: self._enforce_record(probes))
         first = index == 0
         audit: AuditRecord | None = None
         if probe.regime == "serve":
@@ -330,6 +336,7 @@ class ElasticRunner:
                     served=probe.answers[probe.candidate].served("gate_skipped"),
                 )
             audits.append(audit)
+            req.trace.learned(audit=audit)  # its label is set on it once the gate has run
             req.trace.step(f"audit:{index}:{probe.candidate}")
         gate_results: dict[int, StageResult] = {}
         if audit is not None:
@@ -389,18 +396,37 @@ class ElasticRunner:
         req.trace.step(f"escalate:{index}")
         return None
 
-    def _unless_revoked(self, req: RunRequest, probe: Probe) -> Probe:
-        """``probe`` as it runs when the monitor revoked its licence (or a lower rung's on the
-        route): no certificate, no λ, the regime an uncertified rung gets; the receipt's
-        ``uncertified_because`` carries the evidence."""
-        if self.monitor is None or probe.certificate is None:
+    def _unless_revoked(
+        self, req: RunRequest, probe: Probe, audits: Sequence[AuditRecord] = ()
+    ) -> Probe:
+        """``probe`` as it runs when its certificate does not hold here: the monitor revoked
+        its licence (or a lower rung's on the route), or the request reached this rung because
+        an audit below rejected the skip's answer (no calibration request ever arrived that way:
+        a lower rung's skip never escalated, so this rung's ``given`` does not cover it). No
+        certificate, no λ, the regime an uncertified rung gets; the receipt's
+        ``uncertified_because`` says why."""
+        if probe.certificate is None:
             return probe
-        revoked = self.monitor.revocation(req.route.name, probe.rung_index)
-        if revoked is None:
+        revoked = (
+            None
+            if self.monitor is None
+            else self.monitor.revocation(req.route.name, probe.rung_index)
+        )
+        audited = next((a for a in audits if a.label is False), None)
+        if revoked is not None:
+            why = revoked.evidence()
+            if revoked.key.rung != probe.rung_index:
+                why = f"rung {revoked.key.rung} below is revoked; " + why
+            req.trace.step(f"revoked:{probe.rung_index}")
+        elif audited is not None and audited.rung < probe.rung_index:
+            why = (
+                f"this request reached rung {probe.rung_index} because the audit of rung "
+                f"{audited.rung}'s skip failed; the certificate's data never had a skip "
+                "escalate, so it does not cover such requests"
+            )
+            req.trace.step(f"after_audit:{probe.rung_index}")
+        else:
             return probe
-        why = revoked.evidence()
-        if revoked.key.rung != probe.rung_index:
-            why = f"rung {revoked.key.rung} below is revoked; " + why
         regime = regime_for(
             probe.pass_count,
             probe.k,
@@ -408,7 +434,6 @@ class ElasticRunner:
             escalate_at=self.elastic.escalate_at,
             score=probe.score,
         )
-        req.trace.step(f"revoked:{probe.rung_index}")
         return dataclasses.replace(
             probe, lam=None, certificate=None, licence_problem=why, regime=regime
         )
@@ -456,11 +481,26 @@ class ElasticRunner:
             failed = ProbeRecord(rung=0, error=str(error))
             return self.steps.conclude(req, result, Endings(probe=failed))
         labelled = await self._label_probe(req, probe, cascade=True)
+        labels = ShadowLabels(
+            counterfactual=labelled.counterfactual,
+            gate_label=labelled.label,
+            label_sample=probe.candidate if labelled.label is not None else None,
+            label_budget=labelled.label_budget,
+            label_error=labelled.label_error,
+        )
+        later: list[ProbeRecord] = []
+
+        def shadow_record() -> ProbeRecord:
+            record = self._probe_record(probe)
+            if later:
+                record.later = list(later)
+            return record
+
+        req.trace.learned(probe=shadow_record, shadow=labels)
         state = LadderState(attempts=[labelled.attempt], answers=[probe.answers[0]])
         self.steps.note_verified(req, state)
         # the cascade's attempt is sample 0: it revises it as the cascade would
         await self.steps.revise(req, state, probe.visible[0], labelled.gate0)
-        later: list[ProbeRecord] = []
         reach: dict[int, bool] = {1: labelled.escalates}
         ran: dict[int, Given] = {0: self._given(probe)}  # the probed rungs as they ran
 
@@ -483,21 +523,11 @@ class ElasticRunner:
         except SandboxBusy as exc:
             # the label's samples got no sandbox slot: likewise, the cascade's answer stands
             later.append(ProbeRecord(rung=index, error=str(exc), sandbox_busy=True))
-        labels = ShadowLabels(
-            counterfactual=labelled.counterfactual,
-            gate_label=labelled.label,
-            label_sample=probe.candidate if labelled.label is not None else None,
-            label_budget=labelled.label_budget,
-            label_error=labelled.label_error,
-        )
-        record = self._probe_record(probe)
-        if later:
-            record.later = later
         return self.steps.conclude(
             req,
             result,
             Endings(
-                probe=record,
+                probe=shadow_record(),
                 shadow=labels,
                 counterfactual=self._elastic_estimate(req, probe, labelled.counterfactual),
                 budget=budget_record(stopped) if stopped is not None else None,

@@ -292,10 +292,18 @@ class Pipeline:
         return await self._enqueue(receipt, receipt_id)
 
     def _observe_labels(self, receipt: Receipt) -> None:
-        """A written receipt's labels of would-be skips (an audit, shadow's) to the monitor."""
+        """A written receipt's labels of would-be skips (an audit, shadow's) to the monitor.
+
+        Shadow's labels count only when shadow is the configured mode: a request that chose
+        shadow itself (``client_modes``) would otherwise label every request it likes at a
+        rate of 1, so one client could revoke a licence for everyone, or drown a drift in
+        labels that pass. Audits are drawn by the server, whoever chose the mode."""
         if self.monitor is None:
             return
+        configured = self.config.elastic.mode if self.config.elastic is not None else None
         for label in licence_labels(receipt):
+            if label.source == "shadow" and configured != "shadow":
+                continue
             self.monitor.observe_label(
                 label.route, label.rung, label.certificate, label.failed, label.source
             )

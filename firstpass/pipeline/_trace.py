@@ -9,6 +9,7 @@ The trace keeps its working state as the receipt's own typed parts (``firstpass.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -154,10 +155,34 @@ class Trace:
     spend: _Spend = field(default_factory=_Spend)
     #: input tokens of the first call that answered (per call): prices the estimates
     input_tokens_seen: int | None = None
+    #: what a runner has learned so far (``learned``): the receipt of an ending that cuts the
+    #: request short (the deadline, a cancellation, no sandbox slot, a bug of ours) still
+    #: carries it, so a label known before the cut reaches the monitor and calibration. Labels
+    #: lost only on such endings would be missing not at random: a failed label goes on to the
+    #: slower rungs, a passing one ends the request
+    known_probe: Callable[[], ProbeRecord] | None = None
+    known_shadow: ShadowLabels | None = None
+    known_audit: AuditRecord | None = None
 
     def __post_init__(self) -> None:
         if self.started is None:
             self.started = time.perf_counter()
+
+    def learned(
+        self,
+        *,
+        probe: Callable[[], ProbeRecord] | None = None,
+        shadow: ShadowLabels | None = None,
+        audit: AuditRecord | None = None,
+    ) -> None:
+        """Keep what the runner knows now (``probe`` builds the probe record as it stands when
+        the receipt is made) for an ending that cuts the request short."""
+        if probe is not None:
+            self.known_probe = probe
+        if shadow is not None:
+            self.known_shadow = shadow
+        if audit is not None:
+            self.known_audit = audit
 
     # -- what happened -------------------------------------------------------------------------
 
@@ -375,7 +400,12 @@ class Trace:
         content: Content | None = None,
         audit: AuditRecord | None = None,
     ) -> Receipt:
-        """The receipt, built once from everything recorded."""
+        """The receipt, built once from everything recorded; what the runner ``learned`` fills
+        in the probe, shadow's labels and the audit its ending did not pass."""
+        if probe is None and self.known_probe is not None:
+            probe = self.known_probe()
+        shadow = shadow if shadow is not None else self.known_shadow
+        audit = audit if audit is not None else self.known_audit
         total = self.elapsed_ms()
         spend = self.spend
         decision = Decision(action=action, steps=self.steps, counterfactual=None, gate_label=None)

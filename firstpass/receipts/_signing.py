@@ -154,6 +154,13 @@ def load_signing_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
         ) from None
     if not stat.S_ISREG(mode):
         raise ConfigError(KEY_PATH, f"{shown} is not a regular file")
+    if b"PUBLIC KEY" in data and b"PRIVATE KEY" not in data:
+        private = shown.removesuffix(".pub") if shown.endswith(".pub") else "the private key"
+        raise ConfigError(
+            KEY_PATH,
+            f"{shown} is a public key (the `.pub` half); a signing key is the private half "
+            f"`firstpass keygen --out FILE` wrote as FILE: use {private}",
+        )
     if mode & 0o077:
         raise ConfigError(
             KEY_PATH,
@@ -180,16 +187,33 @@ def load_signing_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 
 def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
-    """The Ed25519 public key (PEM) at ``path``; ``ReceiptError`` saying what is wrong."""
+    """The Ed25519 public key (PEM) at ``path``; ``ReceiptError`` saying what is wrong.
+
+    A public key is what signatures are trusted by, so a file that group or others may write
+    (anyone there could put their own key in it) is refused, and so is a file holding more
+    than one PEM block (which of them is meant would be a guess)."""
     shown = os.fspath(path)
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            data = fh.read()
     except OSError as exc:
         raise ReceiptError(f"{shown}: cannot read the public key: {exc.strerror or exc}") from None
     if b"PRIVATE KEY" in data:
         raise ReceiptError(
             f"{shown} is a private key; verify with the public one (`{shown}.pub`, written beside"
             " it by `firstpass keygen`), and keep the private key where it is"
+        )
+    if mode & 0o022:
+        raise ReceiptError(
+            f"{shown} is writable by group or others (mode {stat.S_IMODE(mode):04o}): anyone "
+            f"there could replace the key that signatures are trusted by; run `chmod go-w {shown}`"
+        )
+    blocks = data.count(b"-----BEGIN ")
+    if blocks > 1:
+        raise ReceiptError(
+            f"{shown} holds {blocks} PEM blocks: one key per file (the `.pub` file `firstpass "
+            "keygen` wrote); list each trusted key's file on its own"
         )
     try:
         key = serialization.load_pem_public_key(data)

@@ -90,6 +90,15 @@ def _elastic_summary(config: Config) -> dict[str, object]:
             )
             for cf in elastic.files
         }
+        # whose checkpoints vouched for the receipts each file was calibrated on
+        summary["certificate_evidence"] = {
+            f"{cf.id} ({cf.path})": (
+                f"receipts vouched for by checkpoints signed by {cf.evidence_key}"
+                if cf.evidence_key
+                else "no signed checkpoint recorded (calibrated without --signing-key/--pubkey)"
+            )
+            for cf in elastic.files
+        }
         in_force = {lic.certificate.id for lic in elastic.licences.values() if lic.certificate}
         unsigned = sorted(cf.id for cf in elastic.files if cf.id in in_force and not cf.signed_by)
         if unsigned:

@@ -10,7 +10,8 @@ Three middlewares, outermost first, each acting on the endpoints ``ENDPOINTS`` n
 - ``auth_middleware`` (every API endpoint): the client key, or 401; the key it matched is
   ``request[CLIENT_KEY]``;
 - ``capacity_middleware`` (receipted endpoints): 503 while no receipt can be written, 429 at the
-  concurrency bound; the request counts as in flight until its handler returns.
+  concurrency bound; the request counts as in flight until its handler returns, except while
+  it waits in ``slot_released`` (a feedback's log search, which bounds itself).
 
 A dialect's handler then reads the body (``read_json``), parses it into a ``ChatRequest`` and
 calls ``admission``: ``firstpass.admission`` with the I/O it needs, in the order refusals always
@@ -24,6 +25,8 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -67,6 +70,7 @@ __all__ = [
     "capacity_middleware",
     "read_json",
     "refusal_middleware",
+    "slot_released",
 ]
 
 
@@ -218,6 +222,19 @@ async def capacity_middleware(request: web.Request, handler: Handler) -> web.Str
         return await handler(request)
     finally:
         state.in_flight -= 1
+
+
+@contextmanager
+def slot_released(request: web.Request) -> Iterator[None]:
+    """Give a receipted request's concurrency slot back while it waits on work that the bound
+    does not guard (``POST /v1/feedback``'s log search, one at a time and bounded by itself):
+    a few such waits must not leave chat at 429."""
+    state = request.app[STATE]
+    state.in_flight -= 1
+    try:
+        yield
+    finally:
+        state.in_flight += 1
 
 
 async def read_json(request: web.Request) -> JSON:

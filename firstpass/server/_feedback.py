@@ -10,8 +10,16 @@ To check whose a receipt is, the server keeps a bounded index of the receipts it
 (``ReceiptIndex``, filled by ``IndexedSink`` where the pipeline writes; ``[server]
 feedback_index_size`` entries, least recently written out first). A receipt not in it (older, or
 written before a restart or by another worker or replica) is looked up in the log itself: the
-file sink's logs (``find_receipt``, off the loop, one scan at a time), or PostgreSQL's
+file sink's files whose time range can hold the id (read off the loop), or PostgreSQL's
 ``firstpass_receipts`` near the time the id was made.
+
+A look-up is the one costly thing a client can make this endpoint do with ids that name nothing
+(review finding 2), so it is bounded: one runs at a time, and a feedback that needs one while it
+runs gets 429 at once (it does not queue); while it runs the feedback gives its chat slot back
+(``slot_released``); an id made in the future is 404 without one; and a (key, id) found not to be
+the key's, once its receipt would be written by now, is remembered (bounded) and never looked up
+again. Another key's receipt in the index is looked up like an unknown id (finding 8), so both
+404s take a look-up's time and are refused alike while one runs.
 
 Duplicates: every feedback is chained; for calibration the last one of a receipt wins (a client
 may correct its label), while the licence monitor hears only the first this replica accepts for a
@@ -23,18 +31,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import msgspec
 import structlog
 from aiohttp import web
 
 from firstpass._json import JSON
-from firstpass.config import Config
+from firstpass.config import ClientKey, Config
 from firstpass.errors import ReceiptError, RequestError
 from firstpass.monitor import LabelSource
 from firstpass.pipeline import ReceiptSink, receipts_unavailable
@@ -42,23 +52,25 @@ from firstpass.receipts import (
     UNSET,
     ProbeRecord,
     Receipt,
+    discover_chains,
     feedback_record,
-    find_receipt,
     is_receipt_id,
     receipt_id_ms,
     sha256_text,
 )
-from firstpass.server._door import CLIENT_KEY, TICKET, read_json
+from firstpass.server._door import CLIENT_KEY, TICKET, read_json, slot_released
 from firstpass.server._keys import CONFIG, RECEIPT_WRITER
 from firstpass.server._workers import worker_logs
 
 __all__ = [
     "FEEDBACK",
     "MAX_REASON_CHARS",
+    "MISS_CACHE_SIZE",
     "FeedbackBody",
     "FeedbackService",
     "IndexedSink",
     "LabelObserver",
+    "Lookup",
     "ReceiptFacts",
     "ReceiptIndex",
     "feedback",
@@ -70,9 +82,19 @@ log = structlog.get_logger("firstpass.server")
 #: the longest ``reason`` a feedback may carry, in characters
 MAX_REASON_CHARS = 2_000
 
-#: PostgreSQL: a receipt's ``time`` is written when its request ends, after its id was made;
-#: the look-up searches from the id's time up to the request deadline plus this much slack
-_PG_SLACK_S = 60.0
+#: a receipt's line is written at most the request deadline plus this much after its id was
+#: made (its ``time`` is stamped in between): a look-up's window, and when a miss is final
+_WRITE_SLACK_S = 60.0
+
+#: an id made more than this far in the future (by a clock ahead of ours) names no receipt yet
+_CLOCK_SLACK_S = 60.0
+
+#: (key, id) pairs a look-up found not to be the key's receipts, remembered so that the same
+#: bogus id is never looked up twice (least recently asked out first; ~200 bytes each)
+MISS_CACHE_SIZE = 10_000
+
+#: how far from a file's end its last line is looked for at a time
+_TAIL_CHUNK = 1 << 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,28 +200,91 @@ class LabelObserver(Protocol):
     ) -> None: ...
 
 
-#: finds a receipt not in the index: its facts, or None (called off the event loop)
-Lookup = Callable[[str], ReceiptFacts | None]
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """How to find a receipt the index does not hold: ``find`` gives its facts or None (called
+    off the event loop); ``horizon_s``: how long after its id was made a receipt may still be
+    written (before then, a miss is not final)."""
+
+    find: Callable[[str], ReceiptFacts | None]
+    horizon_s: float
+
+
+def _may_label(facts: ReceiptFacts, caller: ClientKey | None) -> bool:
+    """A key labels only its own receipts; without client keys anyone labels any."""
+    return caller is None or facts.client_key == caller.name
+
+
+def _busy() -> RequestError:
+    return RequestError(
+        "another feedback's receipt log search is running and this receipt is not among the "
+        "recent ones the server remembers, so it needs one too; retry after a moment",
+        status=429,
+        code="feedback_lookup_busy",
+        type="rate_limit_error",
+    )
 
 
 class FeedbackService:
-    """The index, the fallback look-up, and the monitor the endpoint reports to."""
+    """The index, the fallback look-up (one at a time), the ids found missing, and the
+    monitor the endpoint reports to."""
 
     def __init__(
-        self, index: ReceiptIndex, lookup: Lookup, monitor: LabelObserver | None = None
+        self,
+        index: ReceiptIndex,
+        lookup: Lookup,
+        monitor: LabelObserver | None = None,
+        *,
+        misses: int = MISS_CACHE_SIZE,
     ) -> None:
         self.index = index
         self.monitor = monitor
-        self._lookup = lookup
-        self._scan = asyncio.Lock()  # one log scan at a time: a flood of unknown ids waits
+        self.lookup = lookup
+        self._misses: OrderedDict[tuple[str | None, str], None] = OrderedDict()
+        self._miss_size = misses
+        self._running: asyncio.Future[ReceiptFacts | None] | None = None
 
-    async def find(self, receipt_id: str) -> ReceiptFacts | None:
-        """The receipt's facts: from the index, else from the log (off the loop)."""
-        found = self.index.get(receipt_id)
-        if found is not None:
-            return found
-        async with self._scan:
-            return await asyncio.to_thread(self._lookup, receipt_id)
+    async def find(self, receipt_id: str, caller: ClientKey | None) -> ReceiptFacts | None:
+        """The receipt's facts if ``caller`` may label it, else None: the same None for an
+        unknown id and for another key's receipt, after the same look-up. ``RequestError``
+        (429) when a look-up is needed while one runs."""
+        made_s = receipt_id_ms(receipt_id) / 1000.0
+        now = time.time()
+        if made_s > now + _CLOCK_SLACK_S:
+            return None  # no clock made it yet: nothing to look up
+        held = self.index.get(receipt_id)
+        if held is not None and _may_label(held, caller):
+            return held
+        asked = (caller.name if caller is not None else None, receipt_id)
+        if asked in self._misses:
+            self._misses.move_to_end(asked)
+            return None
+        # another key's receipt in the index is looked up too: its 404 then takes the time of
+        # an unknown id's, and is refused alike while a look-up runs
+        found = await self._look_up(receipt_id)
+        facts = held if held is not None else found
+        if facts is not None and _may_label(facts, caller):
+            return facts
+        if made_s < now - self.lookup.horizon_s:  # its receipt, if any, is written by now
+            self._misses[asked] = None
+            while len(self._misses) > self._miss_size:
+                self._misses.popitem(last=False)
+        return None
+
+    async def _look_up(self, receipt_id: str) -> ReceiptFacts | None:
+        """One look-up off the loop, or 429 while another runs. A feedback cancelled while it
+        waits leaves its look-up running to the end, and counted as running until then."""
+        if self._running is not None:
+            raise _busy()
+        running = asyncio.ensure_future(asyncio.to_thread(self.lookup.find, receipt_id))
+        self._running = running
+        running.add_done_callback(self._finished)
+        return await asyncio.shield(running)
+
+    def _finished(self, running: asyncio.Future[ReceiptFacts | None]) -> None:
+        self._running = None
+        if not running.cancelled():
+            running.exception()  # retrieved: a cancelled waiter must not leave it unretrieved
 
     def observe(self, receipt_id: str, facts: ReceiptFacts, passed: bool) -> bool:
         """Tell the monitor a licensed skip's first label; whether it was told."""
@@ -221,24 +306,98 @@ FEEDBACK = web.AppKey("feedback", FeedbackService)
 def lookup_for(config: Config) -> Lookup:
     """How to find a receipt the index no longer (or never) held, for the configured sink."""
     r = config.receipts
+    horizon_s = config.server.request_timeout_s + _WRITE_SLACK_S
     if r.sink == "postgresql":
         from firstpass.db import dsn_from_env
 
         dsn = dsn_from_env(r.dsn_env)
-        horizon_s = config.server.request_timeout_s + _PG_SLACK_S
-        return lambda receipt_id: _pg_facts(dsn, receipt_id, horizon_s)
+        return Lookup(lambda receipt_id: _pg_facts(dsn, receipt_id, horizon_s), horizon_s)
     path = r.path
-    return lambda receipt_id: _file_facts(path, receipt_id)
+    return Lookup(lambda receipt_id: _file_facts(path, receipt_id, horizon_s), horizon_s)
 
 
-def _file_facts(path: Path, receipt_id: str) -> ReceiptFacts | None:
-    """Search this server's logs (every worker's, with their rotated files)."""
-    for log_path in worker_logs(path):
-        if not os.path.exists(log_path):
+def _file_facts(path: Path, receipt_id: str, horizon_s: float) -> ReceiptFacts | None:
+    """Search this server's logs (every worker's, with their rotated files), each file only if
+    its first and last lines' times say it can hold a receipt written within ``horizon_s`` of
+    the id's time (an active file has no last time yet)."""
+    made = receipt_id_ms(receipt_id) / 1000.0
+    needle = json.dumps(receipt_id).encode()
+    for active in worker_logs(path):
+        if not os.path.exists(active):
             continue
-        record = find_receipt(log_path, receipt_id)
-        if record is not None:
-            return _decoded_facts(record)
+        for chain in discover_chains(active):
+            for file in chain.files:
+                first, last = _time_range(file, active=file == active)
+                if first is not None and made + horizon_s < first:
+                    continue  # written before the id was made
+                if last is not None and made - horizon_s > last:
+                    continue  # done before the id was made
+                record = _find_in(file, receipt_id, needle)
+                if record is not None:
+                    return _decoded_facts(record)
+    return None
+
+
+def _time_range(path: Path, *, active: bool) -> tuple[float | None, float | None]:
+    """The times (Unix seconds) of a file's first and last lines; None where it cannot tell
+    (empty, a line without a time) and for an active file's last (still being written)."""
+    try:
+        with open(path, "rb") as fh:
+            first = _line_time(fh.readline())
+            if active:
+                return first, None
+            size = fh.seek(0, os.SEEK_END)
+            return first, _line_time(_last_line(fh, size))
+    except OSError:
+        return None, None  # rotated away meanwhile: searching it will say
+
+
+def _last_line(fh: BinaryIO, size: int) -> bytes:
+    """The file's last line, read backwards from the end a chunk at a time."""
+    tail, pos = b"", size
+    while pos > 0:
+        step = min(_TAIL_CHUNK, pos)
+        pos -= step
+        fh.seek(pos)
+        tail = fh.read(step) + tail
+        body = tail.rstrip(b"\n")
+        cut = body.rfind(b"\n")
+        if cut >= 0:
+            return body[cut + 1 :]
+    return tail.rstrip(b"\n")
+
+
+def _line_time(raw: bytes) -> float | None:
+    """A line's ``time`` (``2026-01-31T12:00:00.123Z``) in Unix seconds, or None."""
+    try:
+        record: JSON = json.loads(raw)
+    except ValueError:  # empty, torn, not UTF-8
+        return None
+    stamp = record.get("time") if isinstance(record, dict) else None
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def _find_in(path: Path, receipt_id: str, needle: bytes) -> dict[str, JSON] | None:
+    """The line of ``path`` whose ``id`` is ``receipt_id`` (only lines holding it are parsed;
+    a torn one is not it)."""
+    try:
+        with open(path, "rb", buffering=1 << 20) as fh:
+            for raw in fh:
+                if needle not in raw:
+                    continue
+                try:
+                    record: JSON = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("id") == receipt_id:
+                    return record
+    except OSError as exc:
+        raise ReceiptError(f"{path}: cannot read the receipt log: {exc}") from exc
     return None
 
 
@@ -341,8 +500,9 @@ async def feedback(request: web.Request) -> web.Response:
     ticket, key = request[TICKET], request[CLIENT_KEY]
     body = parse_feedback(await read_json(request))
     service = app[FEEDBACK]
-    facts = await service.find(body.receipt)
-    if facts is None or (key is not None and facts.client_key != key.name):
+    with slot_released(request):  # a look-up waits on the log, not on what chat's bound guards
+        facts = await service.find(body.receipt, key)
+    if facts is None:
         raise _not_found(body.receipt)
     store = app[CONFIG].receipts.store_content
     record = feedback_record(

@@ -3,7 +3,9 @@
 ``open_monitor`` builds the monitor for the licences in force (none: no monitor), on the store
 the receipts sink implies: ``<receipts dir>/licences.json`` for log files (every worker and every
 server sharing the directory), the database for ``sink = "postgresql"``. A revocation this
-replica decides is written as a chained ``revocation`` line through the receipt writer. The
+replica decides is written as a chained ``revocation`` line through the receipt writer; at start
+the monitor re-applies every such line the store lost (``LicenceStore.recorded``), and after
+``monitor_stale_s`` without a sync it stops the licences skipping. The
 monitor is ``app[MONITOR]`` and ``app[PIPELINE].monitor``; ``observe_label`` is its hook for
 labels that arrive later (``POST /v1/feedback``).
 """
@@ -64,8 +66,20 @@ async def open_monitor(app: web.Application, config: Config) -> LicenceMonitor |
         except ReceiptError as exc:  # the revocation holds (it is in the store); say so
             log.error("revocation_not_receipted", licence=revocation.key.text(), error=str(exc))
 
+    if elastic.monitor_stale_s < 2 * POLL_S:
+        log.warning(
+            "monitor_stale_s_short",
+            advice=f"[escalation.elastic] monitor_stale_s = {elastic.monitor_stale_s:g} is under "
+            f"two polls of the licence store ({POLL_S:g} s each): licences will stop skipping "
+            "between polls of a healthy store",
+        )
     monitor = LicenceMonitor(
-        terms=terms, replica=replica, store=store, poll_s=POLL_S, on_revoke=receipted
+        terms=terms,
+        replica=replica,
+        store=store,
+        poll_s=POLL_S,
+        on_revoke=receipted,
+        stale_s=elastic.monitor_stale_s,
     )
     await monitor.start()
     app[MONITOR] = monitor
@@ -76,4 +90,7 @@ def revoked_summary(monitor: LicenceMonitor | None) -> dict[str, object]:
     """For the ready line: each revoked licence in force (it gates until a new certificate)."""
     if monitor is None:
         return {}
-    return {"revoked_licences": {rev.key.text(): rev.evidence() for rev in monitor.revoked}}
+    revoked = {rev.key.text(): rev.evidence() for rev in monitor.revoked}
+    # calibrated on data from before a revocation at their (route, rung): revoked too
+    revoked.update({why.key.text(): why.evidence() for why in monitor.predated})
+    return {"revoked_licences": revoked}
