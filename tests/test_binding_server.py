@@ -182,6 +182,62 @@ def test_the_same_model_behind_another_base_url_fails_the_start(
     assert stack_config(same, tmp_path / "r.jsonl", elastic=_enforce(cal)).elastic is not None
 
 
+#: a budget table whose only effect here is the output cap it adds to calls that set none
+CAPPED = {"budgets": {"default_max_tokens": 16}}
+
+
+@pytest.mark.parametrize(
+    ("calibrated_with", "enforced_with"),
+    [(None, CAPPED), (CAPPED, None), (CAPPED, {"budgets": {"default_max_tokens": 32}})],
+    ids=["budgets-added", "budgets-removed", "cap-changed"],
+)
+def test_a_budget_output_cap_other_than_the_calibrated_one_fails_the_start(
+    live_stack: Any,
+    tmp_path: Path,
+    calibrated_with: dict[str, Any] | None,
+    enforced_with: dict[str, Any] | None,
+) -> None:
+    """A budget sends max_tokens = default_max_tokens on calls that set none, which changes
+    which answers pass: a certificate computed under another cap (or none) fails the start
+    naming budgets.default_max_tokens; shadow runs on, the rung labelled uncertified."""
+    shadow, cal = calibrated(live_stack, tmp_path, tables=calibrated_with)
+    with pytest.raises(ConfigError) as info:
+        stack_config(
+            shadow.stub.url, tmp_path / "r.jsonl", elastic=_enforce(cal), tables=enforced_with
+        )
+    assert info.value.key_path == "budgets.default_max_tokens"
+    assert "max_tokens" in str(info.value)
+    config = stack_config(
+        shadow.stub.url, tmp_path / "r.jsonl", elastic={**_enforce(cal), "mode": "shadow"},
+        tables=enforced_with,
+    )  # fmt: skip
+    assert config.elastic is not None
+    licence = config.elastic.licence("code", 0)
+    assert licence.certificate is None and "max_tokens" in (licence.problem or "")
+
+
+def test_a_certificate_calibrated_under_the_same_output_cap_skips(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """Calibrated on probes the budget capped at 16 tokens (the receipts and the certificate
+    say so), enforced under the same cap: it starts, and 5/5 skips the gate."""
+    sent: list[object] = []
+
+    def respond(body: dict[str, Any]) -> Reply:
+        sent.append(body.get("max_tokens"))
+        return Reply.ok(*[GOOD] * int(body.get("n", 1)))
+
+    shadow, cal = calibrated(live_stack, tmp_path, tables=CAPPED)
+    assert {r["probe"]["output_cap"] for r in shadow.receipts_list()} == {16}
+    assert json.loads(cal.read_text())["certificates"][0]["output_cap"] == 16
+    stack = live_stack(elastic=_enforce(cal), upstream=shadow.stub.url, tables=CAPPED)
+    shadow.stub.responder = respond
+    assert _ask(stack).parse().model_extra["firstpass"]["verification"] == "gate_skipped"
+    assert sent and set(sent) == {16}
+    (receipt,) = stack.receipts_list()
+    assert receipt["probe"]["output_cap"] == 16
+
+
 def test_client_tests_alone_license_no_skip_on_a_route_with_gate_checks(
     live_stack: Any, tmp_path: Path
 ) -> None:
@@ -252,6 +308,28 @@ def test_a_request_without_visible_tests_gates_where_hidden_tests_are_the_gate(
     assert "brings no visible tests" in probe["uncertified_because"]
     # the control: with its visible tests the same request skips
     assert _ask(stack).parse().model_extra["firstpass"]["verification"] == "gate_skipped"
+
+
+def test_shadow_rows_without_visible_tests_calibrate_nothing(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """The rows enforce never lets skip are not calibrated on either: shadow requests without
+    visible tests (scored by the route's listed check alone) are left out, so no certificate
+    computed on them can license requests that bring visible tests."""
+    listed = {"visible_checks": [{"kind": "regex", "name": "has-def", "must_match": "def add"}]}
+    shadow = live_stack(elastic={"k": 5, "escalate_at": 0, "mode": "shadow"}, route_extra=listed)
+    shadow.stub.responder = _answers(GOOD)
+    hidden_only = {"tests": {"hidden": TESTS["tests"]["hidden"]}, "entry_point": "add"}
+    for _ in range(N_SHADOW):
+        _ask(shadow, hidden_only)
+    shadow.flush()
+    assert all(r["probe"]["no_visible_tests"] is True for r in shadow.receipts_list())
+    out = tmp_path / "calibration.json"
+    argv = ["calibrate", "--receipts", str(shadow.receipts), "--alpha", "0.2", "--delta", "0.1"]
+    firstpass_main([*argv, "--out", str(out)])
+    if out.exists():
+        doc = json.loads(out.read_text())
+        assert doc["certificates"] == [] and doc["source"].get("used", 0) == 0
 
 
 def test_passthrough_is_refused_by_default_on_a_route_with_gate_checks(live_stack: Any) -> None:

@@ -334,3 +334,37 @@ def test_probes_scored_with_a_requests_own_checks_are_left_out(tmp_path: Path) -
     assert data.source.skipped == {
         "scored with the request's own checks (no certificate covers it)": 50
     }
+
+
+def test_a_certificate_records_the_output_cap_its_probes_were_sent_with(tmp_path: Path) -> None:
+    """A budget's default_max_tokens capped the probes (``probe.output_cap``): the certificate
+    records it, and one calibrated on uncapped probes records null."""
+    extra: dict[str, Any] = {"provider": "stub", "model": "cheap", "temperature": 0.7}
+    for cap in (16, None):
+        capped: dict[str, Any] = {} if cap is None else {"output_cap": cap}
+        records = [shadow(5, 5, True, **capped, **extra)] * 400
+        records += [shadow(5, 2, False, **capped, **extra)] * 50
+        path = write_chain(tmp_path / f"r{cap}.jsonl", records)
+        out = tmp_path / f"cal{cap}.json"
+        assert main(["--receipts", str(path), "--out", str(out), "--alpha", "0.1"]) == 0
+        (cert,) = json.loads(out.read_text(encoding="utf-8"))["certificates"]
+        assert cert["output_cap"] == cap
+
+
+def test_receipts_drawn_under_two_output_caps_are_refused(tmp_path: Path) -> None:
+    """Budgets added (or default_max_tokens changed) while the receipts were collected: no one
+    failure rate holds for both, so the route is refused naming both caps."""
+    records = [shadow(5, 5, True)] * 50 + [shadow(5, 5, True, output_cap=16)] * 50
+    path = write_chain(tmp_path / "r.jsonl", records)
+    with pytest.raises(
+        CalibrationError, match=r"2 output caps \(max_tokens the proxy added: 16, none"
+    ):
+        calibrate(read_receipts([path]), Settings(alpha=0.1, delta=0.05))
+
+
+@pytest.mark.parametrize("cap", [0, "16", True, 1.5])
+def test_a_malformed_output_cap_is_named_by_line(tmp_path: Path, cap: object) -> None:
+    records = [shadow(5, 5, True, output_cap=16)] * 3 + [shadow(5, 5, True, output_cap=cap)]
+    path = write_chain(tmp_path / "r.jsonl", records)
+    with pytest.raises(CalibrationError, match=r"line 4: .*\"probe.output_cap\" a positive"):
+        read_receipts([path])

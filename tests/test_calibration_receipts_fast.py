@@ -606,3 +606,48 @@ def test_a_log_with_crlf_lines_is_still_read_in_one_pass(
     monkeypatch.setattr(_receipts, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
     got = read_receipts([path])
     assert got.pass_count.tolist() == list(range(6)) and got.source.verified
+
+
+@pytest.mark.parametrize("cap", [16, None, 0, -3, "16", True, 2.0, [16]])
+def test_a_probes_output_cap_reads_the_same_either_way(cap: object) -> None:
+    """``probe.output_cap`` is part of the slice key: a valid cap takes the fast path with the
+    full parse's key, a malformed one is left to the full parse (which names it)."""
+    record = shadow_receipt(1, 5, True)
+    record["probe"]["output_cap"] = cap
+    raw, _ = line_of(record)
+    assert agrees(raw, PASS_SHARE)
+    if cap in (16, None) and type(cap) is not bool:
+        fast = _scan.fast_row(raw, PASS_SHARE)
+        assert fast is not None and not isinstance(fast, str) and fast[4][7] == cap
+    else:
+        assert full_parse(raw, PASS_SHARE) == "error"
+
+
+def test_capped_rows_read_by_column_equal_the_full_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows a budget capped (``probe.output_cap`` on each) keep the column shortcut, with the
+    full parse's rows, keys and digest."""
+    records = []
+    for i in range(300):
+        record = shadow_receipt(i, i % 6, i % 4 != 0, route=["a", "b"][i % 2])
+        record["probe"].update(provider="stub", model="cheap", output_cap=16)
+        records.append(record)
+    path = write_log(tmp_path / "r.jsonl", records)
+    monkeypatch.setattr(_onepass, "_SPAN_BYTES", 40_000)
+    monkeypatch.setattr(_onepass, "PARALLEL_BYTES", 1 << 62)
+    keyed: list[int] = []
+    real = _scan._keys
+
+    def counted(rows: Any, probes: Any) -> Any:
+        keys = real(rows, probes)
+        keyed.extend(1 for key in keys if key is not None and key[7] == 16)
+        return keys
+
+    monkeypatch.setattr(_scan, "_keys", counted)
+    with monkeypatch.context() as patch:
+        patch.setattr(_receipts, "_read_parsed", lambda *a, **k: pytest.fail("sequential path"))
+        fast = read_receipts([path], score=PASS_SHARE)
+    assert sum(keyed) == 300
+    assert {c.output_cap for c in fast.contexts} == {16}
+    _same(fast, _reference(path, PASS_SHARE, monkeypatch))

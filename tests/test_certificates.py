@@ -278,3 +278,84 @@ def test_a_calibration_from_unverified_receipts_licenses_nothing(
     with pytest.raises(ConfigError) as info:
         _config(tmp_path, {"k": 5, "mode": "enforce", "calibration": str(out)}, routes=("a",))
     assert "hash chain does not verify" in str(info.value)
+
+
+def _capped_config(tmp_path: Path, block: dict[str, Any], **tables: Any) -> Any:
+    """``_config`` for route "a" with extra top-level tables (``budgets``, ``server``)."""
+    data: dict[str, Any] = {
+        "provider": [{"id": "p", "kind": "openai", "base_url": P_URL}],
+        "route": [{"name": "a", "models": ["a"], "ladder": ["p/cheap", "p/strong"]}],
+        "price": [
+            {"model": "p/cheap", "input_per_mtok": 1, "output_per_mtok": 1},
+            {"model": "p/strong", "input_per_mtok": 9, "output_per_mtok": 9},
+        ],
+        "escalation": {"elastic": block},
+        **tables,
+    }
+    return config_from_dict(data, base_dir=tmp_path, env={"TEAM_A_KEY": "sk-a"})
+
+
+#: a key's own daily cap opens a ledger without any [budgets] table
+KEY_CAP = {"client_key": [{"name": "team-a", "key_env": "TEAM_A_KEY", "daily_usd": 5.0}]}
+
+
+@pytest.mark.parametrize(
+    ("tables", "cap"),
+    [({}, None), ({"budgets": {}}, 4096), ({"budgets": {"default_max_tokens": 16}}, 16),
+     ({"server": KEY_CAP}, 4096)],
+    ids=["none", "budgets-default", "budgets-16", "key-cap-only"],
+)  # fmt: skip
+def test_the_bound_output_cap_is_the_one_the_budgets_add(
+    tmp_path: Path, tables: dict[str, Any], cap: int | None
+) -> None:
+    """The cap a certificate must match is what the proxy adds to a probe that sets no
+    max_tokens: default_max_tokens exactly when a ledger counts spend (``ledger_for``)."""
+    from firstpass.budgets import ledger_for
+    from firstpass.config._elastic import probe_output_cap
+
+    config = _capped_config(tmp_path, {"k": 5, "mode": "shadow"}, **tables)
+    assert probe_output_cap(config.budgets, config.server.client_key) == cap
+    assert (ledger_for(config) is None) == (cap is None)
+    cal = write_calibration(
+        tmp_path / "cal.json",
+        certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8, endpoint=P_URL),
+    )
+    block = {"k": 5, "mode": "enforce", "calibration": str(cal)}
+    if cap is None:
+        assert _capped_config(tmp_path, block, **tables).elastic.lambda_for("a", 0, "enforce")
+        return
+    with pytest.raises(ConfigError) as info:
+        _capped_config(tmp_path, block, **tables)
+    assert info.value.key_path == "budgets.default_max_tokens"
+    assert f"max_tokens = {cap} here" in str(info.value) and "sent with none" in str(info.value)
+
+
+def test_a_certificate_written_before_output_caps_were_recorded_reads_as_uncapped(
+    tmp_path: Path,
+) -> None:
+    """A file without the key (written earlier) binds where no budget caps the probes, and is
+    refused, naming the key, where one does."""
+    cert = certificate(route="a", lam=1.0, model="p/cheap", temperature=0.8, endpoint=P_URL)
+    entry = cert.to_dict()
+    del entry["output_cap"]
+    cal = tmp_path / "cal.json"
+    doc: dict[str, Any] = {"certificates": [entry], "uncertified": []}
+    cal.write_text(json.dumps({"id": calibration_id(doc), **doc}), "utf-8")
+    block = {"k": 5, "mode": "enforce", "calibration": str(cal)}
+    assert _capped_config(tmp_path, block).elastic.lambda_for("a", 0, "enforce") == 1.0
+    with pytest.raises(ConfigError) as info:
+        _capped_config(tmp_path, block, budgets={"daily_usd": 10.0})
+    assert info.value.key_path == "budgets.default_max_tokens"
+
+
+@pytest.mark.parametrize("value", [0, "16", True, 2.5])
+def test_a_malformed_output_cap_in_a_calibration_file_is_refused(
+    tmp_path: Path, value: object
+) -> None:
+    entry: dict[str, Any] = {**certificate(route="a", lam=1.0, endpoint=P_URL).to_dict()}
+    entry["output_cap"] = value
+    doc: dict[str, Any] = {"certificates": [entry], "uncertified": []}
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"id": calibration_id(doc), **doc}), "utf-8")
+    with pytest.raises(ConfigError, match=r"output_cap must be an integer ≥ 1 or null"):
+        _capped_config(tmp_path, {"k": 5, "mode": "shadow", "calibration": str(cal)})

@@ -413,7 +413,7 @@ REVOKED_AT = "2026-03-01T12:00:00.000Z"
 
 
 @pytest.mark.parametrize(
-    ("data_until", "predates"),
+    ("data_since", "predates"),
     [
         (None, True),  # not recorded: it cannot show its data is newer
         ("2026-03-01T11:59:59.999Z", True),
@@ -423,15 +423,26 @@ REVOKED_AT = "2026-03-01T12:00:00.000Z"
         ("not a time", True),  # unreadable: fail closed
     ],
 )
-def test_a_certificate_predates_a_revocation_when_its_data_ends_before_it(
-    data_until: str | None, predates: bool
+def test_a_certificate_predates_a_revocation_when_its_oldest_row_is_before_it(
+    data_since: str | None, predates: bool
 ) -> None:
     """Another certificate's revocation at the same (route, rung) holds for a certificate
-    whose newest row is older than the revocation, or unknown."""
-    found = predating(KEY, data_until, [_revocation_of(OLD, REVOKED_AT)])
+    whose oldest row is older than the revocation, or unknown."""
+    found = predating(KEY, data_since, [_revocation_of(OLD, REVOKED_AT)])
     assert (found is not None) is predates
     if found is not None:
         assert found.revocation.key == OLD and found.key == KEY
+
+
+def test_a_predated_licences_evidence_names_its_oldest_row_or_that_it_is_not_recorded() -> None:
+    """The operator reads why it gates: the oldest row is what must be after the revocation
+    (a whole log with rows after it among older ones still predates it)."""
+    since = "2026-02-01T00:00:00.000Z"
+    found = predating(KEY, since, [_revocation_of(OLD, REVOKED_AT)])
+    assert found is not None and found.data_since == since
+    assert f"(its oldest row is from {since})" in found.evidence()
+    untimed = predating(KEY, None, [_revocation_of(OLD, REVOKED_AT)])
+    assert untimed is not None and "oldest row is not recorded" in untimed.evidence()
 
 
 def test_only_a_revocation_at_the_same_route_and_rung_under_another_certificate_counts() -> None:
@@ -472,9 +483,9 @@ def test_a_revocation_arriving_while_serving_stops_a_certificate_calibrated_befo
         newer = LicenceKey(route="other", rung=0, certificate="cal_cccccccccccccccc")
         b = LicenceMonitor(
             terms={
-                KEY: Terms(alpha=0.1, level=0.05, data_until="2026-03-01T11:00:00.000Z"),
-                upper: Terms(alpha=0.1, level=0.05, data_until="2026-03-01T11:00:00.000Z"),
-                newer: Terms(alpha=0.1, level=0.05, data_until="2026-03-01T14:00:00.000Z"),
+                KEY: Terms(alpha=0.1, level=0.05, data_since="2026-03-01T11:00:00.000Z"),
+                upper: Terms(alpha=0.1, level=0.05, data_since="2026-03-01T11:00:00.000Z"),
+                newer: Terms(alpha=0.1, level=0.05, data_since="2026-03-01T14:00:00.000Z"),
             },
             replica="b",
             store=FileLicenceStore(path),

@@ -222,16 +222,19 @@ def test_a_revocation_survives_a_restart_and_a_new_certificate_lifts_it(
     assert [r.key for r in monitor_of(stack).revoked] == [rev.key]
     assert ask(stack).headers["X-Firstpass-Action"] == "served_after_gate"
     fresh = write_calibration(
-        tmp_path / "recalibrated.json", _calibrated_until(_after(rev.time)), note="again"
+        tmp_path / "recalibrated.json", _calibrated_on(_after(rev.time)), note="again"
     )
     stack.restart(elastic={**block, "calibration": str(fresh), "audit_rate": 0.0})
     assert monitor_of(stack).revoked == []
     assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"
 
 
-def _calibrated_until(data_until: str | None) -> Certificate:
-    """The test stack's certificate, computed on rows up to ``data_until``."""
-    return dataclasses.replace(certificate(lam=0.9, k=5, escalate_at=0), data_until=data_until)
+def _calibrated_on(since: str | None, until: str | None = None) -> Certificate:
+    """The test stack's certificate, computed on rows from ``since`` to ``until`` (default:
+    ``since``)."""
+    return dataclasses.replace(
+        certificate(lam=0.9, k=5, escalate_at=0), data_since=since, data_until=until or since
+    )
 
 
 def _after(time_text: str) -> str:
@@ -243,15 +246,20 @@ def _after(time_text: str) -> str:
 def test_a_certificate_calibrated_on_data_before_a_revocation_does_not_lift_it(
     live_stack: Any, tmp_path: Path
 ) -> None:
-    """Certificate A is revoked; restarting on certificate B, whose newest row predates the
-    revocation (or whose data's time is not recorded), still gates, the receipt saying which
-    revocation and `--since` what to calibrate; certificate C, calibrated on data after it,
-    skips."""
+    """Certificate A is revoked; restarting on certificate B, whose rows predate the
+    revocation (all of them, or all but its newest: a whole log with one row after it; or
+    whose data's times are not recorded), still gates, the receipt saying which revocation and
+    `--since` what to calibrate; certificate C, calibrated on data after it only, skips."""
     stack, block = _revoked_stack(live_stack)
     (rev,) = monitor_of(stack).revoked
     stack.stub.responder = cheap_answers(GOOD)
-    for name, until in (("older.json", "2000-01-01T00:00:00.000Z"), ("untimed.json", None)):
-        cited = write_calibration(tmp_path / name, _calibrated_until(until), note=name)
+    old = "2000-01-01T00:00:00.000Z"
+    for name, since, until in (
+        ("older.json", old, old),
+        ("mixed.json", old, _after(rev.time)),
+        ("untimed.json", None, None),
+    ):
+        cited = write_calibration(tmp_path / name, _calibrated_on(since, until), note=name)
         stack.restart(elastic={**block, "calibration": str(cited), "audit_rate": 0.0})
         monitor = monitor_of(stack)
         (why,) = monitor.predated
@@ -266,13 +274,14 @@ def test_a_certificate_calibrated_on_data_before_a_revocation_does_not_lift_it(
             f"{rev.time}" in because
         )
         assert f"--since {rev.time}" in because
+        assert (f"its oldest row is from {since}" if since else "is not recorded") in because
         # the operator sees it as revoked: the metric, and the ready line's summary
         with urllib.request.urlopen(stack.base_url.replace("/v1", "/metrics")) as reply:
             metrics = reply.read().decode()
         assert 'firstpass_licence_revoked{route="code",rung="0"} 1.0' in metrics
         summary: Any = revoked_summary(monitor)["revoked_licences"]
         assert list(summary) == [why.key.text()]
-    after = write_calibration(tmp_path / "after.json", _calibrated_until(_after(rev.time)))
+    after = write_calibration(tmp_path / "after.json", _calibrated_on(_after(rev.time)))
     stack.restart(elastic={**block, "calibration": str(after), "audit_rate": 0.0})
     assert monitor_of(stack).predated == [] and monitor_of(stack).revoked == []
     assert ask(stack).headers["X-Firstpass-Action"] == "served_without_gate"

@@ -114,13 +114,17 @@ def test_a_version_1_shadow_log_calibrates_to_the_same_certificate(tmp_path: Pat
     for cert, old in zip(got["certificates"], expected["certificates"], strict=True):
         assert (cert["endpoint"], cert["gate"]) == (None, None)
         old["endpoint"], old["gate"] = None, None
+        # 0.3.0: the output cap a budget added to the probes (none in a 0.1.0 log: null)
+        assert cert["output_cap"] is None
+        old["output_cap"] = None
         # 0.3.0 tests each slice as a look of its looks ledger (docs/calibration.md,
         # "Calibrating again"): the certificate records it, and look 1's bounds are at
         # 1 − δ_1 (δ_1 = δ·6/π²); the p-values, what is certified and λ are 0.1.0's
         old["looks"] = cert["looks"]
-        # 0.3.0: the time of the newest row used (what a revocation is compared with)
-        assert cert["data_until"] is not None
-        old["data_until"] = cert["data_until"]
+        # 0.3.0: the times of the oldest and newest rows used (a revocation is compared with
+        # the oldest)
+        assert cert["data_since"] is not None and cert["data_until"] is not None
+        old["data_since"], old["data_until"] = cert["data_since"], cert["data_until"]
     for level, old_level in zip(got["levels"], expected["levels"], strict=True):
         assert level["p_value"] == old_level["p_value"]
         old_level["risk_bound"] = level["risk_bound"]

@@ -68,6 +68,9 @@ class RouteContext:
     # is what it was; ``Labelled.digest`` adds them when they are known)
     #: the upstream the probes were drawn from (None: the receipts predate the field)
     endpoint: str | None = field(default=None, repr=False)
+    #: the output cap the proxy added to the probes' calls (a budget's ``default_max_tokens``;
+    #: None: none)
+    output_cap: int | None = field(default=None, repr=False)
     #: the digest of the route's gate checks the labels were judged by (None: none)
     gate_checks: str | None = field(default=None, repr=False)
     #: the ``gate_hidden_tests`` values the rows had (None: some receipts predate the field)
@@ -104,8 +107,9 @@ class Labelled:
     given: tuple[dict[str, JSON], ...] = ()
     #: receipts: per route, the model and sampling its rows were drawn with
     contexts: tuple[RouteContext, ...] = ()
-    #: receipts: per route (as ``route_names``), the newest ``time`` of its rows (None: a row
-    #: without one); empty for a study
+    #: receipts: per route (as ``route_names``), the oldest and the newest ``time`` of its rows
+    #: (None: a row without one); empty for a study
+    data_since: tuple[str | None, ...] = ()
     data_until: tuple[str | None, ...] = ()
 
     @property
@@ -160,4 +164,7 @@ class Labelled:
             bound = [c.bound() for c in self.contexts]
             if any(b != [None, None, None] for b in bound):
                 h.update(json.dumps(bound).encode())
+            caps = [c.output_cap for c in self.contexts]
+            if any(cap is not None for cap in caps):  # digests without a cap stay as they were
+                h.update(json.dumps(["output_cap", caps]).encode())
         return "sha256:" + h.hexdigest()

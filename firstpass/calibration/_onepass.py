@@ -21,7 +21,7 @@ from firstpass.calibration._columns import Columns, LevelSets, Routes, rows_to_c
 from firstpass.calibration._lines import Progress, json_error
 from firstpass.calibration._rows import ContextKey, RowValues, bad, receipt_values
 from firstpass.calibration._scan import Span, scan_span
-from firstpass.calibration._until import merge, note
+from firstpass.calibration._until import Period, merge, note
 from firstpass.errors import CalibrationError
 from firstpass.receipts import GENESIS_HASH
 
@@ -45,8 +45,8 @@ class LogRows:
         self.columns: list[Columns] = []
         self.lines = 0
         self.error: CalibrationError | None = None
-        #: per slice key, the newest ``time`` of its rows (``_until``)
-        self.newest: dict[ContextKey, str | None] = {}
+        #: per slice key, the oldest and newest ``time`` of its rows (``_until``)
+        self.periods: dict[ContextKey, Period | None] = {}
 
     def add(self, span: Span) -> None:
         """Take one span (spans arrive in file order)."""
@@ -60,7 +60,7 @@ class LogRows:
         except CalibrationError as exc:
             self.error = exc
             return
-        merge(self.newest, span.newest)
+        merge(self.periods, span.periods)
         index = np.frombuffer(span.index, dtype=np.int64)
         score = np.frombuffer(span.score, dtype=np.float64)
         failed = np.frombuffer(span.failed, dtype=np.int8).astype(bool)
@@ -113,7 +113,7 @@ class LogRows:
                 self.skipped[outcome] = self.skipped.get(outcome, 0) + 1
             else:
                 rows.append((i, outcome))
-                note(self.newest, outcome[4], [record.get("time")])
+                note(self.periods, outcome[4], [record.get("time")])
         return rows
 
     def commit(
@@ -122,13 +122,13 @@ class LogRows:
         routes: Routes[ContextKey],
         skipped: dict[str, int],
         columns: list[Columns],
-        newest: dict[ContextKey, str | None],
+        periods: dict[ContextKey, Period | None],
     ) -> int:
-        """Hand the rows over (the chain verified), in the caller's codes, and their newest
-        times into ``newest``; the line count."""
+        """Hand the rows over (the chain verified), in the caller's codes, and their times'
+        periods into ``periods``; the line count."""
         if self.error is not None:
             raise self.error
-        merge(newest, self.newest)
+        merge(periods, self.periods)
         route_map = np.asarray([routes.code(n) for n in self.routes.names], dtype=np.int64)
         by_code = sorted(self.sets.index.items(), key=operator.itemgetter(1))
         set_map = np.asarray([sets.for_k(int(key[1])) for key, _ in by_code], dtype=np.int64)

@@ -39,7 +39,7 @@ from firstpass.calibration._rows import (
     ContextKey,
     receipt_values,
 )
-from firstpass.calibration._until import fold, note
+from firstpass.calibration._until import Period, join, note
 from firstpass.calibration._window import RowWindow
 from firstpass.errors import CalibrationError, ReceiptError
 from firstpass.receipts import GENESIS_HASH
@@ -158,7 +158,7 @@ def read_receipts(
     problems: list[str] = []
     columns: list[Columns] = []
     firsts: list[str | None] = []  # a verified log's first line's hash (None: empty, unverified)
-    latest: dict[ContextKey, str | None] = {}
+    periods: dict[ContextKey, Period | None] = {}
     n_lines = 0
     feedback = FeedbackLabels(rung) if use_feedback else None
     with Pool() as pool:
@@ -172,7 +172,7 @@ def read_receipts(
             if window is None and limited is None and feedback is None:
                 head = scan_log(path, score, rung, pool, log, progress, start)
             if head is not None:
-                n_lines += log.commit(sets, routes, skipped, columns, latest)
+                n_lines += log.commit(sets, routes, skipped, columns, periods)
                 heads.append(head)
                 digests.append(None)
                 firsts.append(_first_hash(path) if head != start else None)
@@ -200,7 +200,7 @@ def read_receipts(
                 window,
                 limited,
                 feedback,
-                latest,
+                periods,
             )
             heads.append(chain.head)
             digests.append(None if chain.ok else file_sha256(path))
@@ -247,6 +247,7 @@ def read_receipts(
     route_names, contexts, given, codes = _split_context(keys, rung)
     # keys of one route (whose rows differ only in gate_hidden_tests) become that route's code
     route_codes = cols[4] if codes == list(range(len(codes))) else np.asarray(codes)[cols[4]]
+    spans = [join(periods.get(key) for key in keys if key[0] == name) for name in route_names]
     return Labelled(
         score=cols[0],
         failed=cols[1],
@@ -261,10 +262,10 @@ def read_receipts(
         rung=rung,
         given=given,
         contexts=contexts,
-        # per route, the newest time of the rows kept (those of another model were dropped)
-        data_until=tuple(
-            fold(latest.get(key) for key in keys if key[0] == name) for name in route_names
-        ),
+        # per route, the oldest and newest times of the rows kept (those of another model were
+        # dropped)
+        data_since=tuple(p[0] if p is not None else None for p in spans),
+        data_until=tuple(p[1] if p is not None else None for p in spans),
     )
 
 
@@ -305,23 +306,26 @@ def _split_context(
     labelled in (``ContextKey``): split them into the routes, each route's one context, the one
     lower-rung policy, and each key's route (its index in the routes).
 
-    A route whose rows mix models, sampling settings, endpoints, visible checks or gate checks
-    is refused (a certified rate is one model's at one setting, scored one way and judged by
-    one gate), and so is a higher rung whose rows were collected under different lower-rung
-    policies (they reached the rung by different rules: no one population). Whether the gate
-    included the requests' hidden tests may differ: the context lists the values seen."""
+    A route whose rows mix models, sampling settings, endpoints, output caps, visible checks or
+    gate checks is refused (a certified rate is one model's at one setting, scored one way and
+    judged by one gate), and so is a higher rung whose rows were collected under different
+    lower-rung policies (they reached the rung by different rules: no one population). Whether
+    the gate included the requests' hidden tests may differ: the context lists the values seen.
+    """
     order: dict[str | None, int] = {}
     drawn: dict[str | None, set[tuple[str | None, float | None, float | None]]] = {}
     checks: dict[str | None, set[str | None]] = {}
     endpoints: dict[str | None, set[str | None]] = {}
+    caps: dict[str | None, set[int | None]] = {}
     gates: dict[str | None, set[str | None]] = {}
     hidden: dict[str | None, set[bool | None]] = {}
     givens: set[str] = set()
-    for route, model, temperature, top_p, given, visible, endpoint, gate, hid in keys:
+    for route, model, temperature, top_p, given, visible, endpoint, cap, gate, hid in keys:
         order.setdefault(route, len(order))
         drawn.setdefault(route, set()).add((model, temperature, top_p))
         checks.setdefault(route, set()).add(visible)
         endpoints.setdefault(route, set()).add(endpoint)
+        caps.setdefault(route, set()).add(cap)
         hidden.setdefault(route, set()).add(hid)
         if hid is not None:  # a receipt from before the gate was recorded says nothing of it
             gates.setdefault(route, set()).add(gate)
@@ -350,6 +354,15 @@ def _split_context(
                 f"route {route!r} rung {rung}: the receipts were drawn from {len(known)} "
                 f"endpoints ({', '.join(sorted(known))}); a certified failure rate is one "
                 "upstream's. Calibrate the receipts of one (a log per endpoint)"
+            )
+        if len(caps[route]) > 1:
+            shown = ", ".join(sorted("none" if c is None else str(c) for c in caps[route]))
+            raise CalibrationError(
+                f"route {route!r} rung {rung}: the receipts were drawn under {len(caps[route])} "
+                f"output caps (max_tokens the proxy added: {shown}; [budgets] "
+                "default_max_tokens, or budgets added or removed, while they were collected); "
+                "a cap changes which answers pass, so a certified failure rate holds under one. "
+                "Calibrate the receipts written since the last change (--since)"
             )
         seen = drawn[route]
         if len(seen) > 1:
@@ -384,6 +397,7 @@ def _split_context(
                 top_p=top_p,
                 checks=visible,
                 endpoint=endpoint,
+                output_cap=next(iter(caps[route])),
                 gate_checks=next(iter(gates[route])) if route in gates else None,
                 # None: some rows predate the field, so what failure meant is not known
                 gate_hidden=None
@@ -530,7 +544,7 @@ def _read_parsed(
     window: RowWindow | None = None,
     limited: tuple[int, str] | None = None,
     feedback: FeedbackLabels | None = None,
-    latest: dict[ContextKey, str | None] | None = None,
+    periods: dict[ContextKey, Period | None] | None = None,
 ) -> int:
     """Read a log by parsing every line with ``json`` (a log the one-pass read could not vouch
     for); returns its non-blank line count. An unverified log may hold a truncated line: it is
@@ -569,8 +583,8 @@ def _read_parsed(
                 if feedback is not None and isinstance(record, dict):
                     feedback.row(record)
                 rows.append((value, failed, k, c, routes.code(name), sets.for_k(k)))
-                if latest is not None and isinstance(record, dict):
-                    note(latest, name, [record.get("time")])
+                if periods is not None and isinstance(record, dict):
+                    note(periods, name, [record.get("time")])
         if rows:
             columns.append(rows_to_columns(rows))
         if progress is not None and len(lines) > CHUNK_LINES:

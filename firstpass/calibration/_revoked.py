@@ -3,9 +3,12 @@
 A licence revoked on audited evidence is lifted only by a new certificate, and any change of
 settings gives a new id: calibrating the same pre-drift shadow receipts again (another α,
 another seed) would certify the very behaviour the monitor just showed failing, without a
-single new label. So ``calibrate`` reads the revocation lines of the logs it is given (a bytes
-search, ``firstpass.monitor.read_recorded``) and warns for each one at the rung calibrated, on a
-route in the slice, whose time the rows read may predate (no ``--since`` at or after it).
+single new label. The monitor therefore keeps a certificate whose oldest row predates the
+revocation gating (``firstpass.monitor.predating``), and ``calibrate`` says so before the
+operator cites it: it reads the revocation lines of the logs it is given (a bytes search,
+``firstpass.monitor.read_recorded``) and warns for each one at the rung calibrated, on a route
+in the slice, whose time the rows read may predate (their oldest row is before it, or unknown,
+and no ``--since`` at or after it).
 """
 
 from __future__ import annotations
@@ -25,25 +28,34 @@ def revocation_warnings(
     rung: int,
     routes: Collection[str | None],
     since: datetime | None,
+    oldest: str | None = None,
 ) -> list[str]:
     """One sentence per revocation line of ``paths`` at ``rung`` on one of ``routes`` that the
-    rows read (from ``since``, None: all) may predate; empty when there is none."""
+    rows read (from ``since``, None: all; ``oldest``: the time of the oldest, None: unknown)
+    may predate; empty when there is none."""
+    first = _when(oldest) if oldest is not None else None
     warnings = []
     for rev in read_recorded(paths).revocations:
         if rev.key.rung != rung or rev.key.route not in routes:
             continue
         revoked_at = _when(rev.time)
-        if since is not None and revoked_at is not None and since >= revoked_at:
+        if revoked_at is not None and any(
+            t is not None and t >= revoked_at for t in (since, first)
+        ):
             continue
+        read = (
+            f"include receipts from before then (the oldest is from {oldest})"
+            if first is not None
+            else "may include receipts from before then (no --since at or after it)"
+        )
         warnings.append(
             f"route {rev.key.route!r} rung {rung}: these logs record that certificate "
             f"{rev.key.certificate} was revoked at {rev.time} ({rev.failures} of "
-            f"{rev.audited} audited skips failed the gate), and the rows read may include "
-            "receipts from before then (no --since at or after it): traffic the certificate no "
-            "longer describes. A "
-            "certificate calibrated on them gets a new id and lifts the revocation without new "
-            "evidence. Collect shadow receipts after the revocation and calibrate only those: "
-            f"--since {rev.time}"
+            f"{rev.audited} audited skips failed the gate), and the rows read {read}: traffic "
+            "the certificate no longer describes. A certificate calibrated on them will not "
+            "lift the revocation: its oldest row predates it, so the monitor keeps that licence "
+            "gating, however many rows after it were read too. Collect shadow receipts after "
+            f"the revocation and calibrate only those: --since {rev.time}"
         )
     return warnings
 

@@ -46,11 +46,12 @@ NOT_A_REQUEST = "not a request (a gap marker or a checkpoint)"
 _SPECIAL_MODES = ("gap", "checkpoint", "feedback")
 
 #: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON, the
-#: route's listed visible checks' digest, the endpoint drawn from, the route's gate checks'
-#: digest, whether the gate included the request's hidden tests); the parts after the route
-#: are the context its certificate records. All but the last must be one per route (the last
-#: is gathered: a certificate lists which values its rows had). None in the last three: the
-#: receipt predates them (such rows certify nothing enforce can bind)
+#: route's listed visible checks' digest, the endpoint drawn from, the output cap the proxy
+#: added (``probe.output_cap``; None: none), the route's gate checks' digest, whether the gate
+#: included the request's hidden tests); the parts after the route are the context its
+#: certificate records. All but the last must be one per route (the last is gathered: a
+#: certificate lists which values its rows had). None in the endpoint, the gate checks or the
+#: last: the receipt predates them (such rows certify nothing enforce can bind)
 ContextKey = tuple[
     str | None,
     str | None,
@@ -59,6 +60,7 @@ ContextKey = tuple[
     str,
     str | None,
     str | None,
+    int | None,
     str | None,
     bool | None,
 ]
@@ -159,6 +161,7 @@ def context_key(
     given: str = "[]",
     checks: object = None,
     endpoint: object = None,
+    output_cap: object = None,
     gate_checks: object = None,
     gate_hidden: object = None,
 ) -> ContextKey | None:
@@ -168,6 +171,8 @@ def context_key(
     if not (_text(checks) and _text(endpoint) and _text(gate_checks)):
         return None
     if gate_hidden is not None and type(gate_hidden) is not bool:
+        return None
+    if output_cap is not None and not (type(output_cap) is int and output_cap >= 1):
         return None
     if temperature is not None and not is_number(temperature):
         return None
@@ -182,6 +187,7 @@ def context_key(
         given,
         checks,
         endpoint,
+        output_cap,
         gate_checks,
         gate_hidden,
     )
@@ -244,6 +250,10 @@ def receipt_values(
         return "drawn with request fields no certificate binds (probe.unbound_fields)"
     if probe.get("vacuous_visible"):
         return "scored by visible tests a null answer passes (probe.vacuous_visible)"
+    if probe.get("no_visible_tests"):
+        return (
+            "scored without visible tests where hidden tests are the gate (probe.no_visible_tests)"
+        )
     if probe.get("request_checks"):
         return "scored with the request's own checks (no certificate covers it)"
     recorded = recorded_score(probe)
@@ -278,6 +288,7 @@ def receipt_values(
         _given_json(path, lineno, probe.get("given")) if rung else "[]",
         probe.get("visible_checks_digest"),
         probe.get("endpoint"),
+        probe.get("output_cap"),
         probe.get("gate_checks_digest"),
         probe.get("gate_hidden_tests"),
     )
@@ -287,6 +298,7 @@ def receipt_values(
             lineno,
             '"probe.temperature" and "probe.top_p" must be numbers or null, '
             '"probe.visible_checks_digest", "probe.endpoint" and "probe.gate_checks_digest" '
-            'strings or absent, "probe.gate_hidden_tests" true, false or absent',
+            'strings or absent, "probe.output_cap" a positive integer or absent, '
+            '"probe.gate_hidden_tests" true, false or absent',
         )
     return value, not label, k, c, key

@@ -49,7 +49,7 @@ from firstpass.calibration._rows import (
     context_key,
     receipt_values,
 )
-from firstpass.calibration._until import by_key
+from firstpass.calibration._until import Period, by_key
 from firstpass.errors import CalibrationError
 from firstpass.receipts._chain import BadLine, check_line, line_links
 
@@ -78,10 +78,12 @@ class _Probe(msgspec.Struct, gc=False):
     visible_checks_digest: object = None
     request_checks: object = None
     endpoint: object = None
+    output_cap: object = None
     gate_checks_digest: object = None
     gate_hidden_tests: object = None
     unbound_fields: object = None
     vacuous_visible: object = None
+    no_visible_tests: object = None
 
 
 class _Decision(msgspec.Struct, gc=False):
@@ -141,6 +143,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             and probe.request_checks is None
             and probe.unbound_fields is None
             and probe.vacuous_visible is None
+            and probe.no_visible_tests is None
         ):
             key = context_key(
                 route,
@@ -151,6 +154,7 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
                 "[]",
                 probe.visible_checks_digest,
                 probe.endpoint,
+                probe.output_cap,
                 probe.gate_checks_digest,
                 probe.gate_hidden_tests,
             )
@@ -172,10 +176,12 @@ def _row(r: _Receipt, score: str, rung: int = 0) -> RowValues | str | None:
             "visible_checks_digest": probe.visible_checks_digest,
             "request_checks": probe.request_checks,
             "endpoint": probe.endpoint,
+            "output_cap": probe.output_cap,
             "gate_checks_digest": probe.gate_checks_digest,
             "gate_hidden_tests": probe.gate_hidden_tests,
             "unbound_fields": probe.unbound_fields,
             "vacuous_visible": probe.vacuous_visible,
+            "no_visible_tests": probe.no_visible_tests,
         }
     if decision is not None:
         record["decision"] = {"gate_label": decision.gate_label}
@@ -198,9 +204,12 @@ _provider, _model = attrgetter("provider"), attrgetter("model")
 _temperature, _top_p = attrgetter("temperature"), attrgetter("top_p")
 _digest = attrgetter("visible_checks_digest")
 _endpoint, _gate_digest = attrgetter("endpoint"), attrgetter("gate_checks_digest")
+_output_cap = attrgetter("output_cap")
 _gate_hidden = attrgetter("gate_hidden_tests")
-_voiding = attrgetter("logit_bias", "request_checks", "unbound_fields", "vacuous_visible")
-_UNVOIDED = (None, None, None, None)
+_voiding = attrgetter(
+    "logit_bias", "request_checks", "unbound_fields", "vacuous_visible", "no_visible_tests"
+)
+_UNVOIDED = (None, None, None, None, None)
 
 
 def _columns(
@@ -253,6 +262,7 @@ def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[ContextKey | None]
     models, temps, tops = (list(map(get, probes)) for get in (_model, _temperature, _top_p))
     digests = list(map(_digest, probes))
     endpoints, gates = list(map(_endpoint, probes)), list(map(_gate_digest, probes))
+    caps = list(map(_output_cap, probes))
     hidden = list(map(_gate_hidden, probes))
     if (
         set(map(type, routes)) <= {str, _NONE}
@@ -264,12 +274,14 @@ def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[ContextKey | None]
         and all(map(math.isfinite, filter(None, tops)))
         and set(map(type, digests)) <= {str, _NONE}
         and set(map(type, endpoints)) <= {str, _NONE}
+        and set(map(type, caps)) <= {int, _NONE}
+        and min((c for c in caps if c is not None), default=1) >= 1
         and set(map(type, gates)) <= {str, _NONE}
         and set(map(type, hidden)) <= {bool, _NONE}
     ):
         names = list(map("{}/{}".format, provs, models))
         return list(
-            zip(routes, names, temps, tops, repeat("[]"), digests, endpoints, gates, hidden)
+            zip(routes, names, temps, tops, repeat("[]"), digests, endpoints, caps, gates, hidden)
         )
     return list(
         map(
@@ -282,6 +294,7 @@ def _keys(rows: list[_Receipt], probes: list[_Probe]) -> list[ContextKey | None]
             repeat("[]"),
             digests,
             endpoints,
+            caps,
             gates,
             hidden,
         )
@@ -315,8 +328,9 @@ class Span:
     route_names: tuple[ContextKey, ...] = ()
     skipped: dict[str, int] = field(default_factory=dict)
     slow: tuple[tuple[int, bytes], ...] = ()
-    #: per slice key, the newest ``time`` of its rows here (``_until``; ``slow`` lines not in it)
-    newest: dict[ContextKey, str | None] = field(default_factory=dict)
+    #: per slice key, the oldest and newest ``time`` of its rows here (``_until``; ``slow``
+    #: lines not in it)
+    periods: dict[ContextKey, Period | None] = field(default_factory=dict)
 
 
 def scan_span(
@@ -491,7 +505,7 @@ def _rows(
                 c=array("q", cols[3]),
                 route=array("q", codes),
                 route_names=tuple(names),
-                newest=by_key(cols[4], list(map(_stamp, decoded))),
+                periods=by_key(cols[4], list(map(_stamp, decoded))),
             )
     index: list[int] = []
     scores: list[float] = []
@@ -547,5 +561,5 @@ def _rows(
         route_names=tuple(names),
         skipped=skipped,
         slow=tuple(slow),
-        newest=by_key(keyed, stamps),
+        periods=by_key(keyed, stamps),
     )

@@ -427,6 +427,7 @@ def _say_looks(result: Calibration) -> None:
 def _say_revoked(paths: Sequence[str], labelled: Labelled, read: ReadOptions) -> None:
     """On stderr: each revocation in the logs read that the rows may predate (``_revoked``)."""
     from firstpass.calibration._revoked import revocation_warnings
+    from firstpass.calibration._until import fold_oldest
 
     window = read.get("window")
     for warning in revocation_warnings(
@@ -434,6 +435,8 @@ def _say_revoked(paths: Sequence[str], labelled: Labelled, read: ReadOptions) ->
         rung=labelled.rung,
         routes=set(labelled.route_names),
         since=window.since if window is not None else None,
+        # a pooled certificate's oldest row is the oldest of any route's
+        oldest=fold_oldest(labelled.data_since),
     ):
         print(f"calibration: warning: {warning}", file=sys.stderr)
 

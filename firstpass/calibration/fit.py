@@ -138,7 +138,9 @@ class Calibration:
     looks: tuple[LookRef, ...] = ()
     #: the looks ledger as this run left it (None: no ledger)
     ledger: LedgerState | None = None
-    #: receipts: per route, the newest ``time`` of its rows (absent or None: not known)
+    #: receipts: per route, the oldest and the newest ``time`` of its rows (absent or None: not
+    #: known)
+    data_since: Mapping[str | None, str | None] = field(default_factory=dict)
     data_until: Mapping[str | None, str | None] = field(default_factory=dict)
 
     def look_for(self, key: SliceKey) -> LookRef | None:
@@ -212,6 +214,7 @@ def calibrate(
         ),
         contexts=data.contexts,
         looks=tuple(looks.values()),
+        data_since=dict(zip(data.route_names, data.data_since, strict=False)),
         data_until=dict(zip(data.route_names, data.data_until, strict=False)),
     )
 

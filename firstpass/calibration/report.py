@@ -9,7 +9,7 @@ from pathlib import Path
 
 from firstpass._json import JSON
 from firstpass.calibration._looks import LookRef, SliceKey, delta_at_look
-from firstpass.calibration._until import fold
+from firstpass.calibration._until import fold, fold_oldest
 from firstpass.calibration.data import PASS_SHARE, RouteContext
 from firstpass.calibration.fit import Calibration, Fit
 from firstpass.calibration.stats import ProportionRow
@@ -86,7 +86,8 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, JS
         routes = (fit.route,) if cal.routes else names
         pooled = [c for c in cal.contexts if c.route in set(routes)]
         drawn = {
-            (c.model, c.temperature, c.top_p, c.checks, c.endpoint, c.gate_checks) for c in pooled
+            (c.model, c.temperature, c.top_p, c.checks, c.endpoint, c.output_cap, c.gate_checks)
+            for c in pooled
         }
         why = None
         if fit.lam is None:
@@ -95,14 +96,14 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, JS
             why = "the rows mix k values"
         elif len(drawn) > 1:
             why = (
-                "its routes ran different models, sampling settings, endpoints, visible "
-                "checks or gate checks: calibrate --by-route"
+                "its routes ran different models, sampling settings, endpoints, output caps, "
+                "visible checks or gate checks: calibrate --by-route"
             )
         if why is not None or fit.lam is None or fit.k is None:
             refused.append({"route": route, "rung": cal.rung, "reason": why})
             continue
-        model, temperature, top_p, checks, endpoint, gate_checks = (
-            drawn.pop() if drawn else (None, None, None, None, None, None)
+        model, temperature, top_p, checks, endpoint, output_cap, gate_checks = (
+            drawn.pop() if drawn else (None, None, None, None, None, None, None)
         )
         issued.append(
             Certificate(
@@ -128,8 +129,11 @@ def certificates(cal: Calibration) -> tuple[list[Certificate], list[dict[str, JS
                 failures=_failures_at(fit),
                 visible_checks=checks,
                 endpoint=endpoint,
+                output_cap=output_cap,
                 gate=_gate(pooled, gate_checks),
-                # the newest row any of its routes gave (None: a study, or a row without time)
+                # the oldest and the newest row any of its routes gave (None: a study, or a row
+                # without time)
+                data_since=fold_oldest(cal.data_since.get(r) for r in routes),
                 data_until=fold(cal.data_until.get(r) for r in routes),
             )
         )

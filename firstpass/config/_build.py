@@ -19,7 +19,12 @@ from firstpass.checks import CheckDef, field_path, parse_checks
 from firstpass.config import _fields as f
 from firstpass.config._checks import validate_checks
 from firstpass.config._digest import config_digest
-from firstpass.config._elastic import ELASTIC_PATH, bind_licences, build_elastic
+from firstpass.config._elastic import (
+    ELASTIC_PATH,
+    bind_licences,
+    build_elastic,
+    probe_output_cap,
+)
 from firstpass.config._env import ENV_ELASTIC_MODE, apply_env
 from firstpass.config._model import (
     ANY_MODEL,
@@ -117,8 +122,14 @@ def config_from_dict(
     if receipts.sink == "postgresql":  # fail at load naming the key, not at the first request
         _env_secret(env, receipts.dsn_env, "receipts.dsn_env")
     mode_key = ENV_ELASTIC_MODE if ENV_ELASTIC_MODE in env else f"{ELASTIC_PATH}.mode"
+    budgets = _budgets(f.get_table(data, "budgets", "", None))
     elastic = bind_licences(
-        elastic, routes, mode_key, receipts_key=receipts.signing_key, providers=providers
+        elastic,
+        routes,
+        mode_key,
+        receipts_key=receipts.signing_key,
+        providers=providers,
+        output_cap=probe_output_cap(budgets, server.client_key),
     )
     _check_sandbox_room(sandbox, server, routes, elastic)
     config = Config(
@@ -129,7 +140,7 @@ def config_from_dict(
         routes=routes,
         prices=MappingProxyType(prices),
         elastic=elastic,
-        budgets=_budgets(f.get_table(data, "budgets", "", None)),
+        budgets=budgets,
         observability=_observability(f.get_table(data, "observability", "", {})),
         source=source,
     )

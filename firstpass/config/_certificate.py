@@ -4,10 +4,11 @@
 entry per (route, rung) it certified a λ for. Each entry records everything its guarantee
 depends on: the method and its risk levels, the probe score and the rule that picks the sample
 the policy serves, k, ``escalate_at``, the route and rung, the rung's model and the endpoint
-it was served from, the sampling, the visible checks' digest, what "failure" meant (``gate``:
-the gate checks' digest and whether the gate included the requests' hidden tests), the lower
-rungs' policy while the data was collected (``given``: who reaches a higher rung depends on
-it), and the receipts it was computed from. A certificate licenses a skip only where the
+it was served from, the sampling and the output cap the proxy added to the probes' calls, the
+visible checks' digest, what "failure" meant (``gate``: the gate checks' digest and whether the
+gate included the requests' hidden tests), the lower rungs' policy while the data was
+collected (``given``: who reaches a higher rung depends on it), and the receipts it was
+computed from. A certificate licenses a skip only where the
 running policy is that context: ``bind`` checks every probed (route, rung) against the
 certificates the config cites and says, per rung, either which certificate is in force or why
 none is. A rung without one gates.
@@ -160,9 +161,15 @@ class Certificate:
     #: labelled them; None: not recorded (an older firstpass, or receipts from before them)
     endpoint: str | None = None
     gate: GateContext | None = None
-    #: the ``time`` of the newest receipt row it was computed from (ISO 8601 UTC; None: a
-    #: study without times, or an older firstpass): a revocation after it is news its data
-    #: did not hold, so it cannot lift that revocation (``firstpass.monitor``)
+    #: the output cap the proxy added to the probes' calls (a budget's ``default_max_tokens``,
+    #: sent when the request sets no max_tokens): it changes which answers pass. None: none
+    #: (also a file from before it was recorded)
+    output_cap: int | None = None
+    #: the ``time`` of the oldest and of the newest receipt row it was computed from (ISO 8601
+    #: UTC; None: a study without times, or an older firstpass). A revocation after the oldest
+    #: was decided on news some of its data did not hold, so it cannot lift that revocation
+    #: (``firstpass.monitor``): rows after it do not outweigh the rows from before it
+    data_since: str | None = None
     data_until: str | None = None
 
     def to_dict(self) -> dict[str, JSON]:
@@ -186,7 +193,9 @@ class Certificate:
             "given": [g.to_dict() for g in self.given],
             **({"visible_checks": self.visible_checks} if self.visible_checks else {}),
             "endpoint": self.endpoint,
+            "output_cap": self.output_cap,
             "gate": None if self.gate is None else self.gate.to_dict(),
+            "data_since": self.data_since,
             "data_until": self.data_until,
             "n": self.n,
             "skipped": self.skipped,
@@ -467,9 +476,20 @@ def _certificate(where: str, path: Path, file_id: str, i: int, c: JSON) -> Certi
         failures=_count(c.get("failures")),
         visible_checks=_optional(c, "visible_checks", where, path, at, str),
         endpoint=_optional(c, "endpoint", where, path, at, str),
+        output_cap=_output_cap(c.get("output_cap"), where, path, at),
         gate=_gate(c.get("gate"), where, path, at),
+        data_since=_time(c.get("data_since"), where, path, f"{at}.data_since"),
         data_until=_time(c.get("data_until"), where, path, f"{at}.data_until"),
     )
+
+
+def _output_cap(raw: object, where: str, path: Path, at: str) -> int | None:
+    """``output_cap``: a positive integer, or absent/null (no cap)."""
+    if raw is None:
+        return None
+    if not _int(raw, 1):
+        raise _bad(where, path, f"{at}.output_cap must be an integer ≥ 1 or null, got {raw!r}")
+    return raw
 
 
 def _time(raw: JSON | None, where: str, path: Path, at: str) -> str | None:
@@ -533,6 +553,9 @@ class Policy:
     #: digest (``RouteConfig.gate_checks_digest``)
     endpoint: str | None = None
     gate_checks: str | None = None
+    #: the ``max_tokens`` the proxy adds to a probe's call: ``[budgets] default_max_tokens``
+    #: when any budget is configured (None: none)
+    output_cap: int | None = None
 
 
 def licence_for(policy: Policy, files: Sequence[CertificateFile]) -> Licence:
@@ -617,6 +640,7 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
     pairs: list[tuple[str, object, object]] = [
         ("model", p.model, cert.model),
         ("endpoint", p.endpoint, cert.endpoint),
+        ("output_cap", p.output_cap, cert.output_cap),
         ("temperature", p.temperature, cert.temperature),
         ("method", p.method, cert.method),
         ("score", p.score, cert.score),
@@ -646,6 +670,13 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
                 what = (
                     f"the rung's provider serves from {_show(mine)} here, but the certificate "
                     f"was computed on samples from {_show(theirs)}"
+                )
+            if key == "output_cap":
+                what = (
+                    f"the probes are sent with max_tokens = {_show(mine)} here (the budgets' "
+                    "default_max_tokens, added when a request sets none), but the certificate "
+                    f"was computed on samples sent with {_show(theirs)}: a cap changes which "
+                    "answers pass"
                 )
             if key == "model" and theirs is None:
                 advice = (

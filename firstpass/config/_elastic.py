@@ -28,7 +28,15 @@ from firstpass.config._certificate import (
     licence_for,
     read_certificates,
 )
-from firstpass.config._model import MAX_K, ElasticConfig, ProbeScore, ProviderConfig, RouteConfig
+from firstpass.config._model import (
+    MAX_K,
+    BudgetsConfig,
+    ClientKey,
+    ElasticConfig,
+    ProbeScore,
+    ProviderConfig,
+    RouteConfig,
+)
 from firstpass.config._signature import HOW_TO_SIGN, signature_problem
 from firstpass.errors import ConfigError, ReceiptError
 from firstpass.receipts import key_id, load_public_key, load_signing_key
@@ -182,6 +190,7 @@ def bind_licences(
     *,
     receipts_key: Path | None = None,
     providers: Sequence[ProviderConfig] = (),
+    output_cap: int | None = None,
 ) -> ElasticConfig | None:
     """Decide, per probed (route, rung), which certificate is in force; under enforce refuse a
     certificate made for another context, and a block that would certify nothing at all.
@@ -190,6 +199,8 @@ def bind_licences(
     variable that overrode it), for the error when nothing is certified. ``receipts_key``:
     ``[receipts] signing_key``, whose public half is a trusted signer of calibration files.
     ``providers``: the configured upstreams, whose endpoints the certificates are bound to.
+    ``output_cap``: the ``max_tokens`` a probe's call gets from the budgets
+    (``probe_output_cap``), which the certificates are bound to as well.
     """
     if elastic is None:
         return None
@@ -214,6 +225,7 @@ def bind_licences(
                 visible_checks=route.visible_checks_digest,
                 endpoint=_endpoint(providers, rung.provider),
                 gate_checks=route.gate_checks_digest,
+                output_cap=output_cap,
             )
             licence = licence_for(policy, elastic.files)
             if elastic.mode == "enforce" and licence.key is not None:
@@ -226,6 +238,8 @@ def bind_licences(
                     key = f"route[{route_index}].{licence.key}"
                 elif licence.key == "endpoint":
                     key = _endpoint_key(providers, rung.provider)
+                elif licence.key == "output_cap":
+                    key = "budgets.default_max_tokens"
                 raise ConfigError(key, f"{licence.problem}. {licence.advice}")
             licences[(route.name, index)] = licence
             cert = licence.certificate
@@ -246,6 +260,15 @@ def bind_licences(
     if bound.mode == "enforce":
         _check_enforceable(bound, licences, key_path)
     return bound
+
+
+def probe_output_cap(budgets: BudgetsConfig | None, keys: Sequence[ClientKey]) -> int | None:
+    """The ``max_tokens`` the proxy adds to a probe that sets none: ``default_max_tokens``
+    whenever a budget is counted (``firstpass.budgets.ledger_for`` opens a ledger: a [budgets]
+    table, or a client key's ``daily_usd``), else none."""
+    if budgets is None and all(k.daily_usd is None for k in keys):
+        return None
+    return (budgets or BudgetsConfig()).default_max_tokens
 
 
 def _endpoint(providers: Sequence[ProviderConfig], provider_id: str) -> str | None:

@@ -3,8 +3,9 @@ the revocation the e-process decides (pure: the store and the loop are in ``_mon
 
 A licence is a (route, rung, certificate id): a new certificate is another licence, with counts
 of its own, which is why only a new certificate lifts a revocation, and only one calibrated on
-data newer than the revocation (``predating``): an older certificate, or one calibrated on the
-receipts from before it, never saw what the revoked licence's audits saw.
+data newer than the revocation, all of it (``predating``): an older certificate, or one
+calibrated on receipts from before it (a whole log with a few rows after it among them), never
+saw what the revoked licence's audits saw, or outweighs it with the rows that did not.
 """
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ class LicenceKey:
 @dataclass(frozen=True, slots=True)
 class Terms:
     """What a licence promises and how sure its monitor must be before revoking it, and the
-    time of the newest row its certificate was calibrated on (None: not recorded)."""
+    time of the oldest row its certificate was calibrated on (None: not recorded)."""
 
     alpha: float
     level: float
-    data_until: str | None = None
+    data_since: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,50 +218,53 @@ class Suspension:
 @dataclass(frozen=True, slots=True)
 class Predated:
     """A licence treated as revoked: its certificate was calibrated on data from before a
-    revocation at the same (route, rung) under another certificate, so it cannot lift it (its
-    data never held what the audits that revoked the other one saw). It holds as long as that
-    revocation does: only a certificate whose data ends after it skips again."""
+    revocation at the same (route, rung) under another certificate, so it cannot lift it (that
+    data never held what the audits that revoked the other one saw, and rows after it mixed in
+    do not undo that). It holds as long as that revocation does: only a certificate whose
+    oldest row is from after it skips again."""
 
     key: LicenceKey
-    #: the certificate's ``data_until`` (None: not recorded) and the revocation it predates
-    data_until: str | None
+    #: the certificate's ``data_since`` (None: not recorded) and the revocation it predates
+    data_since: str | None
     revocation: Revocation
 
     def evidence(self) -> str:
         """One sentence a receipt's ``uncertified_because`` and the log carry."""
         rev = self.revocation
         data = (
-            "its data's time is not recorded"
-            if self.data_until is None
-            else f"its newest row is from {self.data_until}"
+            "the time of its oldest row is not recorded"
+            if self.data_since is None
+            else f"its oldest row is from {self.data_since}"
         )
         return (
             f"revoked: certificate {self.key.certificate} at route {self.key.route!r} rung "
             f"{self.key.rung} was calibrated on data from before the revocation of "
             f"{rev.key.certificate} at {rev.time} ({data}): calibrate on shadow receipts "
-            f"collected after it (`--since {rev.time}`) and cite the new file to lift it"
+            f"collected after it only (`--since {rev.time}`) and cite the new file to lift it"
         )
 
 
 def predating(
-    key: LicenceKey, data_until: str | None, revocations: Iterable[Revocation]
+    key: LicenceKey, data_since: str | None, revocations: Iterable[Revocation]
 ) -> Predated | None:
     """The latest revocation at ``key``'s (route, rung) under another certificate that the
-    certificate's data ends before (any, when ``data_until`` is unknown), else None. A time
-    that does not read counts as unknown: the licence then gates (fail closed)."""
-    until = _instant(data_until)
+    certificate's oldest row (``data_since``) is from before (any, when it is unknown), else
+    None. Its newest row does not count: one row after a revocation in a log otherwise from
+    before it would lift it. A time that does not read counts as unknown: the licence then
+    gates (fail closed)."""
+    since = _instant(data_since)
     found: list[tuple[datetime, Revocation]] = []
     for rev in revocations:
         if (rev.key.route, rev.key.rung) != (key.route, key.rung) or rev.key == key:
             continue
         # a revocation whose time does not read is taken as the latest: nothing lifts it
         when = _instant(rev.time) or _LATEST
-        if until is None or until < when:
+        if since is None or since < when:
             found.append((when, rev))
     if not found:
         return None
     _, latest = max(found, key=lambda pair: (pair[0], pair[1].key))
-    return Predated(key=key, data_until=data_until, revocation=latest)
+    return Predated(key=key, data_since=data_since, revocation=latest)
 
 
 _LATEST = datetime.max.replace(tzinfo=UTC)
@@ -331,6 +335,6 @@ def licence_terms(elastic: ElasticConfig | None) -> dict[LicenceKey, Terms]:
         terms[key] = Terms(
             alpha=cert.alpha,
             level=level_for(elastic.monitor_level, cert.delta),
-            data_until=cert.data_until,
+            data_since=cert.data_since,
         )
     return terms

@@ -341,14 +341,14 @@ class LicenceMonitor:
         for key, terms in sorted(self.terms.items()):
             if key in self._revoked or key in self._predated:
                 continue  # a revocation is never lifted while serving
-            why = predating(key, terms.data_until, revocations)
+            why = predating(key, terms.data_since, revocations)
             if why is None:
                 continue
             self._predated[key] = why
             log.warning(
                 "licence_predates_revocation",
                 licence=key.text(),
-                data_until=why.data_until,
+                data_since=why.data_since,
                 revoked=why.revocation.key.text(),
                 revoked_at=why.revocation.time,
                 advice=why.evidence(),

@@ -173,6 +173,9 @@ class ElasticRunner:
         unbound = unbound_fields(upstream_body(rung.model, req.body, k))
         route = req.route
         hidden = req.checks.hidden is not None
+        # where the request's hidden tests are the gate, a request without visible tests is
+        # scored by the route's listed checks alone: neither licensed nor calibrated on
+        no_visible = not route.gate_checks and req.checks.visible is None
         applied = applicable(
             lam=elastic.lambda_for(route.name, index, req.mode),
             licence=elastic.licence(route.name, index),
@@ -184,7 +187,7 @@ class ElasticRunner:
                 # on a route with operator gate checks only the operator's visible checks
                 # license a skip: the client's tests alone could be `assert True`
                 unlicensed_visible=bool(route.gate_checks) and not route.visible_checks,
-                no_visible_tests=not route.gate_checks and req.checks.visible is None,
+                no_visible_tests=no_visible,
                 vacuous_visible=vacuous,
                 gate_hidden_tests=hidden,
             ),
@@ -226,6 +229,7 @@ class ElasticRunner:
             gate_hidden_tests=hidden,
             unbound_fields=unbound,
             vacuous_visible=vacuous,
+            no_visible_tests=no_visible,
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,

@@ -73,6 +73,8 @@ class Probe:
     unbound_fields: tuple[str, ...] = ()
     #: how the visible tests also passed a null stub (None: they did not, or were not tried)
     vacuous_visible: str | None = None
+    #: no visible tests where the request's hidden tests are the gate (``RequestDraw``)
+    no_visible_tests: bool = False
     # behavioural scores only (None with the default pass_share: the receipt stays as it was)
     scores: dict[str, float] | None = None
     clusters: tuple[int, ...] = ()
@@ -124,6 +126,7 @@ class Probe:
             gate_hidden_tests=self.gate_hidden_tests,
             unbound_fields=list(self.unbound_fields) if self.unbound_fields else UNSET,
             vacuous_visible=UNSET if self.vacuous_visible is None else self.vacuous_visible,
+            no_visible_tests=True if self.no_visible_tests else UNSET,
             k=self.k,
             visible_checks=list(self.visible_checks)
             if self.visible_checks != ("tests",)

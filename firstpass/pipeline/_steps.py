@@ -353,6 +353,28 @@ class Steps:
         assert result.error is not None
         return self.error(req, action=result.action, error=result.error, endings=endings)
 
+    def output_cap(self, req: RunRequest, body: Mapping[str, JSON]) -> int | None:
+        """The ``max_tokens`` the proxy adds to ``body`` (None: none).
+
+        A budget's hold assumes ``default_max_tokens`` of output: the call asks for no more, or
+        the cap holds only on paper (an upstream left unbounded can answer past it); a key's
+        daily cap without a [budgets] table is a budget too. The cap changes which answers
+        pass, so the probe records it and certificates bind it (``stamp_output_cap``).
+        """
+        if req.budget is None or _bounds_output(body):
+            return None
+        return self.default_max_tokens
+
+    def stamp_output_cap(self, req: RunRequest, probe: ProbeRecord | None) -> None:
+        """Write on each drawn probe record (and its ``later`` ones) the cap its call was sent
+        with: a probe's body is the request's (``call`` only sets temperature, drops seed)."""
+        cap = self.output_cap(req, req.body)
+        if probe is None or cap is None:
+            return
+        for record in (probe, *(probe.later or ())):
+            if record.drawn:
+                record.output_cap = cap
+
     async def call(
         self,
         req: RunRequest,
@@ -373,11 +395,9 @@ class Steps:
             # k probe samples must be independent draws: one seed on k separate calls (a
             # provider that ignores n) returns one sample k times, which would read as k agreeing
             body = {key: value for key, value in body.items() if key != "seed"}
-        if req.budget is not None and not _bounds_output(body):
-            # the hold assumes default_max_tokens of output: ask for no more, or the cap holds
-            # only on paper (an upstream left unbounded can answer past it); a key's daily cap
-            # without a [budgets] table is a budget too
-            body = {**body, "max_tokens": self.default_max_tokens}
+        cap = self.output_cap(req, body)
+        if cap is not None:
+            body = {**body, "max_tokens": cap}
         hold = await self._reserve(req, rung_index, rung, body, n, same_prompt=same_prompt)
         spent = 0.0
         t0 = time.perf_counter()
@@ -555,6 +575,7 @@ class Steps:
         endings: Endings | None = None,
     ) -> Concluded:
         ends = endings or Endings()
+        self.stamp_output_cap(req, ends.probe)
         receipt = req.trace.record(
             action=action,
             served=served,
@@ -587,6 +608,7 @@ class Steps:
         endings: Endings | None = None,
     ) -> Concluded:
         ends = endings or Endings()
+        self.stamp_output_cap(req, ends.probe)
         status = error.http_status
         receipt = req.trace.record(
             action=action,

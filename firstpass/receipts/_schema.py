@@ -274,6 +274,10 @@ class ProbeRecord(_Part):
     request_checks: list[str] | UnsetType = UNSET
     #: the upstream the samples came from (the rung's provider base URL, no credentials)
     endpoint: str | UnsetType = UNSET
+    #: the output-token cap the samples were asked for on the proxy's own account (a budget's
+    #: ``default_max_tokens``, injected when the request set none): it shapes which answers
+    #: pass, so certificates bind it; absent: none was added
+    output_cap: int | UnsetType = UNSET
     #: what "failure" meant: the route's gate checks' digest, and whether the request's hidden
     #: tests were part of the gate
     gate_checks_digest: str | UnsetType = UNSET
@@ -284,6 +288,9 @@ class ProbeRecord(_Part):
     #: the visible tests also passed a null stub of the entry point ("returns_none", "raises"):
     #: they carry no signal, so they license no skip
     vacuous_visible: str | UnsetType = UNSET
+    #: the request brought no visible tests where its hidden tests are the gate: its pass share
+    #: is the route's listed checks alone, so it licenses no skip and calibrates nothing
+    no_visible_tests: bool | UnsetType = UNSET
     pass_count: int | UnsetType = UNSET
     regime: Regime | UnsetType = UNSET
     score: ScoreRecord | UnsetType = UNSET
