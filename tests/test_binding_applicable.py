@@ -43,6 +43,9 @@ DRAW = RequestDraw(temperature=0.7, top_p=None, gate_hidden_tests=True)
         ("visible tests a null stub passes",
          dataclasses.replace(DRAW, vacuous_visible="returns None"),
          "the visible tests also pass a null stub (returns None): they carry no signal"),
+        ("a sandbox that could not tell is not a stub that passed",
+         dataclasses.replace(DRAW, vacuous_visible="unknown"),
+         "the sandbox could not tell whether a null stub passes the visible tests"),
         ("a gate the certificate never saw", dataclasses.replace(DRAW, gate_hidden_tests=False),
          "this request's gate runs without hidden tests; the certificate cal_0123456789abcdef "
          "was labelled by gates with the request's hidden tests"),

@@ -67,6 +67,24 @@ def test_labelled_shadow_receipts_are_used_and_the_rest_counted_by_reason(tmp_pa
     assert set(data.route_names) == {"ünïcode", "code"}
 
 
+def test_rows_the_sandbox_could_not_check_against_a_null_answer_are_counted_apart(
+    tmp_path: Path,
+) -> None:
+    """A null stub that passed (the tests carry no signal) and a sandbox that could not tell
+    ("unknown": no slot, a failed reference) both leave the row out, under separate reasons:
+    a busy sandbox must not read as vacuous tests."""
+    from firstpass.calibration._rows import NULL_UNKNOWN_SKIP, VACUOUS_SKIP
+
+    records = [shadow(5, 5, True)] * 20
+    records += [shadow(5, 5, True, vacuous_visible="returns_none")] * 2
+    records += [shadow(5, 5, True, vacuous_visible="raises")]
+    records += [shadow(5, 5, True, vacuous_visible="unknown")] * 4
+    data = read_receipts([write_chain(tmp_path / "r.jsonl", records)])
+    assert data.n == 20
+    assert data.source.skipped == {VACUOUS_SKIP: 3, NULL_UNKNOWN_SKIP: 4}
+    assert "null answer passes" not in NULL_UNKNOWN_SKIP
+
+
 def test_the_chain_head_is_the_last_receipts_hash(tmp_path: Path) -> None:
     """The head recorded for the calibration JSON is the hash on the log's last line."""
     path = _labelled_log(tmp_path / "r.jsonl")

@@ -3,6 +3,7 @@ flood of bogus ids neither queues nor turns chat into 429s (review findings 2 an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import threading
@@ -11,10 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
+from firstpass.db import migrate
+from firstpass.errors import DatabaseError, FirstpassError, ReceiptError
 from firstpass.receipts import is_receipt_id
-from firstpass.server._feedback import FEEDBACK, Lookup, ReceiptFacts, lookup_for
+from firstpass.server._feedback import FEEDBACK, Lookup, ReceiptFacts, _pg_facts, lookup_for
 from tests.server_harness import stack_config
 from tests.test_feedback import FAKE_ID, KEYS, NAMED, _chat, _lines, _post
 
@@ -58,6 +62,18 @@ class Held:
         self.entered.set()
         self.release.wait(30)
         return None
+
+
+class Failing:
+    """A look-up that fails as the log can (a file that does not read, PostgreSQL down)."""
+
+    def __init__(self, error: FirstpassError) -> None:
+        self.error = error
+        self.ids: list[str] = []
+
+    def find(self, receipt_id: str) -> ReceiptFacts | None:
+        self.ids.append(receipt_id)
+        raise self.error
 
 
 def _counted(stack: Any, horizon_s: float | None = None) -> Counted:
@@ -108,6 +124,84 @@ def test_a_flood_of_bogus_ids_gets_429_at_once_while_chat_keeps_its_slots(
     for reply in refused:
         line = lines[reply.headers["X-Firstpass-Receipt"]]
         assert line["decision"]["action"] == "rejected" and line["error"]["status"] == 429
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ReceiptError("/var/log/receipts.jsonl: cannot read the receipt log: EIO"),
+        DatabaseError("cannot connect to PostgreSQL: connection refused"),
+    ],
+    ids=["file", "postgresql"],
+)
+def test_a_lookup_that_fails_is_503_to_retry_and_the_next_one_runs(
+    live_stack: Any, error: FirstpassError
+) -> None:
+    """A log that cannot be searched now is the server's trouble, not a bug: 503 with
+    ``Retry-After`` and its rejected receipt, the cause only in the server log; the miss is
+    not remembered, so the same id is looked up again (finding 5)."""
+    stack = live_stack()
+    service = stack.app[FEEDBACK]
+    failing = Failing(error)
+    service.lookup = Lookup(failing.find, service.lookup.horizon_s)
+    for _ in range(2):
+        reply = _post(stack, {"receipt": FAKE_ID, "passed": True})
+        assert reply.status_code == 503, reply.text
+        body = reply.json()["error"]
+        assert (body["type"], body["code"]) == ("server_error", "feedback_lookup_failed")
+        assert "retry" in body["message"] and str(error) not in body["message"]
+        assert int(reply.headers["Retry-After"]) >= 1
+        line = _lines(stack)[-1]
+        assert line["id"] == reply.headers["X-Firstpass-Receipt"]
+        assert line["decision"]["action"] == "rejected" and line["error"]["status"] == 503
+    assert failing.ids == [FAKE_ID, FAKE_ID]
+
+
+def test_a_hung_lookup_is_503_after_its_timeout_and_blocks_others_only_until_it_ends(
+    live_stack: Any,
+) -> None:
+    """A look-up past its timeout answers its feedback 503 (the look-up itself cannot be cut
+    and still runs); meanwhile others that need one get 429, and once it ends look-ups run
+    again (finding 5: a hung look-up used to make every such feedback 429 for good)."""
+    stack = live_stack()
+    service = stack.app[FEEDBACK]
+    held = Held()
+    service.lookup = Lookup(held.find, service.lookup.horizon_s, timeout_s=0.2)
+    first, second, third = (_id_made_at(time.time() - HOUR) for _ in range(3))
+    try:
+        slow = _post(stack, {"receipt": first, "passed": True})
+        assert not held.release.is_set()
+        assert slow.status_code == 503, slow.text
+        assert slow.json()["error"]["code"] == "feedback_lookup_timeout"
+        assert int(slow.headers["Retry-After"]) >= 1
+        busy = _post(stack, {"receipt": second, "passed": True})
+        assert busy.status_code == 429
+    finally:
+        held.release.set()
+    deadline = time.monotonic() + 10
+    reply = _post(stack, {"receipt": third, "passed": True})
+    while reply.status_code == 429 and time.monotonic() < deadline:  # until the thread ends
+        reply = _post(stack, {"receipt": third, "passed": True})
+    assert reply.status_code == 404
+    assert held.ids == [first, third]
+
+
+def test_a_postgresql_lookup_is_cut_by_its_statement_timeout(pg_database: str) -> None:
+    """A query held up (here by a lock on the table) ends at the look-up's timeout as a
+    ``DatabaseError`` instead of holding the one look-up slot for good; an unmigrated database
+    is a ``DatabaseError`` too, not a raw driver error (a 500)."""
+    rid = _id_made_at(time.time() - HOUR)
+    with pytest.raises(DatabaseError):
+        _pg_facts(pg_database, rid, 60.0, 5.0)
+    asyncio.run(migrate(pg_database))
+    assert _pg_facts(pg_database, rid, 60.0, 5.0) is None
+    with psycopg.connect(pg_database) as locker:
+        locker.execute("LOCK TABLE firstpass_receipts IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(DatabaseError, match="statement timeout"):
+            _pg_facts(pg_database, rid, 60.0, 0.3)
+        assert time.monotonic() - started < 5.0
+        locker.rollback()
 
 
 def test_an_id_made_in_the_future_is_404_without_a_lookup(live_stack: Any) -> None:

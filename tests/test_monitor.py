@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -509,3 +509,164 @@ def test_a_revocation_arriving_while_serving_stops_a_certificate_calibrated_befo
         await b.aclose()
 
     asyncio.run(scenario())
+
+
+# -- the monitor's task survives what it did not expect; revocations fail closed (code review) --
+
+
+class _ScriptedStore(_FlakyStore):
+    """A ``_FlakyStore`` that raises ``error`` (any exception) while set, counts calls, holds
+    ``recorded_revocations`` for ``recorded`` and may refuse every ``revoke`` (as a database
+    whose row exists but does not read does), and notes ``aclose``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error: Exception | None = None
+        self.calls = 0
+        self.recorded_revocations: tuple[Revocation, ...] = ()
+        self.refuse_revoke = False
+        self.closed = False
+
+    def _check(self) -> None:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        super()._check()
+
+    async def revoke(self, revocation: Revocation) -> bool:
+        if self.refuse_revoke:
+            self._check()
+            return False
+        return await super().revoke(revocation)
+
+    async def recorded(self, certificates: object) -> Recorded:
+        self._check()
+        return Recorded(revocations=self.recorded_revocations)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def _wait_for(check: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """Poll ``check`` on the loop until it holds (the state is waited for, not a fixed time)."""
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.005)
+    assert check(), what
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ValueError("invalid literal for int()"), RuntimeError("a bug"), KeyError("licence")],
+    ids=["value", "runtime", "key"],
+)
+def test_the_monitor_keeps_polling_after_an_error_the_store_did_not_expect(
+    error: Exception,
+) -> None:
+    """An error the store should have wrapped (a row that does not decode) is logged and the
+    next poll tries again: the task never ends, so a store that heals is synced again instead
+    of every licence being suspended for good after ``stale_s``."""
+    store = _ScriptedStore()
+
+    async def scenario() -> None:
+        monitor = LicenceMonitor(
+            terms={KEY: Terms(alpha=0.1, level=0.05)}, replica="r", store=store, poll_s=0.01
+        )
+        await monitor.start()
+        store.error = error
+        failing = store.calls
+        await _wait_for(lambda: store.calls >= failing + 3, "polls after the error")
+        store.error = None
+        for _ in range(4):
+            monitor.observe_label("code", 0, KEY.certificate, True, "audit")
+        await _wait_for(lambda: bool(monitor.revoked), "a revocation after the store healed")
+        await monitor.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_revoke_hook_that_fails_does_not_stop_the_monitor() -> None:
+    """The hook writing the revocation line may fail with anything; the revocation holds, the
+    error is logged, and the monitor goes on deciding the other licences."""
+    other = LicenceKey(route="sql", rung=0, certificate="cal_2222222222222222")
+    store = _ScriptedStore()
+    hooked: list[LicenceKey] = []
+
+    async def hook(rev: Revocation) -> None:
+        hooked.append(rev.key)
+        raise RuntimeError("the receipt writer broke")
+
+    async def scenario() -> None:
+        monitor = LicenceMonitor(
+            terms={KEY: Terms(alpha=0.1, level=0.05), other: Terms(alpha=0.1, level=0.05)},
+            replica="r", store=store, poll_s=0.01, on_revoke=hook,
+        )  # fmt: skip
+        await monitor.start()
+        for _ in range(4):
+            monitor.observe_label("code", 0, KEY.certificate, True, "audit")
+        await _wait_for(lambda: hooked == [KEY], "the first revocation")
+        for _ in range(4):
+            monitor.observe_label("sql", 0, other.certificate, True, "audit")
+        await _wait_for(lambda: len(monitor.revoked) == 2, "the second revocation")
+        assert hooked == [KEY, other]
+        await monitor.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_recorded_revocation_holds_even_when_the_store_will_not_take_it_back() -> None:
+    """Fail closed: the receipts record a revocation the store's state does not show, and the
+    store refuses to record it again (its row exists but does not read): the licence is
+    revoked all the same."""
+    store = _ScriptedStore()
+    store.recorded_revocations = (_revocation_of(KEY, "2026-03-01T12:00:00.000Z"),)
+    store.refuse_revoke = True
+
+    async def scenario() -> None:
+        monitor = LicenceMonitor(
+            terms={KEY: Terms(alpha=0.1, level=0.05)}, replica="r", store=store, poll_s=60
+        )
+        await monitor.start()
+        why = monitor.revocation("code", 0)
+        assert isinstance(why, Revocation) and why.key == KEY
+        assert [r.key for r in monitor.revoked] == [KEY]
+        await monitor.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_start_that_fails_closes_its_store() -> None:
+    """A store whose first read fails makes the start fail, with the store's connections
+    closed (no task left behind either)."""
+    store = _ScriptedStore()
+    store.error = ReceiptError("the store is away")
+    monitor = LicenceMonitor(terms={KEY: Terms(alpha=0.1, level=0.05)}, replica="r", store=store)
+    with pytest.raises(ReceiptError, match="away"):
+        asyncio.run(monitor.start())
+    assert store.closed
+
+
+@pytest.mark.parametrize(
+    "tally",
+    [
+        {"audited": "7", "failures": 0, "feedback": 0, "feedback_failures": 0},
+        {"audited": -1, "failures": 0, "feedback": 0, "feedback_failures": 0},
+        {"audited": 3, "failures": 4, "feedback": 0, "feedback_failures": 0},
+        {"audited": 3, "failures": 1, "feedback": 1.5, "feedback_failures": 0},
+        {"audited": 3, "failures": 1, "feedback": 0},
+    ],
+    ids=["text", "negative", "failures-above-audited", "float", "missing"],
+)
+def test_a_stored_count_that_does_not_read_fails_the_start_saying_what_to_do(
+    tmp_path: Path, tally: dict[str, object]
+) -> None:
+    """A count in licences.json that is not a count is an error, never read as 0: a count
+    restarted from zero is a new look, which would void the monitor's level."""
+    path = tmp_path / "licences.json"
+    doc = {"version": 1, "replicas": {"a": {KEY.text(): tally}}, "revocations": {}}
+    path.write_text(json.dumps(doc))
+    monitor = LicenceMonitor(
+        terms={KEY: Terms(alpha=0.1, level=0.05)}, replica="a", store=FileLicenceStore(path)
+    )
+    with pytest.raises(ReceiptError, match="restore it from a backup"):
+        asyncio.run(monitor.start())

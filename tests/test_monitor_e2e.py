@@ -8,9 +8,11 @@ or not (``VISIBLE_ONLY``: the drift the certificate cannot see without audits).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import json
 import random
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -434,6 +436,102 @@ def test_a_failed_label_known_before_the_deadline_survives_a_timeout(
     )
 
 
+def test_a_shadow_receipt_cut_by_the_deadline_records_the_budget_output_cap(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """Under a budget every probe is sent with max_tokens = default_max_tokens, and calibration
+    refuses a route whose rows mix output caps. A shadow request the deadline cuts keeps its
+    probe and its label: its probe must name the cap too, or one such receipt among capped ones
+    makes the whole log uncalibratable."""
+    stack = live_stack(
+        elastic={"k": 5, "escalate_at": 0, "mode": "shadow"},
+        request_timeout_s=1.5,
+        tables={"budgets": {"default_max_tokens": 16}},
+    )
+    stack.stub.responder = cheap_answers(GOOD)
+    ask(stack)
+    stack.stub.responder = lambda body: (
+        Reply.ok(*[VISIBLE_ONLY] * int(body.get("n") or 1))
+        if body.get("model") == CHEAP
+        else Reply.ok(GOOD, latency_ms=5_000)  # the strong rung outlasts the deadline
+    )
+    with pytest.raises(openai.APIStatusError) as info:
+        ask(stack)
+    assert info.value.status_code == 504
+    served, cut = stack.receipts_list()
+    assert cut["decision"]["action"] == "timeout" and cut["decision"]["gate_label"] is False
+    assert served["probe"]["output_cap"] == cut["probe"]["output_cap"] == 16
+    stack.flush()
+    argv = ["calibrate", "--receipts", str(stack.receipts), "--alpha", "0.2", "--delta", "0.1"]
+    assert firstpass_main([*argv, "--out", str(tmp_path / "calibration.json")]) == 0
+
+
+class _HeldWriter:
+    """The stack's receipt writer, with ``write`` held until ``release`` is set (``entered``
+    says a write is waiting): room to cancel a request a second time mid-write."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.entered = threading.Event()
+        self.release = asyncio.Event()
+
+    async def write(self, record: Any) -> None:
+        self.entered.set()
+        await self.release.wait()
+        await self.inner.write(record)
+
+    async def enqueue(self, record: Any) -> None:
+        await self.inner.enqueue(record)
+
+
+def test_a_cancelled_request_cancelled_again_mid_write_still_feeds_its_label_to_the_monitor(
+    live_stack: Any,
+) -> None:
+    """A cancelled request's receipt is written under a shield, so a second cancellation
+    (shutdown) does not cut it off; its failed shadow label must reach the monitor too, or the
+    monitor sees fewer failures than the log holds."""
+    stack = live_stack(elastic={**enforce_block(), "mode": "shadow"})
+    pipeline = stack.app[PIPELINE]
+    held = _HeldWriter(pipeline.writer)
+    pipeline.writer = held
+    strong_asked = threading.Event()
+    tasks: list[asyncio.Task[Any]] = []
+    handle = pipeline.handle
+
+    async def tracked(admitted: Any) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(task)
+        return await handle(admitted)
+
+    pipeline.handle = tracked
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if body.get("model") == CHEAP:
+            return Reply.ok(*[VISIBLE_ONLY] * int(body.get("n") or 1))
+        strong_asked.set()
+        return Reply.ok(GOOD, latency_ms=30_000)  # cancelled long before it answers
+
+    stack.stub.responder = respond
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(ask, stack)
+        assert strong_asked.wait(15), "the request never reached the strong rung"
+        stack.loop.call_soon_threadsafe(tasks[0].cancel)  # the client went away
+        assert held.entered.wait(15), "the cancelled receipt was never written"
+        stack.loop.call_soon_threadsafe(tasks[0].cancel)  # then shutdown, mid-write
+        stack.loop.call_soon_threadsafe(held.release.set)
+        with pytest.raises(openai.APIConnectionError):
+            pending.result(30)
+    wait_until(lambda: len(stack.receipts_list()) == 1, "the cancelled receipt")
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["action"] == "cancelled"
+    assert receipt["decision"]["gate_label"] is False
+    wait_until(
+        lambda: any(s.tally.failures == 1 for s in monitor_of(stack).states()),
+        "the failed label in the monitor",
+    )
+
+
 # -- the review's findings: the record outlives the store, the store's absence fails closed ----
 
 
@@ -638,3 +736,35 @@ def test_a_revocation_outlives_its_deleted_postgresql_row(
     with psycopg.connect(pg_database) as conn:
         rows = conn.execute("SELECT licence FROM firstpass_revocations").fetchall()
     assert rows == [(rev.key.text(),)]
+
+
+def test_a_server_that_fails_to_start_leaves_no_licence_monitor_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start that fails after the licence monitor opened (here: building the pipeline)
+    closes what it opened: no monitor task is left polling the store of a server that never
+    served."""
+    import socket
+
+    from firstpass.server import create_app, serve_forever
+    from tests.server_harness import stack_config
+
+    def broken_pipeline(**_kw: Any) -> Any:
+        raise RuntimeError("the pipeline could not be built")
+
+    monkeypatch.setattr("firstpass.server._app.Pipeline", broken_pipeline)
+    config = stack_config(
+        "http://127.0.0.1:9/v1", tmp_path / "receipts.jsonl", elastic=enforce_block()
+    )
+
+    async def scenario() -> list[asyncio.Task[Any]]:
+        app = create_app(config)
+        with (
+            socket.create_server(("127.0.0.1", 0)) as sock,
+            pytest.raises(RuntimeError, match="could not be built"),
+        ):
+            await serve_forever(config, sock=sock, stop=asyncio.Event(), app=app)
+        assert MONITOR in app  # it had opened
+        return [t for t in asyncio.all_tasks() if t.get_name() == "licence-monitor"]
+
+    assert asyncio.run(scenario()) == []

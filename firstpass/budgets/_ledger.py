@@ -27,7 +27,7 @@ from firstpass.budgets._refusal import (
     refusal_error,
     spent_out,
 )
-from firstpass.config import Config
+from firstpass.config import Config, counts_spend
 from firstpass.errors import BudgetExhausted
 
 __all__ = [
@@ -244,10 +244,10 @@ CURRENT_BUDGET: contextvars.ContextVar[RequestBudget | None] = contextvars.Conte
 
 def ledger_for(config: Config) -> Ledger | None:
     """The ledger ``config`` asks for: None when no cap is set anywhere (nothing is counted)."""
-    budgets = config.budgets
-    caps = {k.name: k.daily_usd for k in config.server.client_key if k.daily_usd is not None}
-    if budgets is None and not caps:
+    budgets, keys = config.budgets, config.server.client_key
+    if not counts_spend(budgets, keys):
         return None
+    caps = {k.name: k.daily_usd for k in keys if k.daily_usd is not None}
     return Ledger(
         daily_usd=budgets.daily_usd if budgets else None,
         per_request_usd=budgets.per_request_usd if budgets else None,

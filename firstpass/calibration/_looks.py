@@ -20,8 +20,11 @@ and any rule for when to stop (Bonferroni's inequality; the spending view of Lan
 It does not cover data chosen by its labels: the best ``--since``/``--until`` window after a
 failed look exceeds δ several times over. So a window on a slice that has looks must start after
 the newest row those looks used (``Ledger._check_window``), and every look records the rows it
-chose (``Scope``). A look counts at every route it tested (pooled or per route), so for each
-route the looks whose certificates could license it have distinct numbers.
+chose (``Scope``). A look counts at every route it tested (pooled or per route): its number is
+one more than the count of earlier looks at any of its routes, so at each of its routes it is at
+least its position among that route's looks. Numbers may repeat on a route (a look at {a, b}
+after one at b alone is number 2, and so is a later look at a alone), but the i-th look at a
+route is tested at δ_j ≤ δ_i, so a route's looks spend at most Σ_i δ_i ≤ δ.
 The sequence 1/j² keeps most of δ for the first looks (δ_1 = 0.61·δ) and costs later looks only
 a logarithm: at 0 failures a level needs n ≥ log(1/δ_j)/α requests, which grows like 2·log j,
 where δ/2^j would grow like j.
@@ -313,8 +316,9 @@ class Ledger:
         number when the run repeats it exactly.
 
         Every earlier look that tested one of ``key``'s routes at its rung counts (pooled or
-        per route): for each route, the looks whose certificates could license it get distinct
-        numbers, so their δ_j sum to at most δ. Refuses a δ other than those looks' (their
+        per route): the number is at least this look's position among the looks at each of
+        its routes (numbers may repeat on a route), so a route's looks spend at most δ.
+        Refuses a δ other than those looks' (their
         spending was planned against that δ), and a window on rows some of them may have seen
         (``_check_window``)."""
         canon = _canon(key)

@@ -14,13 +14,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeGuard
 
+from firstpass.config import NULL_UNKNOWN
 from firstpass.errors import CalibrationError
 
 __all__ = [
     "LEVEL_TOLERANCE",
     "MAX_K",
+    "NULL_UNKNOWN_SKIP",
     "OTHER_SCORE",
     "PASS_SHARE",
+    "VACUOUS_SKIP",
     "ContextKey",
     "RowValues",
     "bad",
@@ -44,6 +47,14 @@ MAX_K = 10_000
 #: ``mode`` equal to it) is left out: it is not a request
 NOT_A_REQUEST = "not a request (a gap marker or a checkpoint)"
 _SPECIAL_MODES = ("gap", "checkpoint", "feedback")
+#: why a row whose visible tests a null stub passes is left out: they carry no signal
+VACUOUS_SKIP = "scored by visible tests a null answer passes (probe.vacuous_visible)"
+#: why a row is left out when the sandbox could not tell whether a null stub passes (no slot,
+#: a failed reference): not a vacuous row, counted apart so a busy sandbox shows as one
+NULL_UNKNOWN_SKIP = (
+    "scored by visible tests the sandbox could not check against a null answer "
+    '(probe.vacuous_visible = "unknown")'
+)
 
 #: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON, the
 #: route's listed visible checks' digest, the endpoint drawn from, the output cap the proxy
@@ -248,8 +259,11 @@ def receipt_values(
         return "drawn with logit_bias (no certificate covers it)"
     if probe.get("unbound_fields"):
         return "drawn with request fields no certificate binds (probe.unbound_fields)"
-    if probe.get("vacuous_visible"):
-        return "scored by visible tests a null answer passes (probe.vacuous_visible)"
+    vacuous = probe.get("vacuous_visible")
+    if vacuous == NULL_UNKNOWN:
+        return NULL_UNKNOWN_SKIP
+    if vacuous:
+        return VACUOUS_SKIP
     if probe.get("no_visible_tests"):
         return (
             "scored without visible tests where hidden tests are the gate (probe.no_visible_tests)"

@@ -11,6 +11,7 @@ key path (``route[0].ladder[1]: unknown provider "opnai" (known: replay, openai)
 from __future__ import annotations
 
 from firstpass.config._applicability import (
+    NULL_UNKNOWN,
     SKIP_SAFE_FIELDS,
     Applied,
     RequestDraw,
@@ -29,6 +30,7 @@ from firstpass.config._certificate import (
     read_certificates,
 )
 from firstpass.config._digest import config_digest, public_dict
+from firstpass.config._elastic import counts_spend, probe_output_cap
 from firstpass.config._env import (
     ENV_CONFIG,
     ENV_ELASTIC_MODE,
@@ -69,6 +71,7 @@ __all__ = [
     "ENV_HOST",
     "ENV_PORT",
     "ENV_RECEIPTS",
+    "NULL_UNKNOWN",
     "REPLICA_RE",
     "REPLICA_RULE",
     "REQUEST_MODES",
@@ -102,7 +105,9 @@ __all__ = [
     "candidate_rule",
     "config_digest",
     "config_from_dict",
+    "counts_spend",
     "load_config",
+    "probe_output_cap",
     "public_dict",
     "read_certificates",
     "resolve_config_path",

@@ -17,7 +17,18 @@ from dataclasses import dataclass
 
 from firstpass.config._certificate import Certificate, Licence
 
-__all__ = ["SKIP_SAFE_FIELDS", "Applied", "RequestDraw", "applicable", "unbound_fields"]
+__all__ = [
+    "NULL_UNKNOWN",
+    "SKIP_SAFE_FIELDS",
+    "Applied",
+    "RequestDraw",
+    "applicable",
+    "unbound_fields",
+]
+
+#: ``probe.vacuous_visible`` when the sandbox could not tell whether a null stub passes the
+#: visible tests (``firstpass.sandbox.NullVerdict``'s "unknown"): not a stub that passed
+NULL_UNKNOWN = "unknown"
 
 #: The request body fields that leave the probe's k draws as the certificate's data drew them.
 #: A skip is licensed only when every field the request sends upstream is listed here:
@@ -71,8 +82,9 @@ class RequestDraw:
     #: tests-and-checks score calibration requests were probed with (certificates do not yet
     #: record whether their rows had visible tests, so such a request never skips)
     no_visible_tests: bool = False
-    #: how the visible tests also passed a null stub of the entry point ("returns None",
-    #: "raises"); None: they did not, or were not tried
+    #: how the visible tests also passed a null stub of the entry point ("returns_none",
+    #: "raises"), or ``NULL_UNKNOWN`` when the sandbox could not tell; None: they did not, or
+    #: were not tried
     vacuous_visible: str | None = None
     #: whether this request's gate includes its own hidden tests (None: not known, not compared)
     gate_hidden_tests: bool | None = None
@@ -122,6 +134,12 @@ def _void(cert: Certificate, draw: RequestDraw) -> str | None:
             "this request brings no visible tests: its pass share is the route's listed checks "
             "alone, which is not what a skip rests on where the requests' hidden tests are the "
             "gate"
+        )
+    if draw.vacuous_visible == NULL_UNKNOWN:
+        # could-not-tell is not a stub that passed, but it must not license a skip either
+        return (
+            "the sandbox could not tell whether a null stub passes the visible tests (no slot, "
+            "or their reference failed): a skip needs tests known to carry signal"
         )
     if draw.vacuous_visible is not None:
         return (

@@ -262,11 +262,19 @@ def bind_licences(
     return bound
 
 
+def counts_spend(budgets: BudgetsConfig | None, keys: Sequence[ClientKey]) -> bool:
+    """Whether spend is counted at all: a [budgets] table, or a client key's ``daily_usd``.
+
+    The one rule behind the ledger (``firstpass.budgets.ledger_for``), the output cap a call
+    gets (``probe_output_cap``) and the cap certificates are bound to: were they decided apart,
+    a probe could be sent under a cap its certificate does not name."""
+    return budgets is not None or any(k.daily_usd is not None for k in keys)
+
+
 def probe_output_cap(budgets: BudgetsConfig | None, keys: Sequence[ClientKey]) -> int | None:
-    """The ``max_tokens`` the proxy adds to a probe that sets none: ``default_max_tokens``
-    whenever a budget is counted (``firstpass.budgets.ledger_for`` opens a ledger: a [budgets]
-    table, or a client key's ``daily_usd``), else none."""
-    if budgets is None and all(k.daily_usd is None for k in keys):
+    """The ``max_tokens`` the proxy adds to a call that sets none: ``default_max_tokens``
+    whenever spend is counted (``counts_spend``), else none."""
+    if not counts_spend(budgets, keys):
         return None
     return (budgets or BudgetsConfig()).default_max_tokens
 

@@ -389,7 +389,8 @@ class ElasticConfig:
     #: fallback when there is none)
     monitor_level: float | None = None
     #: seconds without a sync of the licence monitor's store after which its licences stop
-    #: skipping (fail closed: a revocation could not be seen); the store is polled every 2 s
+    #: skipping (fail closed: a revocation could not be seen); the store is polled every
+    #: ``firstpass.monitor.POLL_S`` seconds (the monitor's layer is above this one)
     monitor_stale_s: float = 60.0
     #: the calibration files cited that exist (a cited file not written yet is skipped)
     files: tuple[CertificateFile, ...] = field(default=(), repr=False, compare=False)

@@ -45,10 +45,11 @@ _COUNTS = (
     "SELECT replica, licence, audited, failures, feedback, feedback_failures "
     "FROM firstpass_licence_counts"
 )
-_REVOCATIONS = "SELECT evidence::text FROM firstpass_revocations"
+_REVOCATIONS = "SELECT licence, evidence::text FROM firstpass_revocations"
 #: the chained revocation lines, oldest first (read once, at start)
 _RECORDED = "SELECT line FROM firstpass_receipts WHERE kind = %s ORDER BY time, replica, seq"
-#: the start's read of the revocation lines scans the receipts table (no index on ``kind``)
+#: the start's read of the revocation lines (through ``firstpass_receipts_kind``, migration 5;
+#: a database migrated to 4 only scans the whole table)
 RECORDED_TIMEOUT_S = 120.0
 
 
@@ -135,25 +136,51 @@ class PostgresLicenceStore:
         except (psycopg.Error, OSError, TimeoutError) as exc:
             why = "no answer in time" if isinstance(exc, TimeoutError) else first_line(exc)
             raise DatabaseError(
-                f"the licence store in PostgreSQL: {redact(why, self._dsn)}"
+                f"the licence store in PostgreSQL: {redact(why, self._dsn)} (check that the "
+                "server is up and the DSN reaches it; the monitor retries at its next poll, and "
+                "after [escalation.elastic] monitor_stale_s the monitored licences gate)"
             ) from exc
 
 
 async def _read(conn: Conn) -> Snapshot:
+    """The store's state; a row that does not read is a ``DatabaseError`` naming it: never
+    skipped (a revocation skipped would let its licence skip again) and never another error
+    (the monitor's loop retries database errors)."""
     replicas: dict[str, dict[LicenceKey, Tally]] = {}
     cur = await conn.execute(_COUNTS)
     for replica, licence, audited, failures, feedback, feedback_failures in await cur.fetchall():
-        tally = Tally(
-            audited=int(audited),  # type: ignore[call-overload]
-            failures=int(failures),  # type: ignore[call-overload]
-            feedback=int(feedback),  # type: ignore[call-overload]
-            feedback_failures=int(feedback_failures),  # type: ignore[call-overload]
-        )
-        replicas.setdefault(str(replica), {})[LicenceKey.parse(str(licence))] = tally
+        try:
+            key = LicenceKey.parse(str(licence))
+            tally = Tally.from_dict(
+                {
+                    "audited": audited,
+                    "failures": failures,
+                    "feedback": feedback,
+                    "feedback_failures": feedback_failures,
+                }
+            )
+        except ValueError as exc:
+            raise DatabaseError(
+                f"a row of firstpass_licence_counts does not read (replica {replica!r}, licence "
+                f"{licence!r}: {exc}): it was written by hand or by another program. Restore "
+                "the table from a backup, or delete the row (that replica's counts of this "
+                "licence start again from zero: a new look at a licence under test)"
+            ) from exc
+        replicas.setdefault(str(replica), {})[key] = tally
     revocations: dict[LicenceKey, Revocation] = {}
     cur = await conn.execute(_REVOCATIONS)
-    for (evidence,) in await cur.fetchall():
-        rev = Revocation.from_dict(json.loads(str(evidence)))
-        if rev is not None:
-            revocations[rev.key] = rev
+    for licence, evidence in await cur.fetchall():
+        try:
+            raw = json.loads(str(evidence))
+        except (ValueError, RecursionError):
+            raw = None
+        rev = Revocation.from_dict(raw) if isinstance(raw, dict) else None
+        if rev is None:
+            raise DatabaseError(
+                f"the firstpass_revocations row of licence {licence!r} does not read as a "
+                "revocation (its evidence was edited): restore the row from a backup, or "
+                "delete the row; the revocation line in the receipts' chain restores it at "
+                "the next start (no line: the licence skips again)"
+            )
+        revocations[rev.key] = rev
     return Snapshot(replicas=replicas, revocations=revocations)

@@ -110,6 +110,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        version=5,
+        name="an index on the receipts' kind, for the revocation lines a start reads",
+        sql="""
+        -- only the few lines with a kind (revocations, gaps, checkpoints): requests are NULL
+        CREATE INDEX firstpass_receipts_kind ON firstpass_receipts (kind)
+            WHERE kind IS NOT NULL;
+        """,
+    ),
 )
 
 _SCHEMA_TABLE = """

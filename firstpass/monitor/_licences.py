@@ -112,19 +112,25 @@ class Tally:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, object]) -> Tally:
-        """A stored tally; a field that is not a count reads as 0 (never a crash at start)."""
+        """A stored tally. ``ValueError`` when a field is not a count, or more failed than were
+        labelled: read as 0 it would restart the test (a new look, which voids its level), so
+        the store refuses the state instead (``_store._parse``: a ``ReceiptError``)."""
 
         def count(name: str) -> int:
             value = raw.get(name)
-            return value if type(value) is int and value >= 0 else 0
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{name} is {value!r}, not a count")
+            return value
 
         audited, failures = count("audited"), count("failures")
         feedback, feedback_failures = count("feedback"), count("feedback_failures")
+        if failures > audited or feedback_failures > feedback:
+            raise ValueError(f"more failures than labels: {dict(raw)!r}")
         return cls(
             audited=audited,
-            failures=min(failures, audited),
+            failures=failures,
             feedback=feedback,
-            feedback_failures=min(feedback_failures, feedback),
+            feedback_failures=feedback_failures,
         )
 
 

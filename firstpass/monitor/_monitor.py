@@ -70,6 +70,26 @@ Withdrawal = Revocation | Suspension | Predated
 #: called once per licence this replica revoked (it writes the chained ``revocation`` line)
 RevokeHook = Callable[[Revocation], Awaitable[None]]
 
+#: what ``licence_store_unavailable`` and ``licence_monitor_error`` tell an operator to do
+_UNAVAILABLE = (
+    "retried at every poll; after [escalation.elastic] monitor_stale_s without a sync every "
+    "monitored licence is suspended (it gates). Check that licences.json and its directory are "
+    "readable and writable by the server, or that the PostgreSQL DSN reaches a migrated database"
+)
+
+
+def _task_ended(task: asyncio.Task[None]) -> None:
+    """Log a monitor task that ended other than by ``aclose`` (its licences will suspend)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    log.error(
+        "licence_monitor_stopped",
+        error=repr(exc),
+        advice="the licence monitor's task ended: every monitored licence is suspended after "
+        "[escalation.elastic] monitor_stale_s; restart the server and report the error",
+    )
+
 
 @dataclass(frozen=True, slots=True)
 class LicenceState:
@@ -80,7 +100,6 @@ class LicenceState:
     key: LicenceKey
     terms: Terms
     tally: Tally
-    revoked: Revocation | None
 
     @property
     def log_wealth(self) -> float:
@@ -191,7 +210,6 @@ class LicenceMonitor:
                 key=key,
                 terms=terms,
                 tally=self._state.get(key, Tally()),
-                revoked=self._revoked.get(key),
             )
             for key, terms in sorted(self.terms.items())
         ]
@@ -213,37 +231,44 @@ class LicenceMonitor:
         """Resume from the store (this replica's counts, everyone's revocations, and every
         revocation the receipts record), decide on that state, then keep it in step from a
         task of its own. The first exchange writes the store, so its absence later is a loss
-        the next start can tell."""
+        the next start can tell. A start that fails closes the store (its connections)."""
         if self.store is not None:
-            snapshot = await self.store.load()
-            # a store written against the protocol before ``recorded`` existed reads nothing
-            reader: Callable[[list[str]], Awaitable[Recorded]] | None = getattr(
-                self.store, "recorded", None
-            )
-            certificates = sorted({k.certificate for k in self.terms})
-            recorded = Recorded() if reader is None else await reader(certificates)
-            self._warn_lost(snapshot, recorded)
-            for rev in recorded.revocations:
-                if rev.key in snapshot.revocations:
-                    continue
-                log.warning(
-                    "revocation_restored",
-                    licence=rev.key.text(),
-                    advice="the receipts' chain records this revocation but the licence store "
-                    "(licences.json, or the firstpass_revocations rows) did not hold it: it was "
-                    "deleted or edited. Restored; only a new certificate lifts it",
-                )
-                await self.store.revoke(rev)
-            self._mine = dict(snapshot.replicas.get(self.replica, {}))
             try:
-                snapshot = await self.store.exchange(self.replica, self._mine)
-            except (FirstpassError, OSError) as exc:  # it answered the load: go on, write later
-                log.warning("licence_store_unavailable", error=str(exc))
-                self._dirty = True
-                snapshot = await self.store.load()
-            self._synced = self._clock()
-            await self._apply(snapshot)
+                await self._resume(self.store)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self.store.aclose()
+                raise
         self._task = asyncio.create_task(self._run(), name="licence-monitor")
+        self._task.add_done_callback(_task_ended)
+
+    async def _resume(self, store: LicenceStore) -> None:
+        snapshot = await store.load()
+        recorded = await store.recorded(sorted({k.certificate for k in self.terms}))
+        self._warn_lost(snapshot, recorded)
+        for rev in recorded.revocations:
+            # the chain is the record: revoked here whatever the store answers (a row that
+            # exists but does not read makes ``revoke`` False while the state omits it)
+            self._revoked.setdefault(rev.key, rev)
+            if rev.key in snapshot.revocations:
+                continue
+            log.warning(
+                "revocation_restored",
+                licence=rev.key.text(),
+                advice="the receipts' chain records this revocation but the licence store "
+                "(licences.json, or the firstpass_revocations rows) did not hold it: it was "
+                "deleted or edited. Restored; only a new certificate lifts it",
+            )
+            await store.revoke(rev)
+        self._mine = dict(snapshot.replicas.get(self.replica, {}))
+        try:
+            snapshot = await store.exchange(self.replica, self._mine)
+        except (FirstpassError, OSError) as exc:  # it answered the load: go on, write later
+            log.warning("licence_store_unavailable", error=str(exc), advice=_UNAVAILABLE)
+            self._dirty = True
+            snapshot = await store.load()
+        self._synced = self._clock()
+        await self._apply(snapshot)
 
     def _warn_lost(self, snapshot: Snapshot, recorded: Recorded) -> None:
         """Say so when the store holds nothing at all while the receipts name a licence in
@@ -268,10 +293,15 @@ class LicenceMonitor:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        with contextlib.suppress(FirstpassError, OSError):
+        try:
             await self.sync()
-        if self.store is not None:
-            await self.store.aclose()
+        except (FirstpassError, OSError) as exc:  # the counts since the last sync are lost
+            log.warning("licence_store_unavailable", error=str(exc), advice=_UNAVAILABLE)
+        except Exception:
+            log.exception("licence_monitor_error", advice=_UNAVAILABLE)
+        finally:
+            if self.store is not None:
+                await self.store.aclose()
 
     async def sync(self) -> None:
         """Write this replica's counts if they changed (else read the store), and decide."""
@@ -290,6 +320,8 @@ class LicenceMonitor:
         await self._apply(snapshot)
 
     async def _run(self) -> None:
+        """Sync at every poll or label until cancelled. Nothing but cancellation ends it: a
+        task that died would leave every licence suspended after ``stale_s`` for good."""
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_s)
@@ -297,7 +329,9 @@ class LicenceMonitor:
             try:
                 await self.sync()
             except (FirstpassError, OSError) as exc:  # the store is away: try again next poll
-                log.warning("licence_store_unavailable", error=str(exc))
+                log.warning("licence_store_unavailable", error=str(exc), advice=_UNAVAILABLE)
+            except Exception:  # a bug or a value that does not decode: say so, poll again
+                log.exception("licence_monitor_error", advice=_UNAVAILABLE)
 
     async def _apply(self, snapshot: Snapshot) -> None:
         """Take a store state: other replicas' counts, revocations, and any new one it shows."""
@@ -332,7 +366,10 @@ class LicenceMonitor:
                 level=rev.level,
             )
             if self.on_revoke is not None:
-                await self.on_revoke(rev)
+                try:
+                    await self.on_revoke(rev)
+                except Exception:  # the revocation holds (it is in the store): say so
+                    log.exception("revocation_hook_failed", licence=key.text())
 
     def _reassess(self) -> None:
         """Which licences in force predate a revocation of another certificate at their (route,

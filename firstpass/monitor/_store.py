@@ -191,9 +191,12 @@ def _parse(text: str, path: Path) -> Snapshot:
     revocations: dict[LicenceKey, Revocation] = {}
     try:
         for name, tallies in dict(doc.get("replicas") or {}).items():
-            replicas[str(name)] = {
-                LicenceKey.parse(key): Tally.from_dict(raw) for key, raw in dict(tallies).items()
-            }
+            mine = replicas.setdefault(str(name), {})
+            for key, raw in dict(tallies).items():
+                try:
+                    mine[LicenceKey.parse(key)] = Tally.from_dict(raw)
+                except (TypeError, ValueError, AttributeError) as exc:
+                    raise ValueError(f"replica {name!r}, licence {key!r}: {exc}") from exc
         for raw in dict(doc.get("revocations") or {}).values():
             rev = Revocation.from_dict(raw)
             if rev is None:

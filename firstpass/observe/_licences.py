@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from firstpass.monitor import LicenceMonitor, Predated, Revocation, Suspension
+from firstpass.monitor import POLL_S, LicenceMonitor, Predated, Revocation, Suspension
 
 __all__ = ["LicenceCollector"]
 
@@ -70,7 +70,8 @@ class LicenceCollector(Collector):
         )
         age = GaugeMetricFamily(
             "firstpass_licence_store_age_seconds",
-            "Seconds since this replica last synced with the licence store (polled every 2 s)",
+            "Seconds since this replica last synced with the licence store (polled every "
+            f"{POLL_S:g} s)",
         )
         limit = GaugeMetricFamily(
             "firstpass_licence_store_max_age_seconds",

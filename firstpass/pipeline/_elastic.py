@@ -24,6 +24,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from typing import TypeVar
 
 from firstpass.budgets import budget_record
 from firstpass.config import (
@@ -68,6 +69,30 @@ from firstpass.receipts import (
 )
 
 __all__ = ["ElasticRunner", "Probe"]
+
+_A = TypeVar("_A")
+_B = TypeVar("_B")
+
+
+async def _side_by_side(
+    first: Coroutine[object, object, _A], second: Coroutine[object, object, _B]
+) -> tuple[_A, _B]:
+    """Both results. The first to fail (or a cancellation of this) cancels the other and waits
+    for it, so its sandbox work stops and its cleanup runs before the error goes on; the error
+    is raised as itself (``SandboxBusy`` stays ``SandboxBusy``), never as a group."""
+    a, b = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    tasks = (a, b)
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()  # a task already done is left as it is
+        await asyncio.wait(tasks)
+    failures = [task.exception() for task in tasks if not task.cancelled()]
+    failure = next((exc for exc in failures if exc is not None), None)
+    if failure is not None:
+        raise failure
+    return a.result(), b.result()
 
 
 class ElasticRunner:
@@ -135,7 +160,7 @@ class ElasticRunner:
                 else self.steps.sandbox.run_many(texts, spec)
             )
             if self._needs_null_check(req, index):
-                verdicts, vacuous = await asyncio.gather(
+                verdicts, vacuous = await _side_by_side(
                     sampled, self.steps.sandbox.null_passes(spec)
                 )
             else:
@@ -230,6 +255,8 @@ class ElasticRunner:
             unbound_fields=unbound,
             vacuous_visible=vacuous,
             no_visible_tests=no_visible,
+            # a probe's body is the request's (``call`` only sets temperature, drops seed)
+            output_cap=self.steps.output_cap(req.body),
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,

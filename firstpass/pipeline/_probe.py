@@ -75,6 +75,9 @@ class Probe:
     vacuous_visible: str | None = None
     #: no visible tests where the request's hidden tests are the gate (``RequestDraw``)
     no_visible_tests: bool = False
+    #: the ``max_tokens`` the proxy added to the probe's call (``Steps.output_cap``; None: none);
+    #: kept on the probe so that every record of it names it, however the request ends
+    output_cap: int | None = None
     # behavioural scores only (None with the default pass_share: the receipt stays as it was)
     scores: dict[str, float] | None = None
     clusters: tuple[int, ...] = ()
@@ -127,6 +130,7 @@ class Probe:
             unbound_fields=list(self.unbound_fields) if self.unbound_fields else UNSET,
             vacuous_visible=UNSET if self.vacuous_visible is None else self.vacuous_visible,
             no_visible_tests=True if self.no_visible_tests else UNSET,
+            output_cap=UNSET if self.output_cap is None else self.output_cap,
             k=self.k,
             visible_checks=list(self.visible_checks)
             if self.visible_checks != ("tests",)

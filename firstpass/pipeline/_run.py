@@ -15,9 +15,9 @@ from collections.abc import Mapping
 import msgspec
 import structlog
 
-from firstpass.budgets import CURRENT_BUDGET, BudgetLedger, budget_record, ledger_for
+from firstpass.budgets import CURRENT_BUDGET, BudgetLedger, budget_record
 from firstpass.checks import Check, Grader, JudgeBinding, build_check
-from firstpass.config import BudgetsConfig, Config
+from firstpass.config import BudgetsConfig, Config, counts_spend
 from firstpass.errors import (
     BudgetExhausted,
     FirstpassError,
@@ -66,7 +66,7 @@ def route_checks(
 ) -> dict[str, tuple[tuple[Check, ...], tuple[Check, ...]]]:
     """Each route's ``visible_checks`` and ``gate_checks``, runnable (validated at load)."""
 
-    budgeted = ledger_for(config) is not None
+    budgeted = counts_spend(config.budgets, config.server.client_key)
     default_max_tokens = (config.budgets or BudgetsConfig()).default_max_tokens
 
     def judge(label: str) -> JudgeBinding:
@@ -233,11 +233,11 @@ class Pipeline:
             if receipt is not None:
                 try:
                     if receipt.decision.action == "cancelled":
-                        # a second cancellation (shutdown) must not cut this receipt's write
-                        await asyncio.shield(self._write(receipt))
+                        # a second cancellation (shutdown) must cut neither this receipt's
+                        # write nor its labels' way to the monitor
+                        await asyncio.shield(self._write_observed(receipt))
                     else:
-                        await self._write(receipt)
-                    self._observe_labels(receipt)
+                        await self._write_observed(receipt)
                 except ReceiptUnavailable as exc:
                     # durable receipts and the disk failed: withhold the answer (503) and
                     # write, without waiting, a receipt that says so instead of the one that
@@ -317,6 +317,12 @@ class Pipeline:
         except ReceiptValueError as exc:
             log.warning("receipt_text_repaired", receipt_id=receipt.id, error=str(exc))
             await self.writer.write(_repaired(receipt))
+
+    async def _write_observed(self, receipt: Receipt) -> None:
+        """``_write``, then the written receipt's labels to the monitor (``_observe_labels``):
+        one coroutine, so that a shield over it covers both."""
+        await self._write(receipt)
+        self._observe_labels(receipt)
 
     async def _enqueue(self, record: Receipt, receipt_id: str) -> bool:
         """Queue a receipt that acknowledges no answer; ``False`` when the writer has failed

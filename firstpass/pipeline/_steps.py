@@ -21,7 +21,7 @@ import structlog
 from firstpass._json import JSON
 from firstpass.budgets import Hold
 from firstpass.checks import CheckResult, run_all
-from firstpass.config import BudgetsConfig, Config, Rung
+from firstpass.config import BudgetsConfig, Config, Rung, probe_output_cap
 from firstpass.errors import BudgetExhausted, FirstpassError, RequestError, UpstreamError
 from firstpass.pipeline._budget import STAGE_REFUSALS, settled_usd, worst_case_usd
 from firstpass.pipeline._seams import SandboxRunner, SandboxVerdict
@@ -107,6 +107,8 @@ class Steps:
         budgets = config.budgets or BudgetsConfig()
         #: output tokens a call's worst case assumes when the request sets no max_tokens
         self.default_max_tokens = budgets.default_max_tokens
+        #: the ``max_tokens`` added to a call that sets none (None: spend is not counted)
+        self.added_cap = probe_output_cap(config.budgets, config.server.client_key)
 
     async def run_ladder(
         self, req: RunRequest, state: LadderState, rung_runner: RungRunner | None = None
@@ -353,27 +355,18 @@ class Steps:
         assert result.error is not None
         return self.error(req, action=result.action, error=result.error, endings=endings)
 
-    def output_cap(self, req: RunRequest, body: Mapping[str, JSON]) -> int | None:
+    def output_cap(self, body: Mapping[str, JSON]) -> int | None:
         """The ``max_tokens`` the proxy adds to ``body`` (None: none).
 
         A budget's hold assumes ``default_max_tokens`` of output: the call asks for no more, or
-        the cap holds only on paper (an upstream left unbounded can answer past it); a key's
-        daily cap without a [budgets] table is a budget too. The cap changes which answers
-        pass, so the probe records it and certificates bind it (``stamp_output_cap``).
+        the cap holds only on paper (an upstream left unbounded can answer past it). Whether a
+        budget counts is ``config.counts_spend``, the rule the ledger and the certificates'
+        binding use too. The cap changes which answers pass, so the probe records it
+        (``Probe.output_cap``) and certificates bind it.
         """
-        if req.budget is None or _bounds_output(body):
+        if _bounds_output(body):
             return None
-        return self.default_max_tokens
-
-    def stamp_output_cap(self, req: RunRequest, probe: ProbeRecord | None) -> None:
-        """Write on each drawn probe record (and its ``later`` ones) the cap its call was sent
-        with: a probe's body is the request's (``call`` only sets temperature, drops seed)."""
-        cap = self.output_cap(req, req.body)
-        if probe is None or cap is None:
-            return
-        for record in (probe, *(probe.later or ())):
-            if record.drawn:
-                record.output_cap = cap
+        return self.added_cap
 
     async def call(
         self,
@@ -395,7 +388,7 @@ class Steps:
             # k probe samples must be independent draws: one seed on k separate calls (a
             # provider that ignores n) returns one sample k times, which would read as k agreeing
             body = {key: value for key, value in body.items() if key != "seed"}
-        cap = self.output_cap(req, body)
+        cap = self.output_cap(body)
         if cap is not None:
             body = {**body, "max_tokens": cap}
         hold = await self._reserve(req, rung_index, rung, body, n, same_prompt=same_prompt)
@@ -575,7 +568,6 @@ class Steps:
         endings: Endings | None = None,
     ) -> Concluded:
         ends = endings or Endings()
-        self.stamp_output_cap(req, ends.probe)
         receipt = req.trace.record(
             action=action,
             served=served,
@@ -608,7 +600,6 @@ class Steps:
         endings: Endings | None = None,
     ) -> Concluded:
         ends = endings or Endings()
-        self.stamp_output_cap(req, ends.probe)
         status = error.http_status
         receipt = req.trace.record(
             action=action,

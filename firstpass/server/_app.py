@@ -2,7 +2,9 @@
 
 Resources are opened and closed through ``cleanup_ctx`` in dependency order: the receipt writer
 first (so it closes last and drains every receipt of in-flight requests), then the upstream
-session and providers, then the sandbox, then the pipeline that uses them all.
+session and providers, then the sandbox, then the budget ledger, then the licence monitor (its
+revocation lines go through the writer), then the pipeline that uses them all. A start that
+fails part way closes what had opened.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from firstpass.server._keys import (
     Handler,
     ServerState,
 )
-from firstpass.server._licences import open_monitor, revoked_summary
+from firstpass.server._licences import MONITOR, open_monitor, revoked_summary
 from firstpass.server._observe import install_observability, observed_sink
 from firstpass.server._workers import run_workers, worker_logs
 
@@ -280,17 +282,34 @@ def create_app(
         yield
         await sandbox.__aexit__(None, None, None)
 
-    async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
-        built: dict[str, Provider] = app[PROVIDERS]
+    budgets: BudgetLedger | None = None
+
+    async def budgets_ctx(app: web.Application) -> AsyncIterator[None]:
+        nonlocal budgets
         shared = _shared_ledger(config)
-        budgets: BudgetLedger | None
         if shared is not None:
-            await shared.start()  # releases what this replica held when it last died
+            # refuses a replica id a live process holds (before the monitor writes under it);
+            # releases what this replica held when it last died
+            await shared.start()
             budgets = shared
         else:
             budgets = await _seeded_ledger(config)
-        monitor = await open_monitor(app, config)  # resumes the licence monitor's counts
+        yield
+        if shared is not None:
+            await shared.aclose()  # settles still being retried get their last chance
+
+    async def monitor_ctx(app: web.Application) -> AsyncIterator[None]:
+        # resumes the licence monitor's counts (a start that fails closes its store); closed
+        # after the pipeline, its last counts written while the receipt writer is open
+        monitor = await open_monitor(app, config)
         app[FEEDBACK].monitor = monitor  # client labels of licensed skips, counted apart
+        yield
+        if monitor is not None:
+            await monitor.aclose()
+
+    async def pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
+        built: dict[str, Provider] = app[PROVIDERS]
+        monitor = app.get(MONITOR)
         app[PIPELINE] = Pipeline(
             config=config,
             providers=built,
@@ -315,12 +334,10 @@ def create_app(
         )
         yield
         app[STATE].ready = False
-        if monitor is not None:
-            await monitor.aclose()  # its last counts written while the receipt writer is open
-        if shared is not None:
-            await shared.aclose()  # settles still being retried get their last chance
 
-    app.cleanup_ctx.extend([receipts_ctx, upstream_ctx, sandbox_ctx, pipeline_ctx])
+    app.cleanup_ctx.extend(
+        [receipts_ctx, upstream_ctx, sandbox_ctx, budgets_ctx, monitor_ctx, pipeline_ctx]
+    )
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/feedback", feedback)
@@ -383,16 +400,17 @@ async def serve_forever(
         handle_signals=stop is None,
         shutdown_timeout=config.server.request_timeout_s,
     )
-    await runner.setup()
-    if sock is not None:
-        site: web.BaseSite = web.SockSite(runner, sock)
-    else:
-        site = web.TCPSite(runner, config.server.host, config.server.port, reuse_address=True)
-    await site.start()
-    name = site.name
-    if started is not None:
-        started(name)
     try:
+        # a start that fails part way closes what it had opened (cleanup_ctx runs the exits
+        # of the contexts that entered), as aiohttp's run_app does
+        await runner.setup()
+        if sock is not None:
+            site: web.BaseSite = web.SockSite(runner, sock)
+        else:
+            site = web.TCPSite(runner, config.server.host, config.server.port, reuse_address=True)
+        await site.start()
+        if started is not None:
+            started(site.name)
         if stop is None:
             await asyncio.Event().wait()
         else:

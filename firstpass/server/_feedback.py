@@ -18,8 +18,16 @@ A look-up is the one costly thing a client can make this endpoint do with ids th
 runs gets 429 at once (it does not queue); while it runs the feedback gives its chat slot back
 (``slot_released``); an id made in the future is 404 without one; and a (key, id) found not to be
 the key's, once its receipt would be written by now, is remembered (bounded) and never looked up
-again. Another key's receipt in the index is looked up like an unknown id (finding 8), so both
+again. A look-up that fails (a log that does not read, PostgreSQL down) or outlasts
+``LOOKUP_TIMEOUT_S`` is a 503 to retry; a timed-out one still runs to its end (a thread cannot be
+cut; PostgreSQL's ``statement_timeout`` cuts the query), and until it ends feedback that needs
+one gets 429.
+Another key's receipt in the index is looked up like an unknown id (finding 8), so both
 404s take a look-up's time and are refused alike while one runs.
+
+A feedback's line, once handed to the writer, is its receipt even if the request is cancelled
+before the write returns (the write is shielded; no ``cancelled`` receipt follows it), and the
+monitor hears its label once it is written.
 
 Duplicates: every feedback is chained; for calibration the last one of a receipt wins (a client
 may correct its label), while the licence monitor hears only the first this replica accepts for a
@@ -29,6 +37,7 @@ receipt in its index (an anytime-valid monitor cannot take an observation back).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
@@ -45,7 +54,7 @@ from aiohttp import web
 
 from firstpass._json import JSON
 from firstpass.config import ClientKey, Config
-from firstpass.errors import ReceiptError, RequestError
+from firstpass.errors import DatabaseError, FirstpassError, ReceiptError, RequestError
 from firstpass.monitor import LabelSource
 from firstpass.pipeline import ReceiptSink, receipts_unavailable
 from firstpass.receipts import (
@@ -64,6 +73,7 @@ from firstpass.server._workers import worker_logs
 
 __all__ = [
     "FEEDBACK",
+    "LOOKUP_TIMEOUT_S",
     "MAX_REASON_CHARS",
     "MISS_CACHE_SIZE",
     "FeedbackBody",
@@ -92,6 +102,14 @@ _CLOCK_SLACK_S = 60.0
 #: (key, id) pairs a look-up found not to be the key's receipts, remembered so that the same
 #: bogus id is never looked up twice (least recently asked out first; ~200 bytes each)
 MISS_CACHE_SIZE = 10_000
+
+#: how long a feedback waits for its look-up (and PostgreSQL's ``statement_timeout`` on it):
+#: past it the feedback gets 503, and the look-up, which a thread cannot cut, runs on to its
+#: end while other feedback that needs one gets 429
+LOOKUP_TIMEOUT_S = 10.0
+
+#: the ``Retry-After`` of a look-up that failed or timed out
+_LOOKUP_RETRY_S = 5.0
 
 #: how far from a file's end its last line is looked for at a time
 _TAIL_CHUNK = 1 << 16
@@ -203,11 +221,13 @@ class LabelObserver(Protocol):
 @dataclass(frozen=True, slots=True)
 class Lookup:
     """How to find a receipt the index does not hold: ``find`` gives its facts or None (called
-    off the event loop); ``horizon_s``: how long after its id was made a receipt may still be
-    written (before then, a miss is not final)."""
+    off the event loop; ``ReceiptError``/``DatabaseError`` when the log cannot be searched);
+    ``horizon_s``: how long after its id was made a receipt may still be written (before then,
+    a miss is not final); ``timeout_s``: how long a feedback waits for it."""
 
     find: Callable[[str], ReceiptFacts | None]
     horizon_s: float
+    timeout_s: float = LOOKUP_TIMEOUT_S
 
 
 def _may_label(facts: ReceiptFacts, caller: ClientKey | None) -> bool:
@@ -222,6 +242,17 @@ def _busy() -> RequestError:
         status=429,
         code="feedback_lookup_busy",
         type="rate_limit_error",
+    )
+
+
+def _lookup_failed(code: str, why: str) -> RequestError:
+    return RequestError(
+        f"the receipt log could not be searched for this receipt now ({why}; the server log "
+        "says more); retry after a moment",
+        status=503,
+        code=code,
+        type="server_error",
+        retry_after_s=_LOOKUP_RETRY_S,
     )
 
 
@@ -246,8 +277,8 @@ class FeedbackService:
 
     async def find(self, receipt_id: str, caller: ClientKey | None) -> ReceiptFacts | None:
         """The receipt's facts if ``caller`` may label it, else None: the same None for an
-        unknown id and for another key's receipt, after the same look-up. ``RequestError``
-        (429) when a look-up is needed while one runs."""
+        unknown id and for another key's receipt, after the same look-up. ``RequestError``:
+        429 when a look-up is needed while one runs, 503 when it fails or times out."""
         made_s = receipt_id_ms(receipt_id) / 1000.0
         now = time.time()
         if made_s > now + _CLOCK_SLACK_S:
@@ -272,19 +303,44 @@ class FeedbackService:
         return None
 
     async def _look_up(self, receipt_id: str) -> ReceiptFacts | None:
-        """One look-up off the loop, or 429 while another runs. A feedback cancelled while it
-        waits leaves its look-up running to the end, and counted as running until then."""
+        """One look-up off the loop, or 429 while another runs; 503 when the log cannot be
+        searched or the look-up outlasts ``lookup.timeout_s``. A feedback that stops waiting
+        (timed out, cancelled) leaves its look-up running to the end, and counted as running
+        until then: the thread cannot be cut, and a second must not pile on a hung disk."""
         if self._running is not None:
             raise _busy()
-        running = asyncio.ensure_future(asyncio.to_thread(self.lookup.find, receipt_id))
+        lookup = self.lookup
+        running = asyncio.ensure_future(asyncio.to_thread(lookup.find, receipt_id))
         self._running = running
-        running.add_done_callback(self._finished)
-        return await asyncio.shield(running)
+        started = time.monotonic()
 
-    def _finished(self, running: asyncio.Future[ReceiptFacts | None]) -> None:
-        self._running = None
-        if not running.cancelled():
-            running.exception()  # retrieved: a cancelled waiter must not leave it unretrieved
+        def finished(done: asyncio.Future[ReceiptFacts | None]) -> None:
+            self._running = None
+            took_s = round(time.monotonic() - started, 3)
+            if done.cancelled():
+                return
+            error = done.exception()  # retrieved: a waiter that left must not leave it unread
+            if took_s > lookup.timeout_s:
+                log.warning(
+                    "feedback_lookup_ended_late",
+                    receipt_id=receipt_id,
+                    seconds=took_s,
+                    error=str(error) if error is not None else None,
+                )
+
+        running.add_done_callback(finished)
+        try:
+            return await asyncio.wait_for(asyncio.shield(running), lookup.timeout_s)
+        except TimeoutError:
+            log.warning(
+                "feedback_lookup_timeout", receipt_id=receipt_id, timeout_s=lookup.timeout_s
+            )
+            raise _lookup_failed(
+                "feedback_lookup_timeout", f"the search took over {lookup.timeout_s:g} s"
+            ) from None
+        except FirstpassError as exc:  # ReceiptError, DatabaseError: the log, not the request
+            log.warning("feedback_lookup_failed", receipt_id=receipt_id, error=str(exc))
+            raise _lookup_failed("feedback_lookup_failed", "the search failed") from exc
 
     def observe(self, receipt_id: str, facts: ReceiptFacts, passed: bool) -> bool:
         """Tell the monitor a licensed skip's first label; whether it was told."""
@@ -311,7 +367,9 @@ def lookup_for(config: Config) -> Lookup:
         from firstpass.db import dsn_from_env
 
         dsn = dsn_from_env(r.dsn_env)
-        return Lookup(lambda receipt_id: _pg_facts(dsn, receipt_id, horizon_s), horizon_s)
+        return Lookup(
+            lambda receipt_id: _pg_facts(dsn, receipt_id, horizon_s, LOOKUP_TIMEOUT_S), horizon_s
+        )
     path = r.path
     return Lookup(lambda receipt_id: _file_facts(path, receipt_id, horizon_s), horizon_s)
 
@@ -401,24 +459,50 @@ def _find_in(path: Path, receipt_id: str, needle: bytes) -> dict[str, JSON] | No
     return None
 
 
-def _pg_facts(dsn: str, receipt_id: str, horizon_s: float) -> ReceiptFacts | None:
+def _pg_facts(dsn: str, receipt_id: str, horizon_s: float, timeout_s: float) -> ReceiptFacts | None:
     """Search ``firstpass_receipts`` for the request line with this id, written between the
-    id's time and ``horizon_s`` later (the ``time`` index keeps it a range scan)."""
+    id's time and ``horizon_s`` later (the ``time`` index keeps it a range scan). The query
+    ends after ``timeout_s`` (a lock, a slow disk); ``DatabaseError`` when it cannot run."""
+    import psycopg
+
     from firstpass.db import connect
 
     made = receipt_id_ms(receipt_id) / 1000.0
     needle = f'"id":"{receipt_id}"'.encode()  # as the canonical line writes it
     with connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT line FROM firstpass_receipts WHERE kind IS NULL"
-            " AND time >= to_timestamp(%s) AND time <= to_timestamp(%s)"
-            " AND position(%s::bytea IN line) > 0",
-            (made - 1.0, made + horizon_s, needle),
-        ).fetchall()
+        try:
+            # local to this transaction: the SELECT below is its only other statement
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, true)",
+                (str(max(1, round(timeout_s * 1000))),),
+            )
+            rows = conn.execute(
+                "SELECT line FROM firstpass_receipts WHERE kind IS NULL"
+                " AND time >= to_timestamp(%s) AND time <= to_timestamp(%s)"
+                " AND position(%s::bytea IN line) > 0",
+                (made - 1.0, made + horizon_s, needle),
+            ).fetchall()
+        except psycopg.errors.QueryCanceled as exc:
+            raise DatabaseError(
+                f"the receipt look-up took longer than its {timeout_s:g} s statement timeout "
+                "(a lock on firstpass_receipts, or a slow server): check pg_stat_activity"
+            ) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            raise DatabaseError(
+                "firstpass_receipts does not exist: run `firstpass db migrate`"
+            ) from exc
+        except psycopg.Error as exc:
+            raise DatabaseError(
+                f"the receipt look-up failed in PostgreSQL ({type(exc).__name__}): check the "
+                "server's log and that `firstpass db migrate` ran"
+            ) from exc
     for (line,) in rows:
         if not isinstance(line, bytes | bytearray | memoryview):
             continue
-        record = json.loads(bytes(line))
+        try:
+            record: JSON = json.loads(bytes(line))
+        except ValueError:  # not a line this search can use: the chain verifier reports it
+            continue
         if isinstance(record, dict) and record.get("id") == receipt_id:
             return _decoded_facts(record)
     return None
@@ -494,6 +578,14 @@ def _not_found(receipt_id: str) -> RequestError:
     )
 
 
+def _kept_late(feedback_id: str, kept: asyncio.Future[bool]) -> None:
+    """The end of a feedback's write that its request, cancelled, no longer waits for."""
+    if kept.cancelled():
+        log.error("receipt_not_written", receipt_id=feedback_id, error="cancelled")
+    elif (error := kept.exception()) is not None:
+        log.error("receipt_not_written", receipt_id=feedback_id, error=str(error))
+
+
 async def feedback(request: web.Request) -> web.Response:
     """POST /v1/feedback: validate, check the receipt is the caller's, chain the label."""
     app = request.app
@@ -513,13 +605,25 @@ async def feedback(request: web.Request) -> web.Response:
         reason_sha256=sha256_text(body.reason) if body.reason is not None else None,
         client_key=key.name if key is not None else None,
     )
-    # the client is told its label is kept: it waits for the disk as an answer does
+    writer = app[RECEIPT_WRITER]
+
+    async def keep() -> bool:
+        """Write the line, then tell the monitor: a label the log keeps is the monitor's."""
+        await writer.write(record)
+        return service.observe(body.receipt, facts, body.passed)
+
+    # the client is told its label is kept: it waits for the disk as an answer does. Once
+    # started, the write runs to its end whatever happens to this request (finding 4)
+    kept = asyncio.ensure_future(keep())
     try:
-        await app[RECEIPT_WRITER].write(record)
+        monitored = await asyncio.shield(kept)
+    except asyncio.CancelledError:
+        ticket.admitted = True  # the writer has its line: no `cancelled` receipt after it
+        kept.add_done_callback(functools.partial(_kept_late, ticket.receipt_id))
+        raise
     except ReceiptError as exc:  # durable and the disk failed, or the writer failed for good
         raise receipts_unavailable(exc) from exc
     ticket.admitted = True  # its one record is written: no refusal receipt after this
-    monitored = service.observe(body.receipt, facts, body.passed)
     log.info(
         "feedback",
         receipt_id=body.receipt,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import structlog
 from aiohttp import web
 
-from firstpass.config import Config
+from firstpass.config import Config, ElasticConfig
 from firstpass.errors import ReceiptError
 from firstpass.monitor import (
     LICENCES_FILE,
@@ -47,7 +47,8 @@ async def open_monitor(app: web.Application, config: Config) -> LicenceMonitor |
         log.warning(
             "audits_off",
             advice="[escalation.elastic] audit_rate = 0: skipped answers are never labelled, so "
-            "a drift from the calibration data goes unseen and no licence can be revoked",
+            "a drift from the calibration data goes unseen and no licence can be revoked; set "
+            f"audit_rate > 0 (default {ElasticConfig.audit_rate:g}) to monitor the licences",
         )
     r = config.receipts
     store: LicenceStore
@@ -71,7 +72,7 @@ async def open_monitor(app: web.Application, config: Config) -> LicenceMonitor |
             "monitor_stale_s_short",
             advice=f"[escalation.elastic] monitor_stale_s = {elastic.monitor_stale_s:g} is under "
             f"two polls of the licence store ({POLL_S:g} s each): licences will stop skipping "
-            "between polls of a healthy store",
+            f"between polls of a healthy store; raise it to at least {2 * POLL_S:g}",
         )
     monitor = LicenceMonitor(
         terms=terms,
