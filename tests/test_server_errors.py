@@ -87,6 +87,32 @@ def test_a_deeply_nested_body_is_a_400_with_its_receipt(live_stack: Any, data: b
 
 
 @pytest.mark.parametrize(
+    ("encoding", "data"),
+    [
+        ("gzip", b"this is not gzip at all"),
+        ("deflate", b"nor is this deflate"),
+        ("gzip", b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"garbage after a gzip header"),
+    ],
+    ids=["gzip", "deflate", "gzip_header_then_garbage"],
+)
+def test_a_body_that_does_not_decompress_is_a_400_with_its_receipt(
+    live_stack: Any, encoding: str, data: bytes
+) -> None:
+    """``Content-Encoding: gzip`` (or deflate) over bytes that do not decompress: a 400 in
+    OpenAI's shape and its one receipt, never a 500 with a traceback (issue 26, item 1)."""
+    stack = live_stack()
+    status, body, headers = _post_raw(stack, data, {"Content-Encoding": encoding})
+    assert status == 400, body
+    err = _error_shape(body)
+    assert err["code"] == "invalid_body" and "Traceback" not in err["message"]
+    assert "Content-Encoding" in err["message"]
+    assert headers["X-Firstpass-Action"] == "rejected"
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"]["status"] == 400
+    assert receipt["id"] == headers["X-Firstpass-Receipt"]
+
+
+@pytest.mark.parametrize(
     ("body", "param"),
     [
         ({"messages": [{"role": "user", "content": "x"}]}, "model"),

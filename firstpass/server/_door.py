@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from firstpass._json import JSON
 from firstpass.admission import (
@@ -254,6 +255,17 @@ async def read_json(request: web.Request) -> JSON:
             "the client closed the connection before the request body arrived",
             status=499,
             code="client_disconnected",
+        ) from None
+    except (web.RequestPayloadError, HttpProcessingError) as exc:
+        # the body's bytes do not make a body: a Content-Encoding (gzip, deflate) they do not
+        # decompress under, a malformed chunk, fewer bytes than Content-Length said. aiohttp
+        # raises these from read(); each is the client's 400, never a 500
+        cause = exc.__cause__ or exc.__context__ or exc
+        shown = getattr(cause, "message", None) or str(cause) or type(cause).__name__
+        raise RequestError(
+            f"the request body could not be read as sent ({type(cause).__name__}: {shown}); "
+            "send the JSON body uncompressed, or compressed as its Content-Encoding says",
+            code="invalid_body",
         ) from None
     if not raw:
         raise RequestError("the request body is empty; send a JSON object", code="invalid_body")
