@@ -30,6 +30,9 @@ class Settles:
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: list[Settle] = []
         self._retrier: asyncio.Task[None] | None = None
+        #: one writer of the queued settles at a time: the retry loop and the shutdown drain
+        #: both flush, and two flushes would write the head twice, then pop one never written
+        self._flushing = asyncio.Lock()
 
     @property
     def pending(self) -> Sequence[Settle]:
@@ -62,6 +65,7 @@ class Settles:
             async with asyncio.timeout(timeout_s):
                 while self._tasks:
                     await asyncio.gather(*self._tasks, return_exceptions=True)
+                await self._stop_retrying()  # the drain is the queue's one owner from here
                 while self._pending and loop.time() < deadline:
                     await self._flush()
                     if self._pending:
@@ -95,6 +99,16 @@ class Settles:
             if self._retrier is None or self._retrier.done():
                 self._retrier = asyncio.ensure_future(self._retry_loop())
 
+    async def _stop_retrying(self) -> None:
+        """End the retry loop where it holds no write: taking the flush lock waits for a write
+        in flight, and the loop, asleep or waiting for the lock, is cancelled there."""
+        async with self._flushing:
+            retrier, self._retrier = self._retrier, None
+            if retrier is not None and not retrier.done():
+                retrier.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await retrier
+
     async def _retry_loop(self) -> None:
         """Retry the queued settles, oldest first, backing off while the store is down."""
         first, most = self._retry
@@ -104,18 +118,22 @@ class Settles:
             wait = first if await self._flush() else min(most, wait * 2)
 
     async def _flush(self) -> bool:
-        """Write the queued settles in order; False at the first that still fails."""
-        while self._pending:
-            item = self._pending[0]
-            try:
-                await self.write(item)
-            except (psycopg.Error, OSError, TimeoutError):
-                return False
-            self._pending.pop(0)
-            log.info(
-                "budget_settle_written", replica=self._db.replica, actual_usd=float(item.actual)
-            )
-        return True
+        """Write the queued settles in order; False at the first that still fails. Under the
+        flush lock: only its holder removes from the queue (new failures only append)."""
+        async with self._flushing:
+            while self._pending:
+                item = self._pending[0]
+                try:
+                    await self.write(item)
+                except (psycopg.Error, OSError, TimeoutError):
+                    return False
+                self._pending.pop(0)
+                log.info(
+                    "budget_settle_written",
+                    replica=self._db.replica,
+                    actual_usd=float(item.actual),
+                )
+            return True
 
     def _track(self, work: Awaitable[None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
