@@ -7,6 +7,7 @@ goes to a file that :func:`log_problems` scans afterwards for anything unhandled
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -195,9 +196,12 @@ class ProxySettings:
 def write_proxy_config(tmp: Path, stub_url: str, port: int, s: ProxySettings) -> Path:
     """The proxy's TOML: one two-rung route on the stub, shadow by default with a certificate
     for rung 0 (so a request may choose cascade, shadow, enforce or pass-through)."""
-    calibration = write_calibration(
-        tmp / "calibration.json", certificate(route="code", lam=0.8, model=f"stub/{CHEAP}")
-    )
+    # made for this very upstream (the stub's endpoint) and output cap (the budget's, when one
+    # counts spend), or enforce would refuse it and no request could choose enforce
+    cert = certificate(route="code", lam=0.8, model=f"stub/{CHEAP}", endpoint=f"{stub_url}/v1")
+    if s.daily_usd is not None:
+        cert = dataclasses.replace(cert, output_cap=512)
+    calibration = write_calibration(tmp / "calibration.json", cert)
     queue = f"max_queue = {s.sandbox_max_queue}" if s.sandbox_max_queue is not None else ""
     sink = ""
     if s.sink != "file":

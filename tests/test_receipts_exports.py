@@ -47,6 +47,7 @@ PUBLIC = {
     "feedback_record",
     "is_receipt_id",
     "receipt_id_ms",
+    "parse_time",
     "revocation_record",
     "utc_now",
     # what the server needs of a sink (the file writer, or firstpass.db's PostgreSQL one)

@@ -53,6 +53,7 @@ from typing import IO
 from firstpass._json import JSON
 from firstpass.calibration.settings import Settings
 from firstpass.errors import CalibrationError
+from firstpass.receipts import parse_time
 
 __all__ = [
     "LEDGER_SUFFIX",
@@ -407,9 +408,9 @@ class Ledger:
         ends = [ln.data_until for ln in earlier]
         known = [e for e in ends if e is not None]
         newest = max(known) if known else None
-        since = _instant(scope.since)
+        since = parse_time(scope.since)
         if since is not None and newest is not None and len(known) == len(ends):
-            end = _instant(newest)
+            end = parse_time(newest)
             if end is not None and since > end:
                 return
         what = "a time window (--since/--until)" if scope.windowed else "other --replica chains"
@@ -507,16 +508,6 @@ def _with_line(ref: LookRef, digest: str) -> LookRef:
 
 def _canon(key: SliceKey) -> str:
     return json.dumps(key.to_dict(), sort_keys=True, separators=(",", ":"))
-
-
-def _instant(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
 
 
 def _spent(lines: Iterator[_Line] | list[_Line]) -> float:

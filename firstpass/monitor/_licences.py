@@ -19,6 +19,7 @@ from typing import Literal
 from firstpass._json import JSON
 from firstpass.config import ElasticConfig
 from firstpass.monitor._eprocess import DEFAULT_LEVEL, log_wealth, lower_bound
+from firstpass.receipts import parse_time
 
 __all__ = [
     "LabelSource",
@@ -258,13 +259,13 @@ def predating(
     None. Its newest row does not count: one row after a revocation in a log otherwise from
     before it would lift it. A time that does not read counts as unknown: the licence then
     gates (fail closed)."""
-    since = _instant(data_since)
+    since = parse_time(data_since)
     found: list[tuple[datetime, Revocation]] = []
     for rev in revocations:
         if (rev.key.route, rev.key.rung) != (key.route, key.rung) or rev.key == key:
             continue
         # a revocation whose time does not read is taken as the latest: nothing lifts it
-        when = _instant(rev.time) or _LATEST
+        when = parse_time(rev.time) or _LATEST
         if since is None or since < when:
             found.append((when, rev))
     if not found:
@@ -274,17 +275,6 @@ def predating(
 
 
 _LATEST = datetime.max.replace(tzinfo=UTC)
-
-
-def _instant(text: str | None) -> datetime | None:
-    """An ISO 8601 time (``2026-01-31T12:00:00.123Z``) as an aware datetime; None if unread."""
-    if text is None:
-        return None
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def pooled(replicas: Iterable[Mapping[LicenceKey, Tally]]) -> dict[LicenceKey, Tally]:

@@ -84,6 +84,7 @@ from firstpass.receipts._special import (
     REVOCATION_KIND,
     feedback_record,
     is_special,
+    parse_time,
     revocation_record,
     utc_now,
 )
@@ -169,6 +170,7 @@ __all__ = [
     "load_public_key",
     "load_signing_key",
     "new_receipt_id",
+    "parse_time",
     "read_lines",
     "receipt_from_builtins",
     "receipt_id_ms",

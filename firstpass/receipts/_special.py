@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from firstpass.receipts._ids import new_receipt_id
 
@@ -25,6 +26,7 @@ __all__ = [
     "feedback_record",
     "gap_record",
     "is_special",
+    "parse_time",
     "revocation_record",
     "utc_now",
 ]
@@ -46,6 +48,18 @@ def utc_now() -> str:
     """Now as ``2026-01-31T12:00:00.123Z``, the format of a request receipt's ``time``."""
     seconds, millis = divmod(time.time_ns() // 1_000_000, 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An ISO 8601 time (``2026-01-31T12:00:00.123Z``, a receipt's ``time``) as an aware UTC
+    datetime (a time without a zone is UTC); None when there is none or it does not read."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def gap_record(reason: str, **fields: object) -> dict[str, object]:
