@@ -325,6 +325,16 @@ EXACT_ERRORS: list[tuple[str, Patch, str]] = [
         "server.port: must be between 0 and 65535, got 70000",
     ),
     (
+        "zero body deadline",
+        _set("server.body_read_timeout_s", 0),
+        "server.body_read_timeout_s: must be greater than 0, got 0",
+    ),
+    (
+        "negative idle timeout",
+        _set("server.idle_timeout_s", -1),
+        "server.idle_timeout_s: must be greater than 0, got -1",
+    ),
+    (
         "unknown provider",
         _set("route[0].ladder[1]", "opnai/gpt-4o"),
         'route[0].ladder[1]: unknown provider "opnai" (known: replay, openai)',

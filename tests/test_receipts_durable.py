@@ -365,12 +365,54 @@ def test_a_durable_answer_whose_receipt_fails_is_a_503_and_the_receipt_says_so(
     body = info.value.response.json()["error"]
     assert body["code"] == "receipts_unavailable"
     assert GOOD not in info.value.response.text
+    # its receipt waits in memory for the disk: no id a crash could leave in no log
+    assert "X-Firstpass-Receipt" not in info.value.response.headers
     disk.broken = False
     _wait_healthy(stack)
     (record,) = stack.receipts_list()
     assert record["decision"]["action"] == "receipts_unavailable"
     assert record["served"] is None and record["error"]["status"] == 503
     assert record["upstream_calls"]  # what the request did and cost is still on record
+
+
+@pytest.mark.e2e
+def test_a_durable_refusal_names_its_receipt_only_once_it_is_on_disk(live_stack: Any):
+    """``fsync = "durable"``: a refusal (here a 400 for a body that is not JSON) is sent after
+    its receipt is fsynced, like an answer: the id in its header is in the file when the
+    client reads it (issue 26: no client holds an id that no log has)."""
+    stack = live_stack(receipts_extra={"fsync": "durable"})
+    for _ in range(5):
+        request = urllib.request.Request(
+            stack.base_url + "/chat/completions",
+            data=b"{not json",
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=30)
+        assert info.value.code == 400
+        rid = info.value.headers["X-Firstpass-Receipt"]
+        on_disk = [r["id"] for r in iter_receipts(stack.receipts)]  # read, not flushed
+        assert rid in on_disk
+
+
+@pytest.mark.e2e
+def test_a_durable_refusal_on_a_failing_disk_names_no_receipt(live_stack: Any, disk: Disk):
+    """``fsync = "durable"`` on a failing disk: the 503 ``receipts_unavailable`` refusal names no
+    receipt (it waits in memory, and a crash now would lose it); it lands when the disk is
+    back."""
+    stack = live_stack(receipts_extra={"fsync": "durable"})
+    disk.broken = True
+    stack.run(_fail_one_write(stack))
+    with pytest.raises(openai.APIStatusError) as info:
+        _client(stack).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "add"}]
+        )
+    assert info.value.status_code == 503
+    assert "X-Firstpass-Receipt" not in info.value.response.headers
+    disk.broken = False
+    _wait_healthy(stack)
+    actions = [r["decision"]["action"] for r in stack.receipts_list()]
+    assert actions == ["rejected", "rejected"]  # the probe record, then the refusal's
 
 
 @pytest.mark.e2e

@@ -111,7 +111,8 @@ def test_a_full_receipt_disk_is_a_503_and_recovers_when_space_returns(tmp_path: 
 
 def test_a_stream_that_fails_after_keepalives_still_names_its_receipt(live_stack: Any) -> None:
     """Found under load: a streamed request whose decision failed after the keep-alives went out
-    got an SSE error event and no way to find its receipt. The receipt id is now a header."""
+    got an SSE error event and no way to find its receipt. The error event now names it (not
+    the headers: they went out before the receipt existed)."""
     stack = live_stack(keepalive_s=0.05, retries=0)
     stack.stub.script(Reply.error(500, latency_ms=300), model=CHEAP)
     stack.stub.script(Reply.error(500, latency_ms=300), model=STRONG)
@@ -127,11 +128,15 @@ def test_a_stream_that_fails_after_keepalives_still_names_its_receipt(live_stack
             aiohttp.ClientSession() as s,
             s.post(f"{stack.base_url}/chat/completions", data=json.dumps(body)) as r,
         ):
-            return r.status, await r.text(), r.headers.get("X-Firstpass-Receipt")
+            assert "X-Firstpass-Receipt" not in r.headers
+            return r.status, await r.text(), None
 
-    status, text, receipt_id = asyncio.run(go())
+    status, text, _ = asyncio.run(go())
     assert status == 200 and ": firstpass: verifying" in text
     assert '"error"' in text and text.rstrip().endswith("data: [DONE]")
+    error_event = next(
+        json.loads(line[len("data: ") :]) for line in text.splitlines() if '"error"' in line
+    )
     (receipt,) = stack.receipts_list()
-    assert receipt_id == receipt["id"]
+    assert error_event["firstpass"]["receipt_id"] == receipt["id"]
     assert receipt["decision"]["action"] == "upstream_error"

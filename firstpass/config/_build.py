@@ -61,7 +61,8 @@ _TOP_KEYS = (
 )  # fmt: skip
 _SERVER_KEYS = (
     "host", "port", "max_body_bytes", "max_concurrency", "client_keys_env", "debug", "keepalive_s",
-    "workers", "request_timeout_s", "client_key", "feedback_index_size",
+    "workers", "request_timeout_s", "client_key", "feedback_index_size", "body_read_timeout_s",
+    "idle_timeout_s",
 )  # fmt: skip
 _CLIENT_KEY_KEYS = ("name", "key_env", "routes", "daily_usd")
 _BUDGETS_KEYS = ("per_request_usd", "daily_usd", "on_exhausted", "default_max_tokens")
@@ -213,6 +214,24 @@ def _server(table: Mapping[str, object], env: Mapping[str, str]) -> ServerConfig
         client_key=tuple(accepted),
         debug=f.get_bool(table, "debug", p, False),
         keepalive_s=f.get_float(table, "keepalive_s", p, 5.0, lo=0.0, lo_open=True),
+        body_read_timeout_s=f.get_float(
+            table,
+            "body_read_timeout_s",
+            p,
+            ServerConfig.body_read_timeout_s,
+            lo=0.0,
+            lo_open=True,
+            hi=MAX_SECONDS,
+        ),
+        idle_timeout_s=f.get_float(
+            table,
+            "idle_timeout_s",
+            p,
+            ServerConfig.idle_timeout_s,
+            lo=0.0,
+            lo_open=True,
+            hi=MAX_SECONDS,
+        ),
         workers=f.get_int(table, "workers", p, 1, lo=1, hi=64),
         request_timeout_s=f.get_float(
             table,

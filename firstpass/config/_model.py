@@ -84,6 +84,13 @@ class ServerConfig:
     client_key: tuple[ClientKey, ...] = ()
     debug: bool = False
     keepalive_s: float = 5.0
+    #: how long a request's body may take to arrive whole; past it, 408 with its receipt.
+    #: A request holds no concurrency slot until its body has arrived
+    body_read_timeout_s: float = 30.0
+    #: how long a connection may go without a whole request head: from connecting, or from its
+    #: last response on a kept-alive connection (aiohttp's ``keepalive_timeout``, 3630 s by
+    #: default, so clients that never finish their headers held sockets for an hour)
+    idle_timeout_s: float = 30.0
     workers: int = 1
     #: one deadline for the whole request (every rung, retry, sandbox run and the gate);
     #: past it the client gets a 504 and the receipt says so

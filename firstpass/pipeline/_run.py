@@ -244,6 +244,8 @@ class Pipeline:
                     # claims it was sent
                     err = receipts_unavailable(exc)
                     receipted = await self._enqueue(withheld(receipt, err), receipt_id)
+                    # queued on a failing disk: not on disk, so the 503 names no id
+                    receipted = receipted and not self._durable
                     outcome = Outcome(
                         receipt_id=receipt_id,
                         action=WITHHELD_ACTION,
@@ -276,9 +278,10 @@ class Pipeline:
     ) -> bool:
         """Write the one receipt of a request refused before it ran (``decision.action =
         "rejected"``; ``"cancelled"`` when it was cancelled before admission let it through);
-        ``False`` when the writer has failed for good and nothing was written
-        (the response must then name no receipt). A refusal acknowledges no answer, so its
-        receipt never waits for the disk."""
+        ``False`` when the response must name no receipt: nothing was written (the writer
+        failed for good), or, with ``fsync = "durable"``, the receipt is not on disk yet (the
+        disk is failing: it waits in memory). With ``"durable"`` a refusal waits for the disk
+        like an answer, so no client holds an id a crash could take out of the log."""
         trace = Trace(
             receipt_id=receipt_id,
             config=self.config,
@@ -289,7 +292,23 @@ class Pipeline:
         )
         trace.step(action)
         receipt = trace.record(action=action, served=None, error=error, budget=budget)
-        return await self._enqueue(receipt, receipt_id)
+        if not self._durable:
+            return await self._enqueue(receipt, receipt_id)
+        try:
+            await self._write(receipt)
+        except ReceiptUnavailable:
+            await self._enqueue(receipt, receipt_id)  # kept for when the disk is back
+            return False
+        except ReceiptError as exc:
+            log.error("receipt_not_written", receipt_id=receipt_id, error=str(exc))
+            return False
+        return True
+
+    @property
+    def _durable(self) -> bool:
+        """Whether a response may name a receipt only once it is on disk (``fsync =
+        "durable"``); otherwise once it is queued, as the fsync policy documents."""
+        return self.config.receipts.fsync == "durable"
 
     def _observe_labels(self, receipt: Receipt) -> None:
         """A written receipt's labels of would-be skips (an audit, shadow's) to the monitor.

@@ -29,6 +29,7 @@ from firstpass.pipeline import Checks, Pipeline, SandboxService
 from firstpass.providers import Provider, build_provider
 from firstpass.receipts import CheckpointSigner, ReceiptLog, ReceiptWriter
 from firstpass.server._auth import KeyRing
+from firstpass.server._body import BODY_WATCH, BodyWatch
 from firstpass.server._door import auth_middleware, capacity_middleware, refusal_middleware
 from firstpass.server._errors import error_middleware
 from firstpass.server._feedback import (
@@ -207,7 +208,14 @@ def create_app(
         # are answered with their receipt; the client key; the receipt log's health and the
         # concurrency bound (see _door)
         middlewares=[error_middleware, refusal_middleware, auth_middleware, capacity_middleware],
-        handler_args={"max_field_size": 16384},
+        # bodies are read and decoded by the server itself (_body.read_body), so that every
+        # Content-Encoding, a supported one or not, is answered with a receipt
+        # and a connection without a whole request head is closed after idle_timeout_s
+        handler_args={
+            "max_field_size": 16384,
+            "auto_decompress": False,
+            "keepalive_timeout": config.server.idle_timeout_s,
+        },
     )
     app[CONFIG] = config
     endpoints: dict[Handler, Endpoint] = {
@@ -217,6 +225,7 @@ def create_app(
     }
     app[ENDPOINTS] = endpoints
     app[STATE] = ServerState()
+    app[BODY_WATCH] = BodyWatch()
     app[CLIENT_KEYS] = KeyRing(config.server.client_key)
     app[PARSE_SPEC] = parse_spec
     app[ROUTE_CHECKS] = _route_checks(config, parse_spec)
@@ -338,6 +347,11 @@ def create_app(
     app.cleanup_ctx.extend(
         [receipts_ctx, upstream_ctx, sandbox_ctx, budgets_ctx, monitor_ctx, pipeline_ctx]
     )
+
+    async def close_body_watch(app: web.Application) -> None:
+        await app[BODY_WATCH].close()
+
+    app.on_cleanup.append(close_body_watch)
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/feedback", feedback)

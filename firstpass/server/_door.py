@@ -9,11 +9,13 @@ Three middlewares, outermost first, each acting on the endpoints ``ENDPOINTS`` n
   read or parse, a rule of admission. The server never writes a receipt itself;
 - ``auth_middleware`` (every API endpoint): the client key, or 401; the key it matched is
   ``request[CLIENT_KEY]``;
-- ``capacity_middleware`` (receipted endpoints): 503 while no receipt can be written, 429 at the
-  concurrency bound; the request counts as in flight until its handler returns, except while
+- ``capacity_middleware`` (receipted endpoints): 503 while no receipt can be written; then the
+  body, read whole within ``server.body_read_timeout_s`` (``_body.read_body``); then 429 at
+  the concurrency bound. A request takes its slot only once its body has arrived, so clients
+  still sending one hold none; it counts as in flight until its handler returns, except while
   it waits in ``slot_released`` (a feedback's log search, which bounds itself).
 
-A dialect's handler then reads the body (``read_json``), parses it into a ``ChatRequest`` and
+A dialect's handler then decodes the body (``read_json``), parses it into a ``ChatRequest`` and
 calls ``admission``: ``firstpass.admission`` with the I/O it needs, in the order refusals always
 came (rules that need only the request, the budget ledger, the listed checks built off the
 loop, the remaining rules).
@@ -31,7 +33,6 @@ from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from firstpass._json import JSON
 from firstpass.admission import (
@@ -47,6 +48,7 @@ from firstpass.config import ClientKey
 from firstpass.errors import BudgetExhausted, RequestError
 from firstpass.pipeline import Admitted, receipts_unavailable
 from firstpass.receipts import ErrorRecord, RequestInfo, new_receipt_id
+from firstpass.server._body import read_body
 from firstpass.server._errors import RETRY_AFTER_S, error_response, retry_headers
 from firstpass.server._keys import (
     CLIENT_KEYS,
@@ -202,15 +204,30 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 @web.middleware
 async def capacity_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse what could not be receipted or would pass the concurrency bound; count the rest."""
+    """Refuse what could not be receipted; read the body; refuse what would pass the
+    concurrency bound; count the rest."""
     if _endpoint(request) != "receipted":
         return await handler(request)
     app = request.app
-    state, limit = app[STATE], app[CONFIG].server.max_concurrency
+    state = app[STATE]
     if not app[RECEIPT_WRITER].healthy:
         # the receipt log is failing: no answer could be receipted, so none is attempted
         raise receipts_unavailable()
-    if state.in_flight >= limit:
+    _check_concurrency(request)  # full already: refused without reading a body it cannot run
+    # the slot is taken once the whole body is here: a client that sends headers and then
+    # trickles (or stalls) holds no slot, only its bounded read (408 past the deadline)
+    await read_body(request)
+    _check_concurrency(request)
+    state.in_flight += 1
+    try:
+        return await handler(request)
+    finally:
+        state.in_flight -= 1
+
+
+def _check_concurrency(request: web.Request) -> None:
+    limit = request.app[CONFIG].server.max_concurrency
+    if request.app[STATE].in_flight >= limit:
         raise RequestError(
             f"the server is at its concurrency bound ({limit} requests in flight); retry after "
             "a moment",
@@ -218,11 +235,6 @@ async def capacity_middleware(request: web.Request, handler: Handler) -> web.Str
             code="concurrency_limit",
             type="rate_limit_error",
         )
-    state.in_flight += 1
-    try:
-        return await handler(request)
-    finally:
-        state.in_flight -= 1
 
 
 @contextmanager
@@ -239,34 +251,10 @@ def slot_released(request: web.Request) -> Iterator[None]:
 
 
 async def read_json(request: web.Request) -> JSON:
-    """The body, decoded; a ``RequestError`` for each way it is not a JSON document: too large
-    (413), the client left (499), empty, not JSON, nested too deep, not text (400)."""
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:  # past client_max_size
-        raise RequestError(
-            f"request body too large (limit {request.app[CONFIG].server.max_body_bytes} bytes; "
-            "see server.max_body_bytes)",
-            status=413,
-            code="body_too_large",
-        ) from None
-    except ConnectionResetError:  # the client left mid-body: still this request's one receipt
-        raise RequestError(
-            "the client closed the connection before the request body arrived",
-            status=499,
-            code="client_disconnected",
-        ) from None
-    except (web.RequestPayloadError, HttpProcessingError) as exc:
-        # the body's bytes do not make a body: a Content-Encoding (gzip, deflate) they do not
-        # decompress under, a malformed chunk, fewer bytes than Content-Length said. aiohttp
-        # raises these from read(); each is the client's 400, never a 500
-        cause = exc.__cause__ or exc.__context__ or exc
-        shown = getattr(cause, "message", None) or str(cause) or type(cause).__name__
-        raise RequestError(
-            f"the request body could not be read as sent ({type(cause).__name__}: {shown}); "
-            "send the JSON body uncompressed, or compressed as its Content-Encoding says",
-            code="invalid_body",
-        ) from None
+    """The body as a JSON document; a ``RequestError`` for each way it is not one: the ways a
+    body fails to arrive (``_body.read_body``: 408, 413, 415, 499, 400), empty, not JSON,
+    nested too deep, not text (400)."""
+    raw = await read_body(request)
     if not raw:
         raise RequestError("the request body is empty; send a JSON object", code="invalid_body")
     try:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from firstpass.admission import ChatRequest, parse_chat_body
 from firstpass.pipeline import Outcome
+from firstpass.server._body import read_body
 from firstpass.server._door import CLIENT_KEY, admission, read_json
 from firstpass.server._errors import RETRY_AFTER_S, error_body, request_error_for, retry_headers
 from firstpass.server._keys import CONFIG, PARSE_SPEC, PIPELINE, RECEIPT_WRITER, STATE
@@ -40,13 +41,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         parse_spec=app[PARSE_SPEC],
     )
     # parsing is CPU (a test spec's setup is parsed with ast): a large body's, off the loop
-    large = len(await request.read()) > PARSE_OFF_LOOP_BYTES  # the body read above, cached
+    large = len(await read_body(request)) > PARSE_OFF_LOOP_BYTES  # the body read above, kept
     chat = await asyncio.to_thread(parse) if large else parse()
     admitted = await admission(request, chat)
     run = app[PIPELINE].handle(admitted)
     if chat.stream:
         keepalive_s = app[CONFIG].server.keepalive_s
-        return await _stream(request, run, chat, keepalive_s, admitted.receipt_id)
+        return await _stream(request, run, chat, keepalive_s)
     return _respond(await run)
 
 
@@ -85,13 +86,16 @@ async def _stream(
     run: Awaitable[Outcome],
     chat: ChatRequest,
     keepalive_s: float,
-    receipt_id: str,
 ) -> web.StreamResponse:
     """Decide first, then stream; send SSE comments while the decision takes long.
 
     If the decision is ready within ``keepalive_s`` (the usual case), an error gets its real
-    status code. Only after a keep-alive went out is the status committed to 200; an error after
-    that arrives as an SSE ``error`` event, which the openai SDK raises as ``APIError``.
+    status code and the headers name the receipt, written by then. Only after a keep-alive went
+    out is the status committed to 200; those headers name no receipt (it does not exist yet,
+    and a client must never hold an id no log has): the id comes in the ``firstpass`` object
+    of the chunk with ``finish_reason`` (or of the ``error`` event), sent after the receipt
+    was written. An error after a keep-alive
+    arrives as an SSE ``error`` event, which the openai SDK raises as ``APIError``.
     """
     task = asyncio.ensure_future(run)
     response: web.StreamResponse | None = None
@@ -102,8 +106,7 @@ async def _stream(
                 break
             except TimeoutError:
                 if response is None:
-                    # the receipt id is known already: an error event later can be tied to it
-                    response = _sse_response({"X-Firstpass-Receipt": receipt_id})
+                    response = _sse_response({})
                     await response.prepare(request)
                 await response.write(b": firstpass: verifying\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
@@ -118,7 +121,11 @@ async def _stream(
     with contextlib.suppress(ConnectionResetError):
         if outcome.error is not None:
             err = request_error_for(outcome.error)
-            await response.write(sse_error(str(err), type=err.type, code=err.code))
+            # the receipt is written now: the error event names it
+            found = summary_json(outcome)
+            if outcome.receipted:
+                found.setdefault("receipt_id", outcome.receipt_id)
+            await response.write(sse_error(str(err), type=err.type, code=err.code, firstpass=found))
             await response.write(b"data: [DONE]\n\n")
         else:
             for chunk in sse_chunks(outcome, include_usage=chat.include_usage):

@@ -42,9 +42,14 @@ __all__ = [
 
 @dataclass
 class ServerState:
-    """Mutable per-app counters: requests in flight, and whether start-up finished."""
+    """Mutable per-app counters: requests in flight, bodies being read (and the bytes they
+    hold), and whether start-up finished."""
 
     in_flight: int = 0
+    #: receipted requests whose body is being read (they hold no concurrency slot yet)
+    reading: int = 0
+    #: bytes those bodies hold so far
+    body_bytes: int = 0
     ready: bool = False
     started_at: float = field(default_factory=time.time)
 

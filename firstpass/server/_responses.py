@@ -1,7 +1,9 @@
 """OpenAI response bodies: ``chat.completion`` objects and ``chat.completion.chunk`` SSE events.
 
 A verified answer is only known whole, after the checks, so streaming replays the chosen answer
-as chunks; nothing is streamed before the decision (see ``_handlers._stream``).
+as chunks; nothing is streamed before the decision (see ``_handlers._stream``). The chunk with
+``finish_reason`` (or the ``error`` event) carries the response's ``firstpass`` object, with the
+receipt's id: a stream whose headers went out before the decision learns the id only there.
 """
 
 from __future__ import annotations
@@ -145,6 +147,15 @@ def sse_chunks(outcome: Outcome, *, include_usage: bool) -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-def sse_error(message: str, *, type: str, code: str | None) -> bytes:
-    """An error event for the rare case the decision fails after keep-alives already went out."""
-    return _event({"error": {"message": message, "type": type, "param": None, "code": code}})
+def sse_error(
+    message: str, *, type: str, code: str | None, firstpass: Mapping[str, JSON] | None = None
+) -> bytes:
+    """An error event for the rare case the decision fails after keep-alives already went out;
+    ``firstpass``: the response's ``firstpass`` object (its ``receipt_id`` above all, which
+    the headers, sent before the receipt existed, could not carry)."""
+    event: dict[str, object] = {
+        "error": {"message": message, "type": type, "param": None, "code": code}
+    }
+    if firstpass:
+        event["firstpass"] = dict(firstpass)
+    return _event(event)
