@@ -150,3 +150,17 @@ def pg_database(pg_server: PgServer) -> Iterator[str]:
     finally:
         with psycopg.connect(pg_server.dsn("postgres"), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def chain_file(dsn: str, replica: str, out: Path) -> Path:
+    """The replica's receipt lines in seq order, as a file for the file verifier; seqs checked
+    to be 1..n."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT seq, line FROM firstpass_receipts WHERE replica = %s ORDER BY seq", (replica,)
+        ).fetchall()
+    assert [seq for seq, _ in rows] == list(range(1, len(rows) + 1))
+    out.write_bytes(b"".join(bytes(line) for _, line in rows))
+    return out

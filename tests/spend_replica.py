@@ -3,7 +3,9 @@ tests.spend_replica MODE DSN REPLICA ...`` (tests/test_db_budgets.py starts seve
 
 ``race``: many concurrent request loops reserve and settle against the shared caps until each
 finds the cap really spent; prints one JSON line with what it settled. ``hold``: takes holds,
-prints ``held``, and waits to be killed with them in flight.
+prints ``held``, and waits to be killed with them in flight. ``lease``: the same with a lease.
+``contend``: request streams on one hot key; prints how many reserves found the store
+unavailable (tests/test_spend_leases.py).
 """
 
 from __future__ import annotations
@@ -11,13 +13,26 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from firstpass.budgets import IN_FLIGHT_RETRY_S
 from firstpass.db import SharedLedger
 from firstpass.errors import BudgetExhausted
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    """This module in a process of its own (a replica), its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.spend_replica", *args],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @dataclass
@@ -81,6 +96,56 @@ async def hold(dsn: str, replica: str, daily: float, amounts: list[float]) -> No
     await asyncio.sleep(3600)  # killed here, its calls in flight
 
 
+async def lease(dsn: str, replica: str, daily: float, amount: float) -> None:
+    """Take one call's hold on a lease (leased well past the call), print ``leased``, wait
+    to be killed with the lease in the table."""
+    ledger = SharedLedger(dsn, replica=replica, daily_usd=daily, per_request_usd=None, key_caps={})
+    await ledger.start()
+    await ledger.open(None).reserve(amount)
+    print("leased", flush=True)
+    await asyncio.sleep(3600)  # killed here, its lease not given back
+
+
+async def contend(
+    dsn: str, replica: str, loops: int, calls: int, at: float, timeout_s: float, lease_calls: int
+) -> None:
+    """``loops`` request streams of ``calls`` calls each on one hot key whose caps are far
+    from spent; prints how many reserves were refused as ``BudgetStoreUnavailable``."""
+    from firstpass.errors import BudgetStoreUnavailable
+
+    ledger = SharedLedger(
+        dsn,
+        replica=replica,
+        daily_usd=1e6,
+        per_request_usd=None,
+        key_caps={"hot": 1e6},
+        timeout_s=timeout_s,
+        lease_calls=lease_calls,
+    )
+    await ledger.start()
+    await asyncio.sleep(max(0.0, at - time.time()))
+    counts = {"reserved": 0, "unavailable": 0, "settled": 0.0}
+    rng = random.Random(replica)
+
+    async def stream() -> None:
+        for _ in range(calls):
+            budget = ledger.open("hot")
+            need = rng.choice([0.01, 0.02, 0.05])
+            try:
+                hold = await budget.reserve(need)
+            except BudgetStoreUnavailable:
+                counts["unavailable"] += 1
+                continue
+            counts["reserved"] += 1
+            await asyncio.sleep(0)
+            await budget.settle(hold, need / 2)
+            counts["settled"] += need / 2
+
+    await asyncio.gather(*(stream() for _ in range(loops)))
+    await ledger.aclose()
+    print(json.dumps(counts), flush=True)
+
+
 def main(argv: list[str]) -> None:
     mode, dsn, replica, *rest = argv
     if mode == "race":
@@ -89,6 +154,16 @@ def main(argv: list[str]) -> None:
     elif mode == "hold":
         daily, *amounts = rest
         asyncio.run(hold(dsn, replica, float(daily), [float(a) for a in amounts]))
+    elif mode == "lease":
+        daily, amount = rest
+        asyncio.run(lease(dsn, replica, float(daily), float(amount)))
+    elif mode == "contend":
+        loops, calls, at, timeout_s, lease_calls = rest
+        asyncio.run(
+            contend(
+                dsn, replica, int(loops), int(calls), float(at), float(timeout_s), int(lease_calls)
+            )
+        )
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -10,8 +10,6 @@ import calendar
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -31,6 +29,7 @@ from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable, DatabaseEr
 from firstpass.server._errors import request_error_for
 from tests.pg_relay import PgRelay
 from tests.pg_server import LocalPg
+from tests.spend_replica import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
 NOON = calendar.timegm((2026, 3, 1, 12, 0, 0))
@@ -58,16 +57,6 @@ def _holds(dsn: str) -> int:
     return int(row[0])
 
 
-def _replica(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.spend_replica", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def _ledger(dsn: str, replica: str, **settings: object) -> SharedLedger:
     """A replica's ledger at noon UTC (``clock=`` to change), $1 a day unless told."""
     given: dict[str, object] = {"daily_usd": 1.0, "per_request_usd": None, "key_caps": {}}
@@ -89,10 +78,8 @@ def test_replicas_in_separate_processes_never_overspend_the_shared_caps(pg_datab
     early), every settle is counted exactly once, and nothing is left held."""
     dsn = _migrated(pg_database)
     daily, key_cap = 2.0, 0.5
-    at = time.time() + 3.0
-    procs = [
-        _replica("race", dsn, f"r{i}", str(daily), str(key_cap), "12", str(at)) for i in range(4)
-    ]
+    at = time.time() + 8.0  # every replica started and waiting, even on a loaded machine
+    procs = [spawn("race", dsn, f"r{i}", str(daily), str(key_cap), "12", str(at)) for i in range(4)]
     tallies = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -205,7 +192,7 @@ def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: 
     others under-spend, never over-spend) until it starts again under the same id, which
     releases them in one step."""
     dsn = _migrated(pg_database)
-    proc = _replica("hold", dsn, "r1", "1.0", "0.2", "0.2", "0.3")
+    proc = spawn("hold", dsn, "r1", "1.0", "0.2", "0.2", "0.3")
     lines: list[str] = []
     try:
         assert proc.stdout is not None
@@ -301,10 +288,10 @@ def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
 
     async def run() -> None:
         async with _through_proxy(dsn) as (proxy, ledger):
-            await ledger.open(None).reserve(0.1)  # connected and working
+            await ledger.open(None).reserve(0.1)  # connected and working (leased $0.25)
             await proxy.cut()
             with pytest.raises(BudgetStoreUnavailable) as info:
-                await ledger.open(None).reserve(0.1)
+                await ledger.open(None).reserve(0.3)  # past what the replica's lease has left
             exc = info.value
             assert (exc.http_status, exc.code, exc.type) == (
                 503,

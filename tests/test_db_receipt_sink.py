@@ -14,7 +14,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +34,21 @@ from firstpass.receipts import (
     write_key_files,
 )
 from tests.pg_relay import PgRelay
-from tests.pg_server import LocalPg
+from tests.pg_server import LocalPg, chain_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+async def _until(cond: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Wait for ``cond`` (a state the writer reaches on its own), not for a time."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting for the writer"
+        await asyncio.sleep(0.02)
+
+
 def _record(i: int, mode: str = "cascade") -> dict[str, object]:
     return {"id": new_receipt_id(), "mode": mode, "time": "2026-12-03T12:00:00.000Z", "n": i}
-
-
-def _chain_file(dsn: str, replica: str, out: Path) -> Path:
-    """The replica's lines in seq order, as a file for the file verifier; seqs checked 1..n."""
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT seq, line FROM firstpass_receipts WHERE replica = %s ORDER BY seq", (replica,)
-        ).fetchall()
-    assert [seq for seq, _ in rows] == list(range(1, len(rows) + 1))
-    out.write_bytes(b"".join(bytes(line) for _, line in rows))
-    return out
 
 
 def _ids(path: Path) -> list[str]:
@@ -90,7 +87,7 @@ async def test_concurrent_durable_writes_form_one_chain_the_file_verifier_accept
     records = [_record(i) for i in range(600)]
     await asyncio.gather(*(writer.write(r) for r in records))
     await writer.close()
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     report = verify_chain(chain)
     assert report.ok and report.n_receipts == 600
     assert sorted(_ids(chain)) == sorted(str(r["id"]) for r in records)
@@ -109,7 +106,7 @@ async def test_a_restarted_replica_continues_its_chain_and_replicas_keep_separat
                 await writer.enqueue(_record(i))
             await writer.close()
     for replica in ("a", "b"):
-        report = verify_chain(_chain_file(db, replica, tmp_path / f"{replica}.jsonl"))
+        report = verify_chain(chain_file(db, replica, tmp_path / f"{replica}.jsonl"))
         assert report.ok and report.n_receipts == 100
 
 
@@ -167,7 +164,7 @@ async def test_an_outage_spills_every_receipt_and_ships_them_in_order_when_the_d
     spill = verify_chain(tmp_path / "r1.spill.jsonl", prev=None)
     assert spill.ok and spill.n_receipts == 100  # the spill is a valid chain fragment
     await proxy.start()
-    await asyncio.sleep(1.5)  # the writer reconnects on its own (backoff from 0.25 s)
+    await _until(lambda: writer.database_up)  # the writer reconnects on its own
     after = [_record(i) for i in range(140, 160)]
     for r in after:
         await writer.write(r)
@@ -175,7 +172,7 @@ async def test_an_outage_spills_every_receipt_and_ships_them_in_order_when_the_d
     assert writer.database_up and writer.stats.spill_lines == 0
     assert writer.stats.shipped == writer.stats.spilled
     await writer.close()
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     assert verify_chain(chain).ok
     assert _ids(chain) == [str(r["id"]) for r in before + during + after]  # in order, once
     assert (tmp_path / "r1.spill.jsonl").stat().st_size == 0
@@ -199,11 +196,11 @@ async def test_past_the_spill_bound_the_writer_turns_unhealthy_and_refuses_durab
     await writer.enqueue(_record(-1, mode="error"))  # a refusal's receipt is still kept
     await writer.flush()
     await proxy.start()
-    await asyncio.sleep(1.5)
+    await _until(lambda: writer.database_up and writer.stats.spill_lines == 0)
     await writer.flush()
     assert writer.healthy and writer.stats.spill_lines == 0
     await writer.close()
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     assert verify_chain(chain).ok and verify_chain(chain).n_receipts == n + 1
 
 
@@ -221,11 +218,11 @@ async def test_a_database_that_hangs_counts_as_gone_after_the_statement_timeout(
     await asyncio.wait_for(asyncio.gather(*(writer.write(r) for r in records)), 10)
     assert writer.stats.spilled == 20 and not writer.database_up
     proxy.flowing.set()
-    await asyncio.sleep(1.5)
+    await _until(lambda: writer.stats.shipped == 20)
     await writer.flush()
     await writer.close()
     assert writer.stats.shipped == 20
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     assert verify_chain(chain).ok and _ids(chain) == [str(r["id"]) for r in records]
 
 
@@ -284,7 +281,7 @@ async def test_a_replica_killed_mid_outage_ships_its_spill_at_the_next_start(
     await writer.start()  # ships the spill, records the torn tail as a gap
     await writer.enqueue(_record(0))
     await writer.close()
-    chain = _chain_file(db, "k", tmp_path / "k.jsonl")
+    chain = chain_file(db, "k", tmp_path / "k.jsonl")
     report = verify_chain(chain)
     assert report.ok and len(report.gaps) == 1
     ids = _ids(chain)
@@ -303,7 +300,7 @@ async def test_a_spill_file_from_another_chain_is_refused_not_shipped(
     await writer.close()
     other = tmp_path / "y.spill.jsonl"
     (tmp_path / "x.spill.jsonl").replace(other)  # empty: make a foreign fragment instead
-    foreign = _chain_file(db, "x", tmp_path / "x.jsonl").read_bytes()
+    foreign = chain_file(db, "x", tmp_path / "x.jsonl").read_bytes()
     other.write_bytes(foreign)  # x's chain as y's spill: starts at genesis, y has rows...
     y = _writer(db, tmp_path, replica="y")
     await y.start()
@@ -329,7 +326,7 @@ async def test_signed_checkpoints_in_the_table_verify_with_the_public_key(
         await writer.flush()
         await asyncio.sleep(0.06)
     await writer.close()
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     report = verify_chain(chain)
     assert report.ok and len(report.checkpoints) >= 2 and report.n_receipts == 100
     signatures = verify_checkpoints([chain], load_public_key(keys.public))
@@ -371,12 +368,12 @@ async def test_an_insert_given_up_on_that_commits_later_is_shipped_as_the_same_l
     await writer.write(_record(1))  # the insert waits on the lock, is given up after 1 s
     assert writer.stats.spilled >= 1
     await asyncio.to_thread(lock.join)  # ... and commits now
-    await asyncio.sleep(2.0)
+    await _until(lambda: writer.database_up and writer.stats.spill_lines == 0)
     for i in range(2, 5):
         await writer.write(_record(i))
     assert writer.healthy and writer.stats.spill_lines == 0
     await writer.close()
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     assert verify_chain(chain).ok and verify_chain(chain).n_receipts == 5
     assert verify_checkpoints([chain], load_public_key(keys.public)).ok
 
@@ -404,12 +401,12 @@ async def test_a_batch_that_may_have_committed_is_never_linked_twice_when_the_sp
     lock = _lock_table_for(db, 2.5)
     await writer.enqueue(_record(1))
     await asyncio.to_thread(lock.join)
-    await asyncio.sleep(2.5)
+    await _until(lambda: writer.database_up)
     await writer.enqueue(_record(2))
     await writer.flush()
     assert writer.healthy and writer.database_up
     await writer.close()
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     assert verify_chain(chain).ok and len(_ids(chain)) == 3
 
 
@@ -433,12 +430,12 @@ async def test_a_brief_spill_failure_during_an_outage_does_not_leave_the_writer_
     await proxy.cut()
     await writer.write(_record(1))  # sent, so it waits out the disk error instead of failing
     await proxy.start()
-    await asyncio.sleep(2.0)
+    await _until(lambda: writer.database_up)
     for i in range(2, 7):
         await writer.write(_record(i))  # none refused: the database and the disk are back
     assert writer.healthy
     await writer.close()
-    chain = _chain_file(db, "r1", tmp_path / "r1.jsonl")
+    chain = chain_file(db, "r1", tmp_path / "r1.jsonl")
     assert verify_chain(chain).ok and len(_ids(chain)) == 7
 
 

@@ -119,6 +119,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             WHERE kind IS NOT NULL;
         """,
     ),
+    Migration(
+        version=6,
+        name="budget leases: a replica's slice of a day's budget, and the call to give it back",
+        sql="""
+        -- a lease is a hold row with a lease_seq (NULL for one call's hold): one per replica,
+        -- day and key, its amount counted in held_usd like a hold; lease_seq counts the
+        -- transactions that changed it, so a replica can tell whether one whose answer was
+        -- lost landed
+        ALTER TABLE firstpass_spend_holds ADD COLUMN lease_seq bigint;
+        CREATE UNIQUE INDEX firstpass_spend_holds_lease
+            ON firstpass_spend_holds (replica, day, (coalesce(key, '')))
+            WHERE lease_seq IS NOT NULL;
+        -- set by a replica refused while others' leases hold the remainder: they give back
+        -- what they have not used
+        ALTER TABLE firstpass_spend ADD COLUMN reclaim_at timestamptz;
+        """,
+    ),
 )
 
 _SCHEMA_TABLE = """

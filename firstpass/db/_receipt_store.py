@@ -9,17 +9,19 @@ lost in transit is found already there and checked line by line) and writes to t
 A replica id belongs to one process at a time: the store claims it in ``firstpass_replicas``
 (``firstpass.db._claim``, a row that outlives connections and database restarts) and refreshes
 the claim while connected, and its spill file is ``flock``-ed.
+
+Each connection has one owner (``firstpass.db._session``): a statement given up on is never
+cancelled nor closed under; its connection is retired, closed once the statement has returned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import psycopg
 import structlog
@@ -28,6 +30,7 @@ from psycopg.rows import TupleRow
 from firstpass.db._claim import HEARTBEAT_S, ReplicaInUse, ReplicaTakenOver, claim, heartbeat
 from firstpass.db._connect import first_line, redact
 from firstpass.db._rows import INSERT_ROWS, ReceiptRow, insert_params, receipt_row
+from firstpass.db._session import Conn, Session, abandon_connect
 from firstpass.db._spill import SpillFile
 from firstpass.errors import ReceiptError, ReceiptUnavailable
 from firstpass.receipts import GENESIS_HASH, FsyncPolicy, ReceiptBatch, ReceiptStore, StoreHead
@@ -39,6 +42,8 @@ log = structlog.get_logger("firstpass.receipts")
 #: reconnecting waits this long at first, doubling up to ``RETRY_MAX_S``
 RETRY_FIRST_S = 0.25
 RETRY_MAX_S = 5.0
+#: at close, how long to wait for retired connections to close (their statements cut first)
+CLOSE_WAIT_S = 5.0
 #: the oldest schema version this writer can write to (``firstpass db migrate``)
 _SCHEMA_NEEDED = 3
 _HEAD_SQL = "SELECT seq, hash FROM firstpass_receipts WHERE replica = %s ORDER BY seq DESC LIMIT 1"
@@ -89,11 +94,12 @@ class PostgresStore(ReceiptStore):
         self._connect_timeout_s = connect_timeout_s
         self._executor: ThreadPoolExecutor | None = None
         self._wake: Callable[[], None] = lambda: None
-        self._conn: psycopg.AsyncConnection[TupleRow] | None = None
-        # abandoned steps, still running: futures are invariant in their result, and these
-        # hold results of several types (never read), so the element type is left open
-        self._orphans: set[asyncio.Future[Any]] = set()
+        self._session: Session | None = None  # the connection writes go to
+        # retired connections, each closed by its task once its statement returned
+        self._retired: dict[Session, asyncio.Task[None]] = {}
+        self._orphans: set[asyncio.Future[None]] = set()  # connects given up on
         self._reconnecting: asyncio.Task[None] | None = None
+        self._closing = False
         self._taken: ReplicaTakenOver | None = None
         self._holds_id = False  # in ``_LIVE`` (this process's writers, by replica id)
         self._beat_at = 0.0  # loop time of the next heartbeat (firstpass.db._claim)
@@ -226,17 +232,20 @@ class PostgresStore(ReceiptStore):
     async def close(self, clean: bool) -> None:
         """Release the id, stop reconnecting, close the connection and the spill file. Lines
         still in the spill file stay there for the next start."""
+        self._closing = True
         if self._holds_id:
             _LIVE.discard(self.replica)
             self._holds_id = False
         if self._reconnecting is not None:
-            self._reconnecting.cancel()
-        for task in list(self._orphans):
-            task.cancel()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):  # closing a dead connection
-                await conn.close()
+            self._reconnecting.cancel()  # its connect or statement is left to the background
+            await asyncio.wait({self._reconnecting})
+        session, self._session = self._session, None
+        if session is not None:
+            self._retire(session)
+        for retired in list(self._retired):
+            retired.cut()  # no grace now: each closes as soon as its statement returns
+        if self._retired:  # a connect given up on is not waited for: it closes what it makes
+            await asyncio.wait(set(self._retired.values()), timeout=CLOSE_WAIT_S)
         if self._executor is not None:
             executor, self._executor = self._executor, None
             await asyncio.get_running_loop().run_in_executor(executor, self.spill.close)
@@ -267,33 +276,45 @@ class PostgresStore(ReceiptStore):
     async def _connect(self, *, first: bool = False) -> None:
         """A fresh connection on a migrated schema, with this replica id claimed
         (``firstpass.db._claim``: ``first`` at start, else a reconnect)."""
-        conn = await self._within(
-            psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, connect_timeout=max(2, int(self._db_timeout_s))
-            )
-        )
+        session = Session(await self._open(), timeout_s=self._db_timeout_s)
         try:
-            version = await self._within(_schema_version(conn))
+            version = await session.run(_schema_version)
             if version < _SCHEMA_NEEDED:
                 raise ReceiptError(
                     f"the database's firstpass schema is at version {version}; this needs "
                     f"{_SCHEMA_NEEDED}: run `firstpass db migrate --dsn-env <VAR>` once, then "
                     "start the replicas"
                 )
-            await self._within(claim(conn, self.replica, first=first))
+            await session.run(lambda conn: claim(conn, self.replica, first=first))
         except BaseException:
-            self._orphan(conn.close())
+            self._retire(session)
             raise
-        self._conn = conn
+        self._session = session
+
+    async def _open(self) -> Conn:
+        """A new connection within ``db_timeout_s``; one given up on is closed when made."""
+        task = asyncio.ensure_future(
+            psycopg.AsyncConnection.connect(
+                self._dsn, autocommit=True, connect_timeout=max(2, int(self._db_timeout_s))
+            )
+        )
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self._db_timeout_s)
+        except BaseException:
+            self._keep(abandon_connect(task))
+            raise
+        if task not in done:
+            self._keep(abandon_connect(task))
+            raise TimeoutError(f"PostgreSQL did not answer within {self._db_timeout_s:g} s")
+        return task.result()
 
     async def _resume(self, n_lines: int, first_prev: str | None, head: str | None) -> StoreHead:
         """Where the chain goes on after the table's rows and any spill file (``n_lines`` whole
         lines linking to ``first_prev``, ending at ``head``), which is shipped now."""
-        assert self._conn is not None
-        row = await self._within(_fetch_one(self._conn, _HEAD_SQL, (self.replica,)))
+        row = await self._run(lambda conn: _fetch_one(conn, _HEAD_SQL, (self.replica,)))
         seq, last = (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
         if first_prev is not None:
-            self._spill_seq = await self._within(self._seq_after(first_prev))
+            self._spill_seq = await self._run(lambda conn: self._seq_after(conn, first_prev))
         if n_lines:
             spill_end = self._spill_seq + n_lines - 1
             if spill_end < seq:
@@ -309,12 +330,11 @@ class PostgresStore(ReceiptStore):
             await self._ship()
         return StoreHead(head=last, seq=seq)
 
-    async def _seq_after(self, prev_hash: str) -> int:
+    async def _seq_after(self, conn: Conn, prev_hash: str) -> int:
         """The seq of the line that follows ``prev_hash`` in this replica's table chain."""
         if prev_hash == GENESIS_HASH:
             return 1
-        assert self._conn is not None
-        row = await (await self._conn.execute(_SEQ_OF_SQL, (self.replica, prev_hash))).fetchone()
+        row = await (await conn.execute(_SEQ_OF_SQL, (self.replica, prev_hash))).fetchone()
         if row is None:
             raise ChainForked(
                 f"replica {self.replica}: the spill file {self.spill.path} continues a line "
@@ -348,14 +368,13 @@ class PostgresStore(ReceiptStore):
         may not have: the batch is ``sent`` from then on, spilled as these very lines, and
         shipping finds out which. A batch sent before is inserted skipping what is there, and
         checked, as a ship is."""
-        assert self._conn is not None
         retried, batch.sent = batch.sent, True
         try:
             if retried:
-                await self._within(self._ship_rows(rows))
+                await self._run(lambda conn: self._ship_rows(conn, rows))
                 inserted = len(rows)
             else:
-                inserted = await self._within(_insert(self._conn, self.replica, rows))
+                inserted = await self._run(lambda conn: _insert(conn, self.replica, rows))
         except ChainForked:
             raise
         except _DB_ERRORS as exc:
@@ -371,10 +390,9 @@ class PostgresStore(ReceiptStore):
 
     async def _heartbeat(self, loop: asyncio.AbstractEventLoop) -> None:
         """Refresh this process's hold on the replica id (``ReplicaTakenOver`` is fatal)."""
-        assert self._conn is not None
         self._beat_at = loop.time() + HEARTBEAT_S
         try:
-            await self._within(heartbeat(self._conn, self.replica))
+            await self._run(lambda conn: heartbeat(conn, self.replica))
         except ReplicaTakenOver:
             raise
         except _DB_ERRORS as exc:
@@ -382,7 +400,7 @@ class PostgresStore(ReceiptStore):
 
     async def _ship(self) -> None:
         """Move the spill file's lines into the table in order, then empty it."""
-        assert self._executor is not None and self._conn is not None
+        assert self._executor is not None
         loop = asyncio.get_running_loop()
         while self._spill_lines:
             lines = await loop.run_in_executor(
@@ -395,7 +413,7 @@ class PostgresStore(ReceiptStore):
                 self._executor, _rows_of, self.replica, self._spill_seq, lines
             )
             try:
-                await self._within(self._ship_rows(rows))
+                await self._run(lambda conn: self._ship_rows(conn, rows))  # noqa: B023
             except ChainForked:
                 raise
             except _DB_ERRORS as exc:
@@ -412,22 +430,18 @@ class PostgresStore(ReceiptStore):
         self._spill_from = self.spill.size
         log.info("receipt_spill_shipped", replica=self.replica, shipped=self._shipped)
 
-    async def _ship_rows(self, rows: list[ReceiptRow]) -> None:
+    async def _ship_rows(self, conn: Conn, rows: list[ReceiptRow]) -> None:
         """Insert spilled rows, skipping any already there, and check them all, in one
         transaction (a mismatch rolls the whole chunk back)."""
-        assert self._conn is not None
-        async with self._conn.transaction():
-            await self._conn.execute(INSERT_ROWS, insert_params(self.replica, rows))
-            await self._check_rows(rows)
+        async with conn.transaction():
+            await conn.execute(INSERT_ROWS, insert_params(self.replica, rows))
+            await self._check_rows(conn, rows)
 
-    async def _check_rows(self, rows: list[ReceiptRow]) -> None:
+    async def _check_rows(self, conn: Conn, rows: list[ReceiptRow]) -> None:
         """Every line of ``rows`` is in the table as shipped (inserted now, or by an attempt
         whose commit was lost in transit), and the first links to the table's line before it."""
-        assert self._conn is not None
         first, last = rows[0].seq, rows[-1].seq
-        found = await (
-            await self._conn.execute(_HASHES_SQL, (self.replica, first - 1, last))
-        ).fetchall()
+        found = await (await conn.execute(_HASHES_SQL, (self.replica, first - 1, last))).fetchall()
         have = {int(seq): str(digest) for seq, digest in found}
         expected_prev = GENESIS_HASH if first == 1 else have.get(first - 1)
         if rows[0].prev_hash != expected_prev:
@@ -445,31 +459,35 @@ class PostgresStore(ReceiptStore):
 
     # -- the connection ------------------------------------------------------------------------
 
-    async def _within(self, step: Awaitable[_T]) -> _T:
-        """``step``'s result, or ``TimeoutError`` once it took ``db_timeout_s``.
+    async def _run(self, work: Callable[[Conn], Awaitable[_T]]) -> _T:
+        """``work`` on the connection, or ``TimeoutError`` once it took ``db_timeout_s``.
 
         Not cancelled in place: psycopg meets a cancellation by asking the server to cancel
-        the query and waiting for it, which on a hung server takes as long as the hang. The
-        step is left to finish or fail on its own (its connection is closed under it)."""
-        task = asyncio.ensure_future(step)
-        done, _ = await asyncio.wait({task}, timeout=self._db_timeout_s)
-        if task in done:
-            return task.result()
-        self._keep(task)
-        raise TimeoutError(f"PostgreSQL did not answer within {self._db_timeout_s:g} s")
+        the query and waiting for it, which on a hung server takes as long as the hang. Nor is
+        its connection closed under it (that frees libpq's connection while the statement still
+        uses it): the failure retires the connection (``_db_failed``), closed once the
+        statement has returned."""
+        if self._session is None:
+            raise psycopg.OperationalError("not connected")
+        return await self._session.run(work)
 
-    def _orphan(self, step: Awaitable[object]) -> None:
-        """Run ``step`` in the background (closing a connection that may hang)."""
-        self._keep(asyncio.ensure_future(step))
+    def _retire(self, session: Session) -> None:
+        """Close ``session`` in the background once no statement runs on it: a statement still
+        running gets ``db_timeout_s`` more to return by itself (none while closing)."""
+        if session in self._retired:
+            return
+        task = session.retire(0.0 if self._closing else self._db_timeout_s)
+        self._retired[session] = task
+        task.add_done_callback(lambda _: self._retired.pop(session, None))
 
-    def _keep(self, task: asyncio.Future[_T]) -> None:
+    def _keep(self, task: asyncio.Future[None]) -> None:
         self._orphans.add(task)
         task.add_done_callback(self._forget)
 
-    def _forget(self, task: asyncio.Future[_T]) -> None:
+    def _forget(self, task: asyncio.Future[None]) -> None:
         self._orphans.discard(task)
         if not task.cancelled():
-            task.exception()  # retrieved: a late failure of an abandoned step is expected
+            task.exception()  # retrieved: a late failure of a background close is expected
 
     def _db_failed(self, exc: BaseException) -> None:
         self._db_errors += 1
@@ -483,9 +501,9 @@ class PostgresStore(ReceiptStore):
             self._retry_delay = RETRY_FIRST_S
         self._db_down = exc
         self._retry_at = asyncio.get_running_loop().time() + self._retry_delay
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._orphan(conn.close())  # in the background: a hung socket may not close quickly
+        session, self._session = self._session, None
+        if session is not None:
+            self._retire(session)  # closed once its statement (given up on, maybe) returned
 
     async def _reconnect(self, loop: asyncio.AbstractEventLoop, *, wake: bool = False) -> None:
         """One attempt to connect again; on success the writer ships the spill next."""
@@ -527,22 +545,18 @@ def _rows_of(replica: str, first_seq: int, lines: list[bytes]) -> list[ReceiptRo
     return [receipt_row(replica, first_seq + i, line) for i, line in enumerate(lines)]
 
 
-async def _fetch_one(
-    conn: psycopg.AsyncConnection[TupleRow], query: str, params: tuple[object, ...]
-) -> TupleRow | None:
+async def _fetch_one(conn: Conn, query: str, params: tuple[object, ...]) -> TupleRow | None:
     return await (await conn.execute(query, params)).fetchone()
 
 
-async def _insert(
-    conn: psycopg.AsyncConnection[TupleRow], replica: str, rows: list[ReceiptRow]
-) -> int:
+async def _insert(conn: Conn, replica: str, rows: list[ReceiptRow]) -> int:
     """Insert ``rows`` in one statement (autocommit: one transaction, one round trip); how many
     were new."""
     cursor = await conn.execute(INSERT_ROWS, insert_params(replica, rows))
     return cursor.rowcount
 
 
-async def _schema_version(conn: psycopg.AsyncConnection[TupleRow]) -> int:
+async def _schema_version(conn: Conn) -> int:
     exists = "SELECT to_regclass('firstpass_schema') IS NOT NULL"
     row = await (await conn.execute(exists)).fetchone()
     if not row or not row[0]:

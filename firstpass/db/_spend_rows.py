@@ -39,8 +39,8 @@ __all__ = [
     "write_settle",
 ]
 
-#: the oldest schema version with ``firstpass_spend_holds`` (``firstpass db migrate``)
-SCHEMA_NEEDED = 3
+#: the oldest schema version with budget leases (``firstpass db migrate``)
+SCHEMA_NEEDED = 6
 #: a session advisory lock on the replica id: a second live process cannot claim its holds
 REPLICA_LOCK_SQL = "SELECT pg_try_advisory_lock(hashtextextended('firstpass spend ' || %s, 0))"
 _NANO = Decimal("0.000000001")
