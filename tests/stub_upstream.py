@@ -279,6 +279,7 @@ class StubUpstream:
         self._queues: dict[str | None, deque[Reply]] = {}
         self._ids = itertools.count(1)
         self._closing = asyncio.Event()
+        self._released = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._fast_body = self._render([answer], model=models[0], usage=None, body={})
 
@@ -345,6 +346,7 @@ class StubUpstream:
     async def start(self) -> StubUpstream:
         """Bind and serve; the port is known afterwards."""
         self._closing = asyncio.Event()
+        self._released = asyncio.Event()
         runner = web.AppRunner(
             self.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
         )
@@ -375,12 +377,22 @@ class StubUpstream:
 
     # -- handlers ----------------------------------------------------------------------------
 
+    async def release(self) -> None:
+        """End every scripted latency now and from now on: a test that needs a request held
+        while it does something scripts a long latency and releases it when done, instead of
+        betting that a short one outlasts its steps on a loaded machine."""
+        self._released.set()
+
     async def _wait(self, seconds: float) -> None:
-        """Sleep, but stop early when the stub closes."""
-        if seconds <= 0:
+        """Sleep, but stop early when the stub closes or is ``release``d."""
+        if seconds <= 0 or self._released.is_set():
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._closing.wait(), seconds)
+        waits = [asyncio.ensure_future(e.wait()) for e in (self._closing, self._released)]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     def _next_reply(self, model: str | None, body: dict[str, Any]) -> Reply:
         for key in (model, None):

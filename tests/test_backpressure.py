@@ -10,6 +10,8 @@ from typing import Any
 import openai
 import pytest
 
+from firstpass.sandbox import Sandbox
+from firstpass.server._keys import SANDBOX
 from tests.server_harness import CHEAP, MODEL
 from tests.stub_upstream import Reply
 
@@ -46,10 +48,12 @@ def test_a_saturated_sandbox_answers_503_with_retry_after(
     stack.stub.script(Reply.ok(SLEEPY), Reply.ok(SLEEPY), model=CHEAP)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         first = pool.submit(_ask, stack)
-        deadline = time.monotonic() + 10
-        while len(stack.stub.completions) < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # the first sample is in the sandbox now
+        sandbox = stack.app[SANDBOX]
+        assert isinstance(sandbox, Sandbox)
+        deadline = time.monotonic() + 60
+        while sandbox.stats.busy < 1:  # the first sample holds the slot (sleeping 3 s)
+            assert time.monotonic() < deadline and not first.done(), "it never got the slot"
+            time.sleep(0.01)
         with pytest.raises(openai.InternalServerError) as info:
             _ask(stack)
         assert first.result().headers["X-Firstpass-Action"] in ("served", "exhausted_unverified")
@@ -68,7 +72,8 @@ def test_a_saturated_sandbox_answers_503_with_retry_after(
 def test_a_full_server_answers_429_with_retry_after(live_stack: Any) -> None:
     """Past server.max_concurrency, a request is refused at once with a Retry-After to wait."""
     stack = live_stack(max_concurrency=1)
-    stack.stub.script(Reply.ok("slow", latency_ms=1500), model=CHEAP)
+    # held until released below: the second request must find the first in flight
+    stack.stub.script(Reply.ok("slow", latency_ms=600_000), model=CHEAP)
     client = _client(stack)
 
     def slow() -> Any:
@@ -83,6 +88,7 @@ def test_a_full_server_answers_429_with_retry_after(live_stack: Any) -> None:
             time.sleep(0.02)
         with pytest.raises(openai.RateLimitError) as info:
             slow()
-        busy.result()
+        stack.run(stack.stub.release())
+        assert busy.result().choices[0].message.content == "slow"
     assert info.value.code == "concurrency_limit"
     assert int(info.value.response.headers["Retry-After"]) >= 1

@@ -1,10 +1,13 @@
 """The whole loop under its own guarantee: shadow → ``firstpass calibrate`` → enforce.
 
-Each repetition runs the real server and the real SDK: a shadow run on calibration traffic, the
-CLI's certificate from its receipts, then an enforce run on fresh traffic citing that file. The
-upstream draws each request's k samples from a known mixture of task types (a sample is correct,
-plausible-but-wrong, or visibly wrong), and the sandbox is a table that reads the kind off the
-answer, so the true served-failure rate among skips at any λ is known exactly.
+Each repetition runs the real server: a shadow run on calibration traffic, the CLI's certificate
+from its receipts, then an enforce run on fresh traffic citing that file. The requests go over
+plain HTTP on kept-alive connections (the openai SDK, whose drop-in use other tests cover, cost
+two to three times the CPU of each of these ~3,500 requests; with more of them, the test took
+6-22 minutes under load). The upstream draws each request's k samples from a known mixture of
+task types (a sample is correct, plausible-but-wrong, or visibly wrong), and the sandbox is a
+table that reads the kind off the answer, so the true served-failure rate among skips at any λ is
+known exactly.
 
 At α = δ = 0.1 the mixture makes λ = 1 (5/5) safe (true rate 0.074) and λ = 0.8 unsafe (0.109):
 a calibration that ignored δ, pooled levels, or used labels of another sample would certify 0.8
@@ -15,16 +18,18 @@ and that the realized failure rate among skips in the enforce runs stays near α
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import json
 import random
+import threading
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from math import comb
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from firstpass.cli import main as firstpass_main
@@ -39,7 +44,10 @@ K = 5
 ALPHA = DELTA = 0.1
 #: (share of traffic, P(sample correct), P(sample passes visible but fails the gate))
 TYPES = ((0.6, 0.95, 0.03), (0.3, 0.55, 0.25), (0.1, 0.10, 0.20))
-REPS, N_CAL, N_ENFORCE = 8, 600, 250
+#: 5 repetitions (4 of them certify): each costs ~2 s of CPU, and the test must finish well
+#: inside its timeout at load 30; the enforce runs only measure the realized rate among skips,
+#: pooled (~65 skips a run at λ = 1): 100 requests a run keep its 2-SE bound under 0.14
+REPS, N_CAL, N_ENFORCE = 5, 600, 100
 
 
 def true_rate_among_skips(lam: float) -> float:
@@ -116,17 +124,36 @@ class Traffic:
 
 
 def _send(stack: Any, n: int) -> None:
-    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    """``n`` chat requests from 4 threads, each on its own kept-alive connection; each a 200."""
+    url = urllib.parse.urlsplit(stack.base_url)
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "write add"}],
+            "firstpass": TESTS,
+        }
+    )
+    local = threading.local()
+    opened: list[http.client.HTTPConnection] = []
 
     def one(_: int) -> None:
-        client.chat.completions.create(
-            model=MODEL,
-            messages=[{"role": "user", "content": "write add"}],
-            extra_body={"firstpass": TESTS},
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+            opened.append(conn)
+        conn.request(
+            "POST", url.path + "/chat/completions", body, {"Content-Type": "application/json"}
         )
+        reply = conn.getresponse()
+        text = reply.read()
+        assert reply.status == 200, text[:500]
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(one, range(n)))
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(one, range(n)))
+    finally:
+        for conn in opened:
+            conn.close()
 
 
 def _rep(live_stack: Any, tmp_path: Path, rep: int) -> tuple[float | None, int, int]:
@@ -134,6 +161,7 @@ def _rep(live_stack: Any, tmp_path: Path, rep: int) -> tuple[float | None, int, 
     shadow = live_stack(
         elastic={"k": K, "escalate_at": 0, "mode": "shadow"},
         sandbox_factory=lambda _c: TableSandbox(),
+        timeout_s=60.0,  # the stub answers at once: only a loaded machine is slow
     )
     shadow.stub.responder = Traffic(seed=2 * rep).responder
     _send(shadow, N_CAL)
@@ -151,7 +179,10 @@ def _rep(live_stack: Any, tmp_path: Path, rep: int) -> tuple[float | None, int, 
     try:
         # the same upstream the shadow receipts were drawn from: a certificate is bound to it
         enforce = live_stack(
-            elastic=block, sandbox_factory=lambda _c: TableSandbox(), upstream=shadow.stub.url
+            elastic=block,
+            sandbox_factory=lambda _c: TableSandbox(),
+            upstream=shadow.stub.url,
+            timeout_s=60.0,
         )
     except ConfigError as exc:  # pragma: no cover - a certificate must be usable as written
         pytest.fail(f"the certificate calibrate wrote was refused: {exc}")
@@ -170,8 +201,9 @@ def _rep(live_stack: Any, tmp_path: Path, rep: int) -> tuple[float | None, int, 
     return cert["lambda"], skipped, fails
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(600)  # ~8 s of CPU alone: a few minutes on a machine at load 30
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_enforcing_what_calibrate_certified_keeps_served_failure_among_skips_within_alpha(
     live_stack: Any, tmp_path: Path
 ) -> None:

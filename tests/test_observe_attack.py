@@ -204,7 +204,7 @@ def test_json_log_stays_one_object_a_line_when_aiohttp_reports_a_malformed_reque
         with socket.create_connection((host, int(port)), timeout=5) as sock:
             sock.sendall(raw)
             assert sock.recv(64).startswith(b"HTTP/1.")  # answered 400
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # logged at once; a loaded machine is slow
     while time.monotonic() < deadline:
         lines = _lines(json_log)
         foreign = [json.loads(line) for line in lines if '"aiohttp.' in line]

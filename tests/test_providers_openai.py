@@ -153,19 +153,21 @@ async def test_n_is_one_upstream_call_when_the_provider_honours_it(
 async def test_n_is_n_concurrent_calls_when_the_provider_does_not_honour_it(
     session: aiohttp.ClientSession,
 ) -> None:
-    """Without `n` support, k samples are k single-choice calls made at the same time, merged."""
-    async with StubUpstream(honours_n=False, latency_ms=150) as stub:
-        provider = build_provider(config(stub.url, honours_n=False), session=session)
-        started = time.perf_counter()
-
+    """Without `n` support, k samples are k single-choice calls made at the same time, merged:
+    all four reach the stub before the first is answered (one after another, each would arrive
+    at least the stub's 1 s latency after the one before, however idle the machine)."""
+    async with StubUpstream(honours_n=False, latency_ms=1000) as stub:
+        # a timeout far above the latency: a loaded machine is slow, and a retry would count
+        provider = build_provider(
+            config(stub.url, honours_n=False, timeout_s=60.0), session=session
+        )
         result = await provider.complete("m", BODY, n=4)
-
-        elapsed = time.perf_counter() - started
         one = await provider.complete("m", BODY)
     assert [r.n for r in stub.completions] == [1, 1, 1, 1, 1]
     assert all("n" not in r.body for r in stub.completions)
     assert result.n == 4 and result.calls == 4 and result.attempts == 4
-    assert elapsed < 0.45, "four 150 ms calls must overlap, not run one after another"
+    arrived = [r.time for r in stub.completions[:4]]
+    assert max(arrived) - min(arrived) < 1.0, "four calls must overlap, not run one by one"
     assert result.input_tokens == 4 * one.input_tokens
     assert result.output_tokens == 4 * one.output_tokens
     assert result.raw is not None

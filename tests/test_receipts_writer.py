@@ -277,12 +277,14 @@ async def test_full_queue_is_counted_and_nothing_is_lost(log: Path, disk):
 
 
 async def test_write_returns_before_the_disk_write_and_flush_waits_for_it(log: Path, disk):
-    """write() only enqueues; flush() returns once the record is in the file."""
-    disk.delay = 0.3
+    """write() only enqueues; flush() returns once the record is in the file. Waiting for the
+    disk would take its 1 s delay however idle the machine; an enqueue takes far less however
+    loaded it is."""
+    disk.delay = 1.0
     async with ReceiptWriter(log) as writer:
         started = time.perf_counter()
         await writer.write(receipt(0))
-        assert time.perf_counter() - started < 0.1
+        assert time.perf_counter() - started < disk.delay
         await writer.flush()
         assert len(read_records(log)) == 1
 
@@ -345,7 +347,8 @@ async def test_fsync_policy_always_syncs_each_batch_and_never_syncs_none(
 
 
 async def test_fsync_batch_syncs_within_a_second_without_a_flush(log: Path, disk):
-    """``batch`` fsyncs written data within about a second even if no more writes come."""
+    """``batch`` fsyncs written data within about a second even if no more writes come (the
+    bound checked is 10 s: the timer's second, and what a loaded machine adds to it)."""
     async with ReceiptWriter(log, fsync="batch") as writer:
         started = time.monotonic()
         await writer.write(receipt(0))
@@ -353,10 +356,10 @@ async def test_fsync_batch_syncs_within_a_second_without_a_flush(log: Path, disk
             await asyncio.sleep(0.01)
         if time.monotonic() - started < 0.9:  # not yet due: written, not synced
             assert disk.fsyncs == 0
-        while disk.fsyncs == 0 and time.monotonic() - started < 3.0:
+        while disk.fsyncs == 0 and time.monotonic() - started < 30.0:
             await asyncio.sleep(0.05)
         assert disk.fsyncs == 1
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 10.0
     assert disk.fsyncs == 1  # nothing new to sync at close
 
 

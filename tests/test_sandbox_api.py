@@ -307,18 +307,28 @@ async def test_weaker_levels_still_judge_and_report_themselves(level: str) -> No
 
 
 async def test_a_cancelled_run_keeps_its_slot_until_the_sample_is_stopped() -> None:
-    """Cancelling a run does not let the next sample share its slot while it still runs."""
+    """Cancelling a run does not let the next sample share its slot while it still runs. The
+    cancel comes once the hanging sample runs (its worker is alive, where uids show it); the
+    good samples after it get a roomy wall limit, as a loaded machine is slow, not hung."""
+    from tests.sandbox_helpers import processes_of
+
     async with Sandbox(concurrency=1, limits=Limits(cpu_s=1, wall_s=1)) as sandbox:
         spec = parse_spec(["assert f(1) == 2"])
         hang = asyncio.ensure_future(sandbox.run("while True:\n    pass\n", spec))
-        await asyncio.sleep(0.2)
+        if sandbox.worker_uids:
+            deadline = time.monotonic() + 60
+            while not await asyncio.to_thread(processes_of, sandbox.worker_uids):
+                assert time.monotonic() < deadline and not hang.done(), "it never started"
+                await asyncio.sleep(0.01)
+        else:  # no uids to watch: give it a moment to start
+            await asyncio.sleep(0.2)
         hang.cancel()
         with pytest.raises(asyncio.CancelledError):
             await hang
         t0 = time.monotonic()
-        results = await sandbox.run_many([GOOD] * 3, spec)
+        results = await sandbox.run_many([GOOD] * 3, spec, limits=Limits(cpu_s=5, wall_s=60))
     assert all(r.passed for r in results)
-    assert time.monotonic() - t0 >= 0.5  # it waited for the hanging sample's wall limit
+    assert time.monotonic() - t0 >= 0.5  # it waited for the hanging sample's limits
 
 
 async def test_an_answer_holding_a_lone_surrogate_is_a_failed_result_not_an_exception(

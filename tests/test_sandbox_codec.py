@@ -417,10 +417,10 @@ def test_a_three_million_element_list_round_trips() -> None:
     """Lists far beyond the old 2,000,000-node cap cross, in reasonable time."""
     value = list(range(3_000_000))
     value[7] = 2**100
-    start = time.perf_counter()
+    cpu = time.process_time()  # CPU time: a loaded machine cannot trip it
     back = from_wire(to_wire(value))
     assert back == value
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - cpu < 20
 
 
 def test_both_directions_enforce_the_same_node_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -727,9 +727,9 @@ def test_deep_values_compare_unequal_instead_of_raising() -> None:
 def test_the_comparison_walks_big_lists_in_reasonable_time() -> None:
     """Two equal 1,000,000-element lists compare in seconds, not minutes."""
     a = list(range(1_000_000))
-    start = time.perf_counter()
+    cpu = time.process_time()  # CPU time: a loaded machine cannot trip it
     assert values_equal(a, list(a), 0)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - cpu < 10
 
 
 @settings(max_examples=300, deadline=None)

@@ -178,7 +178,7 @@ def run_inner(code: str, timeout: float = 60, zygote_mounts: tuple[str, ...] | N
 @pytest.fixture(autouse=True)
 def _nothing_left_behind() -> Iterator[None]:
     yield
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # they are killed at once; a loaded machine is slow
     while processes_of(TEST_UIDS) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert processes_of(TEST_UIDS) == [], "a test left processes of its uids running"
@@ -408,7 +408,7 @@ def test_killing_the_worker_kills_the_whole_sample() -> None:
             waiter_uid = int(next(ln for ln in f if ln.startswith("Uid:")).split()[1])
         os.kill(pid, signal.SIGKILL)
         st, _ = finish(pid, r)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while in_pidns(link) and time.monotonic() < deadline:
             time.sleep(0.02)
         emit({"st": st, "before": len(before), "left": in_pidns(link), "waiter_uid": waiter_uid})
@@ -482,7 +482,9 @@ def test_enter_rejects_bad_arguments_before_touching_anything() -> None:
 
 @needs_root_unshare
 def test_namespace_entry_costs_a_few_milliseconds() -> None:
-    """Entering the sample's namespaces adds milliseconds, not tens of them, to a plain fork."""
+    """Entering the sample's namespaces adds milliseconds, not tens of them, to a plain fork:
+    in CPU time (the child's, from wait4), which a loaded machine does not inflate as it does
+    the wall times printed beside it."""
     res = run_inner(
         """
         import statistics
@@ -501,9 +503,10 @@ def test_namespace_entry_costs_a_few_milliseconds() -> None:
             os.close(w)
             os.read(r, 1)
             ready = time.perf_counter() - t0
-            os.waitpid(pid, 0)
+            _, _, usage = os.wait4(pid, 0)
             os.close(r)
-            return ready * 1e3, (time.perf_counter() - t0) * 1e3
+            cpu = usage.ru_utime + usage.ru_stime
+            return ready * 1e3, (time.perf_counter() - t0) * 1e3, cpu * 1e3
         out = {}
         for ns in (False, True):
             runs = [once(ns) for _ in range(50)]
@@ -511,8 +514,11 @@ def test_namespace_entry_costs_a_few_milliseconds() -> None:
         emit(out)
         """
     )
-    print(f"\nmedian ms (ready, round trip): plain fork {res['fork']}, with namespaces {res['ns']}")
-    assert res["ns"][0] - res["fork"][0] < 30
+    print(
+        f"\nmedian ms (ready, round trip, child CPU): plain fork {res['fork']}, "
+        f"with namespaces {res['ns']}"
+    )
+    assert res["ns"][2] - res["fork"][2] < 30
 
 
 # --------------------------------------------------------------------------- seccomp

@@ -109,6 +109,6 @@ def test_a_long_unclosed_fence_is_found_in_linear_time() -> None:
 
     from firstpass.sandbox import extract_code
 
-    t0 = time.perf_counter()
+    cpu = time.process_time()  # CPU time: a loaded machine cannot trip it
     assert extract_code("```" + "x" * 200_000, None).rule == "none"
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - cpu < 0.5

@@ -20,7 +20,12 @@ pytestmark = [
 
 SPEC = parse_spec(["assert f(1) == 2", "assert f(2) == 3"])
 GOOD = "def f(x):\n    return x + 1\n"
-FAST = Limits(cpu_s=2.0, wall_s=3.0, memory_mb=256, nproc=16, output_bytes=100_000)
+#: CPU time is what bounds a spinning sample (load does not change it); the wall limit is far
+#: above it so that on a loaded machine a memory or output bomb still meets its own limit
+#: first, not the wall clock (at load 30 a 3 s wall limit ended memory_bomb_list as a timeout)
+FAST = Limits(cpu_s=2.0, wall_s=30.0, memory_mb=256, nproc=16, output_bytes=100_000)
+#: how long cleanup may take after an answer: it runs at once, but a loaded machine is slow
+CLEANUP_S = 30.0
 
 
 @pytest.fixture
@@ -34,7 +39,7 @@ async def assert_healthy(sb: Sandbox) -> None:
     """The next normal sample passes, no sandbox-uid process is alive, no file is left."""
     result = await sb.run(GOOD, SPEC)
     assert result.passed, result
-    deadline = time.monotonic() + 2  # cleanup runs right after the answer is sent
+    deadline = time.monotonic() + CLEANUP_S  # cleanup runs right after the answer is sent
     while (processes_of(sb.worker_uids) or leftover_files(sb)) and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     assert processes_of(sb.worker_uids) == []
@@ -157,7 +162,7 @@ async def test_failing_test_does_not_hide_the_others(sb: Sandbox) -> None:
     """A test that hangs times out on its own; the tests after it still report."""
     spec = parse_spec(["assert f(1) == 2", "assert f(0) == 1", "assert f(3) == 4"])
     code = "def f(x):\n    while x == 1:\n        pass\n    return x + 1\n"
-    result = await sb.run(code, spec, limits=Limits(cpu_s=2, wall_s=4))
+    result = await sb.run(code, spec, limits=Limits(cpu_s=2, wall_s=30))
     assert [t.passed for t in result.tests] == [False, True, True]
     assert result.tests[0].error_type == "timeout"
 
@@ -305,12 +310,14 @@ async def test_home_directories_are_hidden(sb: Sandbox) -> None:
 
 
 async def test_lingering_grandchild_neither_delays_nor_outlives_the_run(sb: Sandbox) -> None:
-    """A forked child that keeps the result channel open is killed once the worker is done."""
+    """A forked child that keeps the result channel open is killed once the worker is done:
+    the run ends well before the wall limit it would otherwise wait for (30 s), a bound load
+    cannot reach (waiting for the child would take at least that long, load or not)."""
     code = (
         "import os, time\n"
         "if os.fork() == 0:\n"
         "    os.setsid()\n"
-        "    time.sleep(60)\n"
+        "    time.sleep(600)\n"
         "    os._exit(0)\n"
         "def f(x):\n"
         "    return x + 1\n"
