@@ -144,14 +144,27 @@ def test_init_refuses_to_overwrite_an_existing_file_unless_forced(tmp_path: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["firstpass.toml"]
 
 
-def test_init_into_a_missing_directory_fails_in_one_line(tmp_path: Path) -> None:
-    """A --path whose directory does not exist: exit 2, one line naming it, nothing created."""
-    result = firstpass("init --path nowhere/firstpass.toml", tmp_path)
+@pytest.mark.parametrize(
+    ("path", "written"),
+    [
+        ("x/y/", "x/y/firstpass.toml"),
+        ("x/y/starter.toml", "x/y/starter.toml"),
+        ("x/y", "x/y"),
+    ],
+    ids=["directory", "file", "no-slash-is-a-file"],
+)
+def test_init_creates_missing_directories_as_keygen_does(
+    tmp_path: Path, path: str, written: str
+) -> None:
+    """`init --path x/y/` failed on the missing directory (`keygen --out` creates it): now the
+    directories are made, a trailing slash names a directory (firstpass.toml goes in it), and
+    the printed next command serves that file."""
+    result = firstpass(f"init --path {path}", tmp_path)
 
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    assert "directory nowhere does not exist" in result.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / written).is_file()
+    assert next_command(result.stdout).endswith(f"serve --config {written}")
+    assert load_config(tmp_path / written, env={}).routes[0].name == "demo"
 
 
 @pytest.mark.parametrize("name", ["OpenAI", "vLLM", "Ollama", "Groq"])

@@ -355,3 +355,29 @@ def test_checks_python_snippet_prints_what_its_comment_says(clone: Path) -> None
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+def test_the_init_snippet_says_to_stop_the_quickstart_server_first() -> None:
+    """The starter listens on 8787, the port the Quickstart's server still holds: the text
+    before the `init` snippet says to stop that server first (it did not, and the second server
+    failed to bind)."""
+    text = README.read_text(encoding="utf-8")
+    before = text[: text.index("<!-- snippet: init -->")]
+    paragraph = before.rstrip().rsplit("\n\n", 1)[-1]
+    assert "stop\nthe Quickstart's server first" in paragraph or (
+        "stop the Quickstart's server first" in " ".join(paragraph.split())
+    ), paragraph
+    assert "8787" in paragraph
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_each_page_says_near_its_top_that_bare_commands_assume_the_venv(page: Path) -> None:
+    """The README and each docs page write `firstpass ...`/`python ...` bare; each says, before
+    its first section, that those assume the project's venv is active and how to do without."""
+    top = page.read_text(encoding="utf-8").split("\n## ", 1)[0]
+    said = " ".join(top.replace("\n> ", "\n").split())  # a block quote's lines joined
+    assert "assume the project's virtualenv is active" in said, page
+    assert "source .venv/bin/activate" in said and ".venv/bin/firstpass" in said, page

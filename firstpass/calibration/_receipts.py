@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import stat
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -31,6 +32,7 @@ from firstpass.calibration._lines import (
     nonblank,
     parse_chunk,
 )
+from firstpass.calibration._none_left import OTHER_DRAW, nothing_left
 from firstpass.calibration._onepass import LogRows, Pool, scan_log
 from firstpass.calibration._rows import (
     NOT_A_REQUEST,
@@ -40,7 +42,7 @@ from firstpass.calibration._rows import (
     receipt_values,
 )
 from firstpass.calibration._until import Period, join, note
-from firstpass.calibration._window import RowWindow
+from firstpass.calibration._window import OTHER_ROUTE, RowWindow
 from firstpass.errors import CalibrationError, ReceiptError
 from firstpass.receipts import GENESIS_HASH
 
@@ -160,6 +162,7 @@ def read_receipts(
     firsts: list[str | None] = []  # a verified log's first line's hash (None: empty, unverified)
     periods: dict[ContextKey, Period | None] = {}
     n_lines = 0
+    other_routes: Counter[str | None] = Counter()  # of the rows --route left out
     feedback = FeedbackLabels(rung) if use_feedback else None
     with Pool() as pool:
         for index, path in enumerate(files):
@@ -201,6 +204,7 @@ def read_receipts(
                 limited,
                 feedback,
                 periods,
+                other_routes,
             )
             heads.append(chain.head)
             digests.append(None if chain.ok else file_sha256(path))
@@ -224,13 +228,18 @@ def read_receipts(
         if cols is not None:
             cols = (cols[0], relabelled, cols[2], cols[3], cols[4], cols[5])
     keys = tuple(routes.names)
+    drawn = [(key[1], key[2]) for key in keys]
     if cols is not None and (model is not None or temperature is not None):
         cols, keys = _only_drawn_with(cols, keys, model, temperature, skipped)
     if cols is None or not cols[0].size:
-        why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "no lines"
         raise CalibrationError(
-            f"no labelled shadow receipts in {', '.join(map(str, files))} ({why}); "
-            'run the proxy with [escalation.elastic] mode = "shadow" to collect labels'
+            nothing_left(
+                ", ".join(map(str, files)),
+                skipped,
+                route=window.route if window is not None else None,
+                other_routes=other_routes,
+                drawn=drawn,
+            )
         )
     source = Source(
         kind="receipts",
@@ -290,8 +299,7 @@ def _only_drawn_with(
     mask = mapped >= 0
     dropped = int((~mask).sum())
     if dropped:
-        reason = "drawn from another model or temperature (--model/--temperature)"
-        skipped[reason] = skipped.get(reason, 0) + dropped
+        skipped[OTHER_DRAW] = skipped.get(OTHER_DRAW, 0) + dropped
     score, failed, k, c, _, level_set = cols
     out = (score[mask], failed[mask], k[mask], c[mask], mapped[mask], level_set[mask])
     return out, tuple(keys[i] for i in keep)
@@ -545,10 +553,13 @@ def _read_parsed(
     limited: tuple[int, str] | None = None,
     feedback: FeedbackLabels | None = None,
     periods: dict[ContextKey, Period | None] | None = None,
+    other_routes: Counter[str | None] | None = None,
 ) -> int:
     """Read a log by parsing every line with ``json`` (a log the one-pass read could not vouch
     for); returns its non-blank line count. An unverified log may hold a truncated line: it is
-    skipped and counted. ``limited``: only lines 1..n are read, the others skipped (reason)."""
+    skipped and counted. ``limited``: only lines 1..n are read, the others skipped (reason).
+    ``other_routes``: counts the routes of the labelled rows ``window`` leaves out as of
+    another route (for the message when none is left)."""
     lines, numbers = nonblank(path)
     total = len(lines)
     if limited is not None:
@@ -575,7 +586,10 @@ def _read_parsed(
             outcome = receipt_values(path, lineno, record, score, rung)
             if not isinstance(outcome, str) and window is not None and isinstance(record, dict):
                 # (a receipt is an object, or receipt_values has refused it)
-                outcome = window.skip_reason(record, outcome[4][0]) or outcome
+                left_out = window.skip_reason(record, outcome[4][0])
+                if left_out == OTHER_ROUTE and other_routes is not None:
+                    other_routes[outcome[4][0]] += 1
+                outcome = left_out or outcome
             if isinstance(outcome, str):
                 skipped[outcome] = skipped.get(outcome, 0) + 1
             else:

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from firstpass._json import JSON
 from firstpass.calibration import stats
 from firstpass.calibration._looks import LedgerState, LookRef, SliceKey
+from firstpass.calibration._rows import pass_share_levels
 from firstpass.calibration.data import Labelled, RouteContext, Source
 from firstpass.calibration.settings import METHODS, Settings
 from firstpass.errors import CalibrationError
@@ -161,12 +162,19 @@ def slice_keys(data: Labelled, settings: Settings) -> dict[str | None, SliceKey]
     return {None: SliceKey(route=route, routes=present, rung=data.rung)}
 
 
-def level_label(level: float, k: int | None) -> str:
-    """``"c/k"`` for a pass-share level (reduced when k is mixed), else the number."""
+def level_label(level: float, k: int | None, *, fractions: bool = True) -> str:
+    """``"c/k"`` for a pass-share level; with k mixed, the reduced fraction (``"k/k"`` and
+    ``"0/k"`` at the ends, as the regime table names them, not ``"1/1"`` and ``"0/1"``);
+    the number itself for a level that is no pass share (``fractions=False``: a study's
+    declared levels)."""
+    if not fractions:
+        return f"{level:.4g}"
     if k is not None:
         c = round(level * k)
         if abs(c / k - level) <= 1e-9:
             return f"{c}/{k}"
+    elif level in (0.0, 1.0):
+        return "k/k" if level else "0/k"
     frac = Fraction(level).limit_denominator(1000)
     if abs(float(frac) - level) <= 1e-9:
         return f"{frac.numerator}/{frac.denominator}"
@@ -238,8 +246,32 @@ def _split(
     return np.sort(order[n_hold:]), np.sort(order[:n_hold])
 
 
+def _label_k(data: Labelled) -> tuple[int | None, bool]:
+    """How to name ``data``'s levels: ``(k, True)`` when every row's levels are the pass
+    shares of one k (rows that gave a score on those levels included), ``(None, True)`` when
+    they are pass shares of several k, ``(None, False)`` when some are declared levels that no
+    k gives (a study's ``"levels"``): those are named by their number."""
+    k = data.single_k()
+    if k is not None:
+        return k, True
+    present = {data.level_sets[int(i)] for i in np.unique(data.level_set)}
+    shares = {len(s) - 1 for s in present if _are_pass_shares(s)}
+    if len(shares) != len(present):
+        return None, False
+    return (shares.pop() if len(shares) == 1 else None), True
+
+
+def _are_pass_shares(levels: tuple[float, ...]) -> bool:
+    """``levels`` are 0/k, 1/k, ..., k/k for k = len(levels) - 1 (as a study may declare them)."""
+    k = len(levels) - 1
+    return k >= 1 and all(
+        abs(a - b) <= 1e-9 for a, b in zip(levels, pass_share_levels(k), strict=True)
+    )
+
+
 def _fit(data: Labelled, settings: Settings, *, route: str | None) -> Fit:
     k = data.single_k()
+    label_k, fractions = _label_k(data)
     levels = data.levels()  # ascending
     calib_idx, hold_idx = _split(data.n, settings.holdout, settings.seed)
     calib = data.subset(calib_idx)
@@ -259,7 +291,7 @@ def _fit(data: Labelled, settings: Settings, *, route: str | None) -> Fit:
     rows = tuple(
         LevelResult(
             lam=float(strictest_first[j]),
-            label=level_label(float(strictest_first[j]), k),
+            label=level_label(float(strictest_first[j]), label_k, fractions=fractions),
             n=int(n_skip[j]),
             failures=int(m_skip[j]),
             p_value=None if tests.p_value is None else float(tests.p_value[j]),
@@ -290,7 +322,7 @@ def _fit(data: Labelled, settings: Settings, *, route: str | None) -> Fit:
         escalate_share=None if n_esc is None else n_esc / calib.n,
         escalated=n_esc,
         regimes=tuple(stats.regime_table(levels, all_n, all_n - all_failed)),
-        by_level=tuple(_by_level(data, levels, k)),
+        by_level=tuple(_by_level(data, levels, label_k, fractions=fractions)),
         # grouped by level: the same U statistic as over rows, without sorting every row
         auc_entropy=stats.auc_mann_whitney(
             stats.binary_entropy(levels), all_failed, all_n - all_failed
@@ -315,7 +347,7 @@ def _without_empty_tail(selected: int | None, n_skip: npt.NDArray[np.int64]) -> 
 
 
 def _by_level(
-    data: Labelled, levels: npt.NDArray[np.float64], k: int | None
+    data: Labelled, levels: npt.NDArray[np.float64], k: int | None, *, fractions: bool = True
 ) -> list[stats.ProportionRow]:
     """Per pass count ("c/k", also for mixed k) when every row has one, else per score level."""
     total = data.n
@@ -339,7 +371,9 @@ def _by_level(
     n = np.bincount(idx, minlength=levels.size)
     ok = np.bincount(idx[~data.failed], minlength=levels.size)
     return [
-        stats.proportion_row(level_label(float(levels[j]), k), int(n[j]), int(ok[j]), total)
+        stats.proportion_row(
+            level_label(float(levels[j]), k, fractions=fractions), int(n[j]), int(ok[j]), total
+        )
         for j in range(levels.size)
         if n[j]
     ]

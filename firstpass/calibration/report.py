@@ -383,6 +383,16 @@ def _looks_text(looks: Sequence[LookRef]) -> list[str]:
     return out
 
 
+def _score_text(cal: Calibration) -> str:
+    """The header's score: ``pass_share (c/k)``, a probe score's name, or, for a study that
+    declared its own scores and levels, that (its name is the key ``score``)."""
+    if cal.source.kind == "study" and cal.score_name != PASS_SHARE:
+        return 'score: the study\'s own ("score" on its "levels")'
+    if cal.score_name == PASS_SHARE:
+        return f"score = {PASS_SHARE} (c/k)"
+    return f"score = {cal.score_name}"
+
+
 def text_report(cal: Calibration) -> str:
     """The human report printed by the CLI."""
     s, src = cal.settings, cal.source
@@ -393,7 +403,7 @@ def text_report(cal: Calibration) -> str:
             if s.method == "ltt"
             else f"α = {s.alpha:g} on P(skip and fail), no δ, "
         )
-        + f"score = {cal.score_name}",
+        + _score_text(cal),
         "  " + guarantee_text(s.method, s.alpha, s.delta),
         f"  data: {src.used} labelled rows from {', '.join(src.paths)} ({src.lines} lines read)",
     ]

@@ -5,6 +5,10 @@ stdin and prints ``{"verdict": "pass" | "fail" | "abstain", "score"?: 0..1, "rea
 on stdout. A non-zero exit, a timeout, too much output or anything but that JSON is an
 ``abstain`` (the check's ``on_abstain`` decides what that means).
 
+When it abstains (a crash, a timeout, no verdict), the reason ends with the tail of what it
+wrote to stderr (bounded: ``STDERR_TAIL``), so an operator sees why; the command's environment is
+empty, so that tail holds no secret of the proxy's.
+
 It runs with the sandbox's process hygiene, because what it reads is untrusted model output:
 an empty environment (no API keys), its own session and process group (killed whole at the
 timeout), rlimits on CPU time, address space, file size, open files and processes, a fresh
@@ -44,6 +48,12 @@ os.execve(sys.argv[2], sys.argv[2:], {})  # not os.environ: Python may have set 
 
 #: stdout beyond this is not a verdict
 OUTPUT_MAX = 65_536
+#: of stderr, only this many final bytes are kept (the rest is read and dropped), and of those
+#: the last ``STDERR_LINES`` lines, at most ``STDERR_CHARS`` characters, go into an abstain's
+#: reason: why a grader crashed is in the end of its traceback
+STDERR_TAIL = 4096
+STDERR_LINES = 5
+STDERR_CHARS = 600
 
 
 def _resolve(argv: object) -> tuple[str, ...]:
@@ -95,7 +105,12 @@ class CommandCheck:
             "RLIMIT_CORE": 0,
         }
 
-    def _abstain(self, reason: str, category: str = "check_error") -> CheckResult:
+    def _abstain(
+        self, reason: str, category: str = "check_error", stderr: _Tail | None = None
+    ) -> CheckResult:
+        said = stderr.text() if stderr is not None else ""
+        if said:
+            reason += f"; stderr: {said}"
         return self.options.result(
             self.kind, verdict="abstain", score=0.0, reasons=(reason,), category=category
         )
@@ -121,28 +136,44 @@ class CommandCheck:
                 *self.argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
                 env={},
                 cwd=workdir,
                 start_new_session=True,
             )
         except OSError as exc:
             return self._abstain(f"could not start {self.argv[0]}: {exc.strerror}")
+        stderr = _Tail()
         try:
-            out = await asyncio.wait_for(self._talk(proc, payload), self.timeout_s)
+            out = await asyncio.wait_for(self._talk(proc, payload, stderr), self.timeout_s)
         except TimeoutError:
-            return self._abstain(f"no verdict within {self.timeout_s:g} s", "timeout")
+            return self._abstain(f"no verdict within {self.timeout_s:g} s", "timeout", stderr)
         finally:
             _kill_group(proc.pid)
             await proc.wait()
         if len(out) > OUTPUT_MAX:
-            return self._abstain(f"printed more than {OUTPUT_MAX} bytes")
+            return self._abstain(f"printed more than {OUTPUT_MAX} bytes", stderr=stderr)
         if proc.returncode != 0:
-            return self._abstain(f"{os.path.basename(self.argv[0])} exited with {proc.returncode}")
-        return self._parse(out)
+            name = os.path.basename(self.argv[0])
+            return self._abstain(f"{name} exited with {proc.returncode}", stderr=stderr)
+        return self._parse(out, stderr)
+
+    @classmethod
+    async def _talk(cls, proc: asyncio.subprocess.Process, payload: bytes, stderr: _Tail) -> bytes:
+        """Write the payload, read stdout (bounded) and stderr (its tail, into ``stderr``) at
+        once, so that a command filling one pipe never blocks on it."""
+        assert proc.stderr is not None
+        errors = asyncio.ensure_future(stderr.drain(proc.stderr))
+        try:
+            out = await cls._stdout(proc, payload)
+            if len(out) <= OUTPUT_MAX:
+                await errors  # the command has exited: stderr ends with it
+            return out
+        finally:
+            errors.cancel()
 
     @staticmethod
-    async def _talk(proc: asyncio.subprocess.Process, payload: bytes) -> bytes:
+    async def _stdout(proc: asyncio.subprocess.Process, payload: bytes) -> bytes:
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(payload)
@@ -164,13 +195,17 @@ class CommandCheck:
         await proc.wait()
         return b"".join(chunks)
 
-    def _parse(self, out: bytes) -> CheckResult:
+    def _parse(self, out: bytes, stderr: _Tail) -> CheckResult:
         try:
             doc = json.loads(out)
         except (ValueError, RecursionError):
-            return self._abstain('did not print a JSON object like {"verdict": "pass"}')
+            return self._abstain(
+                'did not print a JSON object like {"verdict": "pass"}', stderr=stderr
+            )
         if not isinstance(doc, dict) or doc.get("verdict") not in ("pass", "fail", "abstain"):
-            return self._abstain('printed no "verdict" of "pass", "fail" or "abstain"')
+            return self._abstain(
+                'printed no "verdict" of "pass", "fail" or "abstain"', stderr=stderr
+            )
         verdict = doc["verdict"]
         score = doc.get("score", 1.0 if verdict == "pass" else 0.0)
         if (
@@ -179,7 +214,9 @@ class CommandCheck:
             or not math.isfinite(score)
             or not 0 <= score <= 1
         ):
-            return self._abstain(f"printed a score that is not a number in [0, 1]: {score!r}")
+            return self._abstain(
+                f"printed a score that is not a number in [0, 1]: {score!r}", stderr=stderr
+            )
         reason = doc.get("reason")
         reasons = (reason,) if isinstance(reason, str) and reason else ()
         if verdict == "abstain":
@@ -198,6 +235,27 @@ class CommandCheck:
             category=None if verdict == "pass" else "command_rejected",
             needs_revision=verdict == "fail" and bool(reasons),
         )
+
+
+class _Tail:
+    """The last ``STDERR_TAIL`` bytes a command wrote to stderr; kept as they arrive, so a
+    command killed at its timeout still shows what it had said."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65_536):
+            self.data += chunk
+            del self.data[:-STDERR_TAIL]
+
+    def text(self) -> str:
+        """The last lines, joined with " | ", control characters escaped (one line, bounded)."""
+        decoded = self.data.decode("utf-8", errors="replace")
+        lines = [line.strip() for line in decoded.splitlines() if line.strip()]
+        said = " | ".join(lines[-STDERR_LINES:])
+        said = "".join(c if c.isprintable() else repr(c)[1:-1] for c in said)
+        return said if len(said) <= STDERR_CHARS else "…" + said[-(STDERR_CHARS - 1) :]
 
 
 def _kill_group(pid: int) -> None:

@@ -39,10 +39,11 @@ def register(sub: Subparsers) -> None:
     )
     p.add_argument(
         "--path",
-        type=Path,
-        default=DEFAULT_PATH,
+        default=str(DEFAULT_PATH),
         metavar="FILE",
-        help="where to write it (default: ./firstpass.toml, where `firstpass serve` looks)",
+        help="where to write it (default: ./firstpass.toml, where `firstpass serve` looks); a "
+        "directory, or a path ending in /, gets FILE/firstpass.toml; missing directories are "
+        "created",
     )
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.set_defaults(func=_run)
@@ -74,11 +75,17 @@ def starter_config(samples: Path) -> str:
 
 
 def _write_atomically(target: Path, text: str, *, force: bool) -> None:
-    """Write ``text`` to ``target`` via a temporary file and a rename; no clobber unless forced."""
+    """Write ``text`` to ``target`` via a temporary file and a rename; no clobber unless forced.
+    Missing directories on the way are created (as ``keygen --out`` creates them)."""
     directory = target.parent
-    if not directory.is_dir():
-        why = "is not a directory" if directory.exists() else "does not exist"
-        raise ConfigError(str(target), f"directory {directory} {why}")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file where a directory must be
+        raise ConfigError(str(target), f"directory {directory} is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(
+            str(target), f"cannot create directory {directory}: {exc.strerror or exc}"
+        ) from exc
     if target.exists() and not force:
         raise ConfigError(
             str(target), "already exists; pass --force to overwrite it, or --path FILE for another"
@@ -115,9 +122,10 @@ def _write_atomically(target: Path, text: str, *, force: bool) -> None:
 def _run(args: argparse.Namespace) -> int:
     from firstpass.config import ENV_CONFIG
 
-    target: Path = args.path.expanduser()
+    raw: str = args.path
+    target = Path(raw).expanduser()
     try:
-        if target.is_dir():
+        if target.is_dir() or raw.endswith(("/", os.sep)):  # a directory, existing or to be
             target = target / DEFAULT_PATH.name
     except OSError as exc:  # a name too long for the filesystem, say
         raise ConfigError(str(target), f"cannot use this path: {exc.strerror or exc}") from exc

@@ -3,7 +3,9 @@
 Writes the private key (PKCS8 PEM, unencrypted, mode 0600: the server reads it unattended) and
 ``<out>.pub`` beside it (the file an auditor passes to ``receipts verify --pubkey``), each
 atomically, never over an existing file unless ``--force``: a replaced key cannot verify what the
-old one signed.
+old one signed. It prints the ``signing_key`` line to put in a config's ``[receipts]`` table, not
+a ``[receipts]`` header: every config ``init`` writes has that table already, and a second
+header is invalid TOML.
 """
 
 from __future__ import annotations
@@ -46,10 +48,11 @@ def _run(args: argparse.Namespace) -> int:
     private = files.private.resolve()
     print(f"wrote {files.private} (private key, mode 0600) and {files.public} (public key)")
     print(f"key id: {files.key_id}")
-    print("sign receipt checkpoints with it: add to firstpass.toml")
+    print("sign receipt checkpoints with it: in firstpass.toml, put this line below the")
+    print("[receipts] line (every config `firstpass init` writes has one; a config without one")
+    print("needs that line above it, but never a second [receipts]: TOML refuses it):")
     print()
-    print("[receipts]")
-    print(f"signing_key = {_toml_string(str(private))}")
+    print(f"signing_key = {_toml_string(str(private))}   # in [receipts]")
     print()
     print("and verify a log with:")
     print(

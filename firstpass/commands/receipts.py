@@ -5,7 +5,10 @@
 exits 1 when the id is not in the log. ``summary`` verifies the chain too: when it does not hold,
 the summary still prints, with a warning naming the first bad line on stderr (and in ``--json``,
 ``chain`` and ``warning``). An unreadable file is a ``ReceiptError`` (exit 2 via
-``firstpass.cli``).
+``firstpass.cli``); so is a usage mistake, with the same ``firstpass receipts:`` prefix.
+
+Every action takes the log the same two ways, ``ACTION PATH`` or ``ACTION --path PATH``
+(``_add_path``); ``verify`` and ``summary`` take ``--dsn-env VAR`` instead: the table's chains.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from firstpass.commands import Subparsers
@@ -59,14 +63,15 @@ def register(subparsers: Subparsers) -> None:
         help="re-derive every hash and link; exit 1 naming the first bad line",
         description="Re-derive every hash and link of a receipt log, across its rotated files, "
         "or of every chain in a directory. Exit 0 when they hold (gap markers, where lines were "
-        "lost and recorded, are listed), 1 naming the first bad line (edited, reordered, "
-        "deleted, inserted, truncated) or a missing file.",
+        "lost and recorded, are listed); 1 naming the first bad line (edited, reordered, "
+        "deleted, inserted, truncated, or a rotated file of the chain missing), a --pubkey "
+        "check that fails, or (--dsn-env) a --replica with no rows; 2 when the log cannot be "
+        "read (no such file, no *.jsonl in a directory), the key cannot be read, the database "
+        "cannot be reached, or the arguments are wrong.",
     )
-    verify.add_argument(
-        "path",
-        type=Path,
-        nargs="?",
-        help="the receipt log (JSONL; read after its rotated files), or a directory: every chain"
+    _add_path(
+        verify,
+        "the receipt log (JSONL; read after its rotated files), or a directory: every chain"
         " in it (all workers' logs). Or, instead, --dsn-env: the table's chains",
     )
     verify.add_argument(
@@ -91,12 +96,7 @@ def register(subparsers: Subparsers) -> None:
         "show", help="print one receipt as indented JSON", description="Print one receipt."
     )
     show.add_argument("id", help="the receipt id (rcpt_…), as in the X-Firstpass-Receipt header")
-    show.add_argument(
-        "--path",
-        type=Path,
-        default=None,
-        help="the receipt log (default: [receipts] path of the config, else receipts.jsonl)",
-    )
+    _add_path(show, "the receipt log (default: [receipts] path of the config, else receipts.jsonl)")
     show.set_defaults(func=_show)
 
     find = actions.add_parser(
@@ -113,11 +113,9 @@ def register(subparsers: Subparsers) -> None:
     which.add_argument(
         "--answer-sha256", metavar="HEX", help="the answer's SHA-256 (hex, with or without sha256:)"
     )
-    find.add_argument(
-        "--path",
-        type=Path,
-        default=None,
-        help="the receipt log or a directory (default: [receipts] path of the config, else "
+    _add_path(
+        find,
+        "the receipt log or a directory (default: [receipts] path of the config, else "
         "receipts.jsonl)",
     )
     find.set_defaults(func=_find)
@@ -131,11 +129,18 @@ def register(subparsers: Subparsers) -> None:
         "counterfactual, p50/p95 latency, requests per minute, the error rate, probe regime "
         "shares, the skip rate, and the served failure where shadow labels exist. The hash "
         "chain is verified as well: when it does not hold, the summary still prints, with a "
-        "warning on stderr naming the first bad line.",
+        "warning on stderr naming the first bad line. Exit 0 (a broken chain included); 1 when "
+        "(--dsn-env) the table holds no chain or a --replica has no rows; 2 when the log "
+        "cannot be read, the database cannot be reached, or the arguments are wrong.",
     )
-    summary.add_argument("path", type=Path, help="the receipt log (JSONL)")
+    _add_path(
+        summary,
+        "the receipt log (JSONL; read after its rotated files), or a directory: every chain "
+        "in it. Or, instead, --dsn-env: the table's chains",
+    )
     summary.add_argument("--json", action="store_true", dest="as_json", help="print JSON")
     summary.set_defaults(func=_summary)
+    receipts_db.add_summary_arguments(summary)
     receipts_db.register(actions)  # export, import: the table's chains
 
 
@@ -144,17 +149,54 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+class _UsageError(FirstpassError):
+    """Arguments that do not go together: one line and exit 2, as ``firstpass.cli`` prints
+    every error (``firstpass receipts: ...``)."""
+
+
+def _add_path(parser: argparse.ArgumentParser, what: str) -> None:
+    """The log, as ``PATH`` or ``--path PATH`` (the same thing; ``_path`` reads either)."""
+    parser.add_argument("path", type=Path, nargs="?", metavar="PATH", help=what)
+    parser.add_argument(
+        "--path",
+        type=Path,
+        default=None,
+        dest="path_flag",
+        metavar="PATH",
+        help="the same as PATH",
+    )
+
+
+def _path(args: argparse.Namespace) -> Path | None:
+    """The log given as ``PATH`` or ``--path`` (``None``: neither); both: a ``_UsageError``
+    unless they name the same path."""
+    given: Path | None = args.path
+    flag: Path | None = args.path_flag
+    if given is not None and flag is not None and given != flag:
+        raise _UsageError(f"give the receipt log once: PATH ({given}) or --path ({flag}), not both")
+    return given if given is not None else flag
+
+
+def _log_or_table(args: argparse.Namespace) -> Path | None:
+    """``verify``'s and ``summary``'s input: the log (a ``Path``), or ``None`` for the table
+    (``--dsn-env``/``--replica``); neither or both is a ``_UsageError``."""
+    path = _path(args)
+    if args.dsn_env is not None or args.replica is not None:
+        if path is not None:
+            raise _UsageError("give a receipt log PATH or --dsn-env VAR, not both")
+        return None
+    if path is None:
+        raise _UsageError("give a receipt log PATH (or --dsn-env VAR: the table's chains)")
+    return path
+
+
 def _verify(args: argparse.Namespace) -> int:
     from firstpass.commands import receipts_db
 
-    if args.dsn_env is not None or args.replica is not None:
-        if args.path is not None:
-            print("give a receipt log PATH or --dsn-env VAR, not both", file=sys.stderr)
-            return 2
+    path = _log_or_table(args)
+    if path is None:
         return receipts_db.verify_table(args)
-    if args.path is None:
-        print("give a receipt log PATH (or --dsn-env VAR: the table's chains)", file=sys.stderr)
-        return 2
+    args.path = path
     public_key = load_public_key(args.pubkey) if args.pubkey is not None else None
     chains = discover_chains(args.path)
     single = len(chains) == 1 and len(chains[0].files) == 1
@@ -185,14 +227,13 @@ def _print_file(file: FileReport, *, indent: str) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    path = args.path if args.path is not None else _configured_path()
-    if args.path is None and not path.exists():
-        print(
+    given = _path(args)
+    path = given if given is not None else _configured_path()
+    if given is None and not path.exists():
+        raise _UsageError(
             f"no receipt log at {path} (the config's [receipts] path, or ./receipts.jsonl): "
-            "pass --path LOG",
-            file=sys.stderr,
+            "pass --path LOG"
         )
-        return 2
     record = find_receipt(path, args.id)
     if record is None:
         print(f"no receipt {args.id} in {path}", file=sys.stderr)
@@ -202,19 +243,18 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _find(args: argparse.Namespace) -> int:
-    path = args.path if args.path is not None else _configured_path()
+    given = _path(args)
+    path = given if given is not None else _configured_path()
     if args.answer is not None:
         try:
             data = args.answer.read_bytes()
         except OSError as exc:
-            print(f"cannot read {args.answer}: {exc}", file=sys.stderr)
-            return 2
+            raise _UsageError(f"cannot read {args.answer}: {exc.strerror or exc}") from None
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
     else:
         hex_part = args.answer_sha256.lower().removeprefix("sha256:")
         if not HEX64.fullmatch(hex_part):
-            print(f"--answer-sha256: {args.answer_sha256!r} is not 64 hex digits", file=sys.stderr)
-            return 2
+            raise _UsageError(f"--answer-sha256: {args.answer_sha256!r} is not 64 hex digits")
         digest = "sha256:" + hex_part
     found = find_by_answer(path, digest)
     if not found:
@@ -229,23 +269,55 @@ HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _summary(args: argparse.Namespace) -> int:
-    chains = discover_chains(args.path)  # a log with its rotated files, or a directory
+    from firstpass.commands import receipts_db
+
+    path = _log_or_table(args)
+    if path is None:
+        with receipts_db.exported_table(args) as table:
+            if table is None:
+                return 1
+            print_summary(
+                table.path,
+                as_json=args.as_json,
+                name=table.name,
+                rename=table.rename,
+                verify=table.verify,
+            )
+        return 0
+    print_summary(path, as_json=args.as_json)
+    return 0
+
+
+def print_summary(
+    path: Path,
+    *,
+    as_json: bool,
+    name: str | None = None,
+    rename: Callable[[str], str] = str,
+    verify: str | None = None,
+) -> None:
+    """Summarise the log (or directory of chains) at ``path`` and print it. For a table's
+    chains, exported to ``path``: ``name`` is what the text calls them, ``rename`` names the
+    exported files in the warning as replicas, ``verify`` the command that checks them."""
+    chains = discover_chains(path)  # a log with its rotated files, or a directory
     chain = _one_report([verify_files(c) for c in chains])
+    if chain.reason is not None:
+        chain = dataclasses.replace(chain, reason=rename(chain.reason))
     tally = LineTally()
-    summary = summarize(read_lines(iter_lines(args.path), tally), markers=tally.markers)
+    summary = summarize(read_lines(iter_lines(path), tally), markers=tally.markers)
     summary = dataclasses.replace(
         summary,
         chain=chain,
         unreadable=tally.unreadable,
-        first_unreadable=tally.first_unreadable,
+        first_unreadable=None if tally.first_unreadable is None else rename(tally.first_unreadable),
     )
+    shown = name if name is not None else str(path)
     if summary.warning is not None:
-        print(f"warning: {args.path}: {summary.warning}", file=sys.stderr, flush=True)
-    if args.as_json:
+        print(f"warning: {shown}: {summary.warning}", file=sys.stderr, flush=True)
+    if as_json:
         print(json.dumps(summary.to_dict(), indent=2, ensure_ascii=False))
     else:
-        print(format_summary(summary, args.path))
-    return 0
+        print(format_summary(summary, shown, verify=verify))
 
 
 def _one_report(reports: list[ChainReport]) -> VerifyReport:
@@ -279,16 +351,18 @@ def _configured_path() -> Path:
         return DEFAULT_PATH
 
 
-def format_summary(summary: ReceiptSummary, path: Path) -> str:
-    """The human-readable summary, one fact per line."""
+def format_summary(summary: ReceiptSummary, path: Path | str, *, verify: str | None = None) -> str:
+    """The human-readable summary, one fact per line; ``verify``: the command that shows
+    where a broken chain breaks (default: ``receipts verify PATH``)."""
     lines = [f"{path}: {summary.n} receipts ({_counts(summary.modes)})"]
     chain = summary.chain
     if chain is not None and chain.ok:
         lines.append(f"hash chain: verified (head {chain.head})")
     elif chain is not None:
+        verify = verify or f"firstpass receipts verify {path}"
         lines.append(
             f"hash chain: DOES NOT VERIFY from line {chain.first_bad_line} "
-            f"(see the warning; `firstpass receipts verify {path}`)"
+            f"(see the warning; `{verify}`)"
         )
     lines.append(f"actions: {_counts(summary.actions)}")
     lines.append(_throughput(summary))
@@ -325,15 +399,7 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
         lines.append(f"served answers: {_counts(summary.verifications)}")
     if summary.skips_by_certificate:
         lines.append(f"gate skipped, by certificate: {_counts(summary.skips_by_certificate)}")
-    cost = f"cost: ${summary.cost_usd:.4f}"
-    if summary.top_rung_usd > 0:
-        saved = 1 - summary.cost_usd / summary.top_rung_usd
-        cost += f" vs ${summary.top_rung_usd:.4f} always calling the top rung ({saved:.1%} saved)"
-    if summary.probe_usd:
-        cost += f"; probes ${summary.probe_usd:.4f}"
-    if summary.checks_usd:
-        cost += f"; checks ${summary.checks_usd:.4f}"
-    lines.append(cost)
+    lines.append(_cost(summary))
     if summary.latency_p50_ms is None or summary.latency_p95_ms is None:
         lines.append("latency: no timings")
     else:
@@ -363,6 +429,37 @@ def format_summary(summary: ReceiptSummary, path: Path) -> str:
     # one fact a line: a name from a receipt cannot start a line of its own (a forged
     # "hash chain: verified") or send escape codes to the terminal
     return "\n".join(map(printable, lines))
+
+
+def _cost(summary: ReceiptSummary) -> str:
+    """What the log cost against always calling the top rung: the saving from the unrounded
+    sums, as "N% saved", or "N% more" / "N× that" when it cost more (escalations pay for the
+    cheap rung too); figures shown to 3 significant digits, so they read as the share does."""
+    line = f"cost: {usd(summary.cost_usd)}"
+    saved = summary.saved_share
+    if saved is not None:
+        line += f" vs {usd(summary.top_rung_usd)} always calling the top rung"
+        ratio = 1.0 - saved
+        if saved >= 0:
+            line += f" ({saved:.1%} saved)"
+        elif ratio < 10:
+            line += f" ({-saved:.1%} more than that)"
+        else:
+            line += f" ({ratio:.3g}× that)"
+    if summary.probe_usd:
+        line += f"; probes {usd(summary.probe_usd)}"
+    if summary.checks_usd:
+        line += f"; checks {usd(summary.checks_usd)}"
+    return line
+
+
+def usd(value: float) -> str:
+    """Dollars to 4 decimals, or to 3 significant digits when that needs more (``$0.000743``),
+    so that two small costs that differ do not print alike."""
+    if value == 0 or not math.isfinite(value):
+        return f"${value:.4f}"
+    decimals = min(12, max(4, 2 - math.floor(math.log10(abs(value)))))
+    return f"${value:.{decimals}f}"
 
 
 def _throughput(summary: ReceiptSummary) -> str:

@@ -1,8 +1,10 @@
-"""``firstpass receipts verify|export|import --dsn-env VAR``: the receipt chains in PostgreSQL.
+"""``firstpass receipts verify|summary|export|import --dsn-env VAR``: the receipt chains in
+PostgreSQL.
 
 ``verify`` checks every replica's chain (or ``--replica``'s) with the file verifier's own line
 loop, and prints each as ``verify`` prints a file: exit 0 when all hold, 1 naming the replica
-and the first bad line. ``export`` writes ``DIR/<replica>.jsonl`` byte for byte and checks
+and the first bad line. ``summary`` summarises them as it does a directory of logs.
+``export`` writes ``DIR/<replica>.jsonl`` byte for byte and checks
 each chain as it writes it (the check ``verify`` makes); ``import`` verifies a file chain and
 appends it to a replica's rows. A missing table, an unset variable or an unreachable server is
 a ``DatabaseError`` (exit 2).
@@ -11,8 +13,12 @@ a ``DatabaseError`` (exit 2).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -37,10 +43,18 @@ from firstpass.db import (
 from firstpass.errors import DatabaseError
 from firstpass.receipts import discover_chains, load_public_key
 
-__all__ = ["add_verify_arguments", "register", "verify_table"]
+__all__ = [
+    "add_summary_arguments",
+    "add_verify_arguments",
+    "exported_table",
+    "register",
+    "verify_table",
+]
 
 #: the variable read when ``--replica`` is given without ``--dsn-env``
 DEFAULT_DSN_ENV = "FIRSTPASS_DSN"
+#: the table the chains are in
+TABLE = "firstpass_receipts"
 
 
 def _dsn_argument(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -61,6 +75,12 @@ def add_verify_arguments(verify: argparse.ArgumentParser) -> None:
     """``receipts verify``'s table flags."""
     _dsn_argument(verify, required=False)
     _replica_argument(verify, "--dsn-env: only this replica's chain (repeatable; default all)")
+
+
+def add_summary_arguments(summary: argparse.ArgumentParser) -> None:
+    """``receipts summary``'s table flags."""
+    _dsn_argument(summary, required=False)
+    _replica_argument(summary, "--dsn-env: only this replica's chain (repeatable; default all)")
 
 
 def register(actions: Subparsers) -> None:
@@ -146,6 +166,44 @@ def verify_table(args: argparse.Namespace) -> int:
         if len(chains) > 1:
             print(f"{len(chains)} replica chain(s): " + ("all ok" if ok else "NOT all ok"))
     return 0 if ok else 1
+
+
+@dataclass(frozen=True)
+class TableExport:
+    """A table's chains exported for ``receipts summary``: where, and how the text names them."""
+
+    path: Path
+    name: str
+    rename: Callable[[str], str]
+    verify: str
+
+
+@contextmanager
+def exported_table(args: argparse.Namespace) -> Iterator[TableExport | None]:
+    """``receipts summary --dsn-env VAR [--replica ID]``: the chains exported to a private
+    temporary directory (checked as ``export`` checks them), to be summarised as a directory of
+    logs is; ``None`` when the table holds no chain asked for (already said)."""
+    env = args.dsn_env or DEFAULT_DSN_ENV
+    dsn = dsn_from_env(env)
+    replicas = _replicas(args)
+    with tempfile.TemporaryDirectory(prefix="firstpass-summary-") as tmp:  # mode 0700
+        out = Path(tmp)
+        with connect(dsn) as conn:
+            chains = _chains(conn, replicas)
+            if chains is None:
+                yield None
+                return
+            for chain in chains:
+                check_replica_id(chain.replica)
+            for chain in chains:
+                export_chain(conn, chain, out)  # a chain that does not verify: the summary says
+        which = "" if not replicas else " " + " ".join(f"--replica {r}" for r in replicas)
+        yield TableExport(
+            path=out,
+            name=f"{TABLE} ({len(chains)} replica chain(s), ${env})",
+            rename=lambda text: text.replace(f"{out}{os.sep}", "replica "),
+            verify=f"firstpass receipts verify --dsn-env {env}{which}",
+        )
 
 
 def _export(args: argparse.Namespace) -> int:

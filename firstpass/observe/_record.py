@@ -10,6 +10,7 @@ from __future__ import annotations
 from firstpass.checks import CONFIG_KINDS, REQUEST_KINDS
 from firstpass.monitor import audit_outcome
 from firstpass.observe._metrics import RequestMetrics
+from firstpass.pipeline import request_regime
 from firstpass.receipts import (
     UNSET,
     CheckEntry,
@@ -45,8 +46,7 @@ def observe_record(m: RequestMetrics, receipt: Receipt) -> None:
     """Count one request's receipt into ``m``."""
     route = _text(receipt.route)
     mode = receipt.mode
-    probe = receipt.probe
-    regime = _text(probe.regime if probe is not None else None)
+    regime = _text(request_regime(receipt))  # as the response and the log state it
     m.child(m.requests, route, mode, receipt.decision.action, regime).inc()
     if receipt.error is not None:
         m.child(m.errors, receipt.error.type).inc()
@@ -58,8 +58,8 @@ def observe_record(m: RequestMetrics, receipt: Receipt) -> None:
         _served(m, receipt.served, route)
     if not isinstance(receipt.revisions, UnsetType):
         _revisions(m, receipt.revisions, route)
-    if probe is not None:
-        _probes(m, probe, receipt.decision, route, mode)
+    if receipt.probe is not None:
+        _probes(m, receipt.probe, receipt.decision, route, mode)
     audited = audit_outcome(receipt)
     if audited is not None:
         m.child(m.audits, route, str(audited[0]), audited[1]).inc()

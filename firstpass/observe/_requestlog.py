@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from firstpass.pipeline import request_regime
 from firstpass.receipts import UNSET, Receipt, UnsetType
 
 __all__ = ["fault_events", "request_event"]
@@ -19,7 +20,7 @@ Fields = dict[str, object]
 
 def request_event(receipt: Receipt) -> Fields:
     """The fields of the ``request`` event: what was done, for whom, how fast, at what cost."""
-    served, timings, probe = receipt.served, receipt.timings_ms, receipt.probe
+    served, timings = receipt.served, receipt.timings_ms
     error, request = receipt.error, receipt.request
     loops = [] if isinstance(receipt.revisions, UnsetType) else receipt.revisions
     event: Fields = {
@@ -27,7 +28,7 @@ def request_event(receipt: Receipt) -> Fields:
         "route": receipt.route,
         "mode": receipt.mode,
         "action": receipt.decision.action,
-        "regime": _or_none(probe.regime) if probe is not None else None,
+        "regime": request_regime(receipt),  # as the response states it
         "model": served.model if served else None,
         "rung": served.rung if served else None,
         "verification": served.verification if served else None,

@@ -1,5 +1,6 @@
 """The I/O executor: providers and the sandbox driven by the pure policy; one receipt a request."""
 
+from firstpass.pipeline._regime import request_regime
 from firstpass.pipeline._run import (
     WITHHELD_ACTION,
     Admitted,
@@ -26,4 +27,5 @@ __all__ = [
     "StageResult",
     "Trace",
     "receipts_unavailable",
+    "request_regime",
 ]

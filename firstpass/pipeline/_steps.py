@@ -24,6 +24,7 @@ from firstpass.checks import CheckResult, run_all
 from firstpass.config import BudgetsConfig, Config, Rung, probe_output_cap
 from firstpass.errors import BudgetExhausted, FirstpassError, RequestError, UpstreamError
 from firstpass.pipeline._budget import STAGE_REFUSALS, settled_usd, worst_case_usd
+from firstpass.pipeline._regime import request_regime
 from firstpass.pipeline._seams import SandboxRunner, SandboxVerdict
 from firstpass.pipeline._state import (
     Answer,
@@ -641,17 +642,14 @@ def response_summary(req: RunRequest, receipt: Receipt, served: Served | None) -
     the stages it states are those run on exactly the served answer."""
     visible = req.trace.stage_of("visible", served) if served is not None else None
     gate = req.trace.stage_of("gate", served) if served is not None else None
-    probe = receipt.probe
     action = receipt.decision.action
-    regime = probe.regime if probe is not None and probe.drawn else None
     summary = ResponseSummary(
         receipt_id=receipt.id,
         mode=receipt.mode,
         route=receipt.route,
         action=action,
-        # the elastic probe's regime; without one (no visible tests, or the probe call failed)
-        # what ran instead: "cascade" (every served answer was checked) or "passthrough"
-        regime=regime or ("passthrough" if action == "passthrough" else "cascade"),
+        # as the log and the metrics state it (a pipeline's request is never "rejected")
+        regime=request_regime(receipt) or "cascade",
         served_model=f"{served.provider}/{served.model}" if served else None,
         verification=served.verification if served else None,
         visible=VisibleCount(passed=visible.n_passed, total=visible.n_total) if visible else None,

@@ -172,6 +172,16 @@ class ReceiptSummary:
         return self.skip_label_failures / self.skip_labels if self.skip_labels else None
 
     @property
+    def saved_share(self) -> float | None:
+        """``1 - cost / top-rung cost``, from the unrounded sums: the share of the top-rung
+        baseline saved, negative when the log cost more than always calling the top rung
+        (escalations pay for the cheap rung as well); ``None`` when no receipt recorded a
+        top-rung cost to compare with."""
+        if not self.top_rung_usd > 0:
+            return None
+        return 1.0 - self.cost_usd / self.top_rung_usd
+
+    @property
     def revision_rate(self) -> float | None:
         """The share of receipts the revision loop made an attempt on (``None``: no receipts)."""
         return self.revised / self.n if self.n else None
@@ -237,6 +247,7 @@ class ReceiptSummary:
                 "top_rung_usd": self.top_rung_usd,
                 "probe_usd": self.probe_usd,
                 "checks_usd": self.checks_usd,
+                "saved_share": self.saved_share,
             },
             "latency_ms": {
                 "p50": self.latency_p50_ms,
