@@ -21,6 +21,7 @@ import select
 from collections.abc import AsyncIterator
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from firstpass.db._connect import first_line, redact
@@ -33,7 +34,10 @@ Conn = psycopg.AsyncConnection[tuple[object, ...]]
 class Connections:
     """Up to ``size`` autocommit connections to ``dsn`` (a transaction is explicit)."""
 
-    def __init__(self, dsn: str, *, size: int, connect_timeout_s: float) -> None:
+    def __init__(
+        self, dsn: str, *, size: int, connect_timeout_s: float, options: str | None = None
+    ) -> None:
+        """``options``: server settings for every session (libpq's ``options``, ``-c k=v``)."""
         if size < 1:
             raise ValueError("a connection set needs at least one connection")
         self._dsn = dsn
@@ -42,14 +46,23 @@ class Connections:
         # libpq takes whole seconds and treats less than 2 as 2
         self._connect_timeout = max(2, math.ceil(connect_timeout_s))
         self._closed = False
+        self._options = options
 
     async def open_one(self) -> Conn:
         """A new connection outside the set (the caller closes it). A failure is a
         ``psycopg.OperationalError`` whose text has no trace of the DSN's password (libpq's own
         message can quote it), and that chains nothing."""
         try:
+            if self._options is None:
+                return await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True, connect_timeout=self._connect_timeout
+                )
+            given = conninfo_to_dict(self._dsn).get("options")  # the DSN's own, kept
             return await psycopg.AsyncConnection.connect(
-                self._dsn, autocommit=True, connect_timeout=self._connect_timeout
+                self._dsn,
+                autocommit=True,
+                connect_timeout=self._connect_timeout,
+                options=f"{given} {self._options}" if given else self._options,
             )
         except psycopg.Error as exc:
             why = redact(first_line(exc), self._dsn)

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import TupleRow
 
-__all__ = ["Conn", "Session", "abandon_connect"]
+__all__ = ["Conn", "Session", "abandon_connect", "cut"]
 
 Conn = psycopg.AsyncConnection[TupleRow]
 _T = TypeVar("_T")
@@ -69,7 +69,7 @@ class Session:
         """Abort the running statement, if any, now (it fails at its next wake-up); the
         connection stays open until closed."""
         if self.busy:
-            _cut(self.conn)
+            cut(self.conn)
 
     def retire(self, grace_s: float) -> asyncio.Task[None]:
         """Close the connection in the background once no statement runs on it: a running
@@ -92,7 +92,7 @@ class Session:
             await self.conn.close()
 
 
-def _cut(conn: Conn) -> None:
+def cut(conn: Conn) -> None:
     """Shut the connection's socket down (both ways) without closing it: libpq owns the file
     descriptor and finds the connection cut at its next read or write."""
     try:

@@ -12,8 +12,10 @@ it is one request's.
   (one short transaction, ``_spend_leases.lease_step``) changes it: it writes the costs settled
   since the last step (``spent_usd`` up, the lease and ``held_usd`` down by as much), gives back
   what is unused, and for a call that does not fit leases more: at most ``lease_calls`` calls of
-  its size and ``1/(lease_spread * R)`` of what is left under every cap (R: the replicas leasing
-  the key), so at least ``1 - 1/lease_spread`` of the remainder stays unleased. A step runs
+  its size and ``1/(lease_spread * R)`` of what is left under every cap (R: the leases sharing
+  that cap: the key's leases for its cap, every key's for the daily cap), so at least
+  ``1 - 1/lease_spread`` of each cap's remainder stays unleased. A call that costs nothing
+  holds nothing and takes no step. A step runs
   as soon as a call settles, one at a time per lease, each writing every cost settled while
   the last one ran (the settles of many calls in one transaction; a settle waits for it, up to
   ``timeout_s``, so an answered call's cost is in ``spent_usd`` before its answer is sent);
@@ -177,8 +179,8 @@ class SharedLedger:
         self._settles = Settles(self._db, retry_first_s=retry_first_s, retry_max_s=retry_max_s)
         self._owner: Conn | None = None
         #: a lease covers at most this many calls of the size that asked for it (0: no
-        #: leases, every call held in its own transaction), and at most 1/(spread * R) of the
-        #: remainder, R the replicas leasing the key
+        #: leases, every call held in its own transaction), and at most 1/(spread * R) of each
+        #: cap's remainder, R the leases sharing that cap
         self._lease_calls = lease_calls
         self._lease_spread = max(1, lease_spread)
         self._lease_flush_s = lease_flush_s
@@ -188,6 +190,8 @@ class SharedLedger:
         self._topping: set[asyncio.Task[None]] = set()
         #: the leases with a step writing settled costs now (``_flush_soon``)
         self._flushing: dict[Lease, asyncio.Task[None]] = {}
+        #: ``aclose`` has run: a call on a lease settling now can no longer be written
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -229,6 +233,7 @@ class SharedLedger:
         settle still unwritten then is logged as an error with its amount (never dropped
         quietly), and the replica's holds stay counted until it starts again. Leases are
         written and given back first (what calls in flight hold on them stays counted)."""
+        self._closed = True
         await self._close_leases(timeout_s)
         await self._settles.drain(timeout_s)
         await self._db.aclose()
@@ -378,6 +383,18 @@ class SharedLedger:
         ``kill -9`` loses no cost of an answered call."""
         if isinstance(hold, LeaseHold):
             written = hold.lease.settle(hold.usd, usd(actual), as_date(self.day))
+            if written is not None and self._closed:
+                # a call that outlived the shutdown: its lease is kept (counted as held until
+                # this replica id starts again), its cost cannot be written; never quietly
+                log.error(
+                    "budget_settle_lost",
+                    replica=self.replica,
+                    key=budget.key,
+                    day=self.day,
+                    actual_usd=float(actual),
+                    lease=True,
+                )
+                return
             if written is not None:
                 self._flush_soon(hold.lease)
                 with contextlib.suppress(TimeoutError):  # the keeper writes it later
@@ -438,6 +455,8 @@ class SharedLedger:
         today = as_date(utc_day(now))
         need = usd(amount)
         lease = self._lease(today, budget.key)
+        if need <= 0:  # a free call holds nothing: no step, and the lease stays as it is
+            return LeaseHold(amount, lease=lease, usd=Decimal(0))
         if lease.take(need):
             self._top_up(lease, need, limits)
             return LeaseHold(amount, lease=lease, usd=need)

@@ -14,6 +14,7 @@ import structlog
 
 from firstpass.db._connect import first_line, redact
 from firstpass.db._pool import Conn, Connections
+from firstpass.db._session import cut
 
 __all__ = ["Progress", "SpendDb"]
 
@@ -39,7 +40,17 @@ class SpendDb:
         self.replica = replica
         self.timeout_s = timeout_s
         self._dsn = dsn
-        self._conns = Connections(dsn, size=connections, connect_timeout_s=timeout_s)
+        # a transaction left open by a replica that stopped mid-step (SIGSTOP, a paused VM, a
+        # partition that leaves the server waiting) holds the key's rows: the server ends it
+        # past twice the deadline (it never committed, so nothing is lost), instead of every
+        # other replica's budget checks failing until TCP gives up, hours later
+        idle_ms = max(2000, int(2000 * timeout_s))
+        self._conns = Connections(
+            dsn,
+            size=connections,
+            connect_timeout_s=timeout_s,
+            options=f"-c idle_in_transaction_session_timeout={idle_ms}",
+        )
 
     async def open_one(self) -> Conn:
         """A connection of its own, outside the set (the caller closes it)."""
@@ -68,13 +79,13 @@ class SpendDb:
         async with asyncio.timeout(self.timeout_s):
             try:
                 async with self._conns.connection() as conn:
-                    return await watched(conn)
+                    return await _uncancelled(conn, watched(conn))
             except psycopg.OperationalError as exc:
                 if not broke or (may_retry is not None and not may_retry()):
                     raise
                 log.info("budget_store_reconnect", replica=self.replica, error=self.why(exc))
             async with self._conns.connection(fresh=True) as conn:
-                return await work(conn)
+                return await _uncancelled(conn, work(conn))
 
     async def transaction(
         self, work: Callable[[Conn], Awaitable[_T]], progress: Progress | None = None
@@ -105,3 +116,21 @@ class SpendDb:
         if isinstance(exc, TimeoutError):
             return f"no answer within {self.timeout_s:g} s"
         return redact(first_line(exc), self._dsn)
+
+
+async def _uncancelled(conn: Conn, work: Awaitable[_T]) -> _T:
+    """``work`` on ``conn`` in a task of its own that a deadline (or the caller) never cancels:
+    cancelled in place, psycopg asks the server to cancel and waits up to 5 s, then up to 5 s
+    more for the statement, so a reserve on a hung store was refused after ``timeout_s`` + 10 s.
+    Instead the socket is cut (``cut``: libpq fails the statement in its own task at once) and
+    the task is waited for, so the connection is closed only once nothing runs on it."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            cut(conn)
+            await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the deadline is what the caller is told
+        raise

@@ -187,8 +187,9 @@ async def lease_step(
     """One transaction on ``lease``'s row and the day's rows (the caller's), in the order
     lease row, then spend rows by ``(day, scope, key)``: write ``flush``, give back what is
     free (``give_all``; counted once the row is read, so a doubt settled here is included),
-    then, with ``need``, lease more (``min(lease_calls * need, remaining / (spread * R))``, R
-    the replicas leasing this key, when that covers two such calls), else hold ``need`` alone,
+    then, with ``need``, lease more (``min(lease_calls * need, remaining / (spread * R))`` over
+    the caps, R the leases sharing each: this key's on the key's cap, every key's on the daily
+    cap; when that covers two such calls), else hold ``need`` alone,
     else refuse (``alone`` False: a top-up for no call in particular, which only leases). A row
     left empty is deleted, unless this step wrote costs (a doubt over it must be able to tell
     from ``lease_seq`` whether they landed). ``planned`` is filled with the seq and amount the
@@ -282,23 +283,27 @@ async def _grow(
                 (lease.day, key),
             )
         return
-    remaining = min(
-        Decimal(repr(cap)) - Decimal(repr(now[scope]))
-        for scope, cap in limits.items()
-        if cap is not None
-    )
-    others = await (
+    # the leases sharing each cap: this key's on the key's cap, every key's on the daily cap
+    # (bounding by the key's alone let many keys lease the daily cap away: 0.75^keys of it
+    # left unleased, and calls refused with it nearly unspent)
+    shared = await (
         await conn.execute(
-            "SELECT count(DISTINCT replica) FROM firstpass_spend_holds WHERE day = %s AND "
-            "coalesce(key, '') = coalesce(%s, '') AND lease_seq IS NOT NULL "
-            "AND amount_usd > 0 AND replica <> %s",
-            (lease.day, key, replica),
+            "SELECT count(*) FILTER (WHERE coalesce(key, '') = coalesce(%s, '')), count(*) "
+            "FROM firstpass_spend_holds WHERE day = %s AND lease_seq IS NOT NULL "
+            "AND amount_usd > 0 AND NOT (replica = %s AND coalesce(key, '') = coalesce(%s, ''))",
+            (key, lease.day, replica, key),
         )
     ).fetchone()
-    sharers = 1 + (int(others[0]) if others and isinstance(others[0], int) else 0)
-    size = min(need * lease_calls, remaining / (spread * sharers)).quantize(
-        _NANO, rounding=ROUND_FLOOR
-    )
+    same_key, every_key = (int(n) for n in shared) if shared else (0, 0)  # type: ignore[call-overload]
+    sharers = {"daily": 1 + every_key, "per_key_daily": 1 + same_key}
+    size = min(
+        [need * lease_calls]
+        + [
+            (Decimal(repr(cap)) - Decimal(repr(now[scope]))) / (spread * sharers.get(scope, 1))
+            for scope, cap in limits.items()
+            if cap is not None
+        ]
+    ).quantize(_NANO, rounding=ROUND_FLOOR)
     if lease_calls > 0 and size >= 2 * need:
         await conn.execute(
             f"UPDATE firstpass_spend SET held_usd = held_usd + %s WHERE day = %s AND {_ROWS}",
