@@ -161,3 +161,22 @@ def test_a_lease_call_settled_after_shutdown_is_not_dropped_quietly(pg_database:
     assert float(row[0]) == pytest.approx(0.04) or lost, (
         "a $0.04 cost settled after shutdown was neither written nor logged as lost"
     )
+
+
+def test_closing_a_ledger_whose_lease_never_reached_the_store_does_not_wait_for_it() -> None:
+    """A reserve refused because the store is unreachable leaves a lease with nothing leased,
+    held or to write: closing the ledger has nothing to give back, so it neither retries it
+    until its deadline nor logs the lease as kept (it waited the whole 15 s default, logging
+    ``budget_lease_kept``: a regression fails here on that log line, after 20 s of retries)."""
+    from structlog.testing import capture_logs
+
+    async def run() -> list[MutableMapping[str, Any]]:
+        ledger = _ledger("postgresql://127.0.0.1:1/db", "a", timeout_s=0.5)
+        with pytest.raises(BudgetStoreUnavailable):
+            await ledger.open(None).reserve(0.1)
+        with capture_logs() as logs:
+            await ledger.aclose(timeout_s=20.0)
+        return logs
+
+    events = [e.get("event") for e in asyncio.run(run())]
+    assert "budget_lease_kept" not in events and "budget_settle_lost" not in events

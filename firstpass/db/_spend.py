@@ -638,6 +638,8 @@ class SharedLedger:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         for (day, key), lease in list(self._leases.items()):
+            if lease.empty and lease.seq == 0:
+                continue  # nothing leased, held or to write, and no row of it in the table
             while True:
                 try:
                     async with lease.lock:
