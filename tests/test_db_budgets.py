@@ -6,7 +6,6 @@ calls cleanly and never loses a settle."""
 from __future__ import annotations
 
 import asyncio
-import calendar
 import json
 import os
 import signal
@@ -27,17 +26,12 @@ from firstpass.db._connect import redact
 from firstpass.db._pool import Connections
 from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable, DatabaseError
 from firstpass.server._errors import request_error_for
+from tests.ledgers import NOON, migrated, new_ledger
 from tests.pg_relay import PgRelay
 from tests.pg_server import LocalPg
 from tests.spend_replica import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
-NOON = calendar.timegm((2026, 3, 1, 12, 0, 0))
-
-
-def _migrated(dsn: str) -> str:
-    asyncio.run(migrate(dsn))
-    return dsn
 
 
 def _totals(dsn: str) -> dict[tuple[str, str], tuple[float, float]]:
@@ -57,14 +51,6 @@ def _holds(dsn: str) -> int:
     return int(row[0])
 
 
-def _ledger(dsn: str, replica: str, **settings: object) -> SharedLedger:
-    """A replica's ledger at noon UTC (``clock=`` to change), $1 a day unless told."""
-    given: dict[str, object] = {"daily_usd": 1.0, "per_request_usd": None, "key_caps": {}}
-    given["clock"] = lambda: NOON
-    given.update(settings)
-    return SharedLedger(dsn, replica=replica, **given)  # type: ignore[arg-type]
-
-
 # -- the bound, across processes --------------------------------------------------------------
 
 
@@ -76,7 +62,7 @@ def test_replicas_in_separate_processes_never_overspend_the_shared_caps(pg_datab
     (a real cost never above its hold) the stated bound is the cap itself: settled spend never
     goes past it, yet comes within one call of it (the caps were really used, not refused
     early), every settle is counted exactly once, and nothing is left held."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
     daily, key_cap = 2.0, 0.5
     at = time.time() + 8.0  # every replica started and waiting, even on a loaded machine
     procs = [spawn("race", dsn, f"r{i}", str(daily), str(key_cap), "12", str(at)) for i in range(4)]
@@ -108,10 +94,10 @@ def test_a_call_that_costs_more_than_its_hold_overspends_by_at_most_the_excess(
     """The bound's only slack: a call whose real cost exceeds its hold (an upstream billing
     past the worst case) adds its excess to spent; the cap is then over by exactly that, and
     every later call is refused."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "a", daily_usd=1.0) as ledger:
+        async with new_ledger(dsn, "a", daily_usd=1.0) as ledger:
             first = ledger.open(None)
             hold = await first.reserve(0.9)
             await first.settle(hold, 1.25)  # 0.35 more than it held
@@ -135,12 +121,12 @@ def test_a_key_cap_is_shared_by_replicas_and_refuses_with_the_in_memory_ledgers_
     requests in flight" (a 429 to retry in seconds), with exactly the message and fields the
     in-memory ledger gives in the same state; another key is unaffected; once the key's cap is
     spent, a new request from it is refused at once, until midnight."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
     caps = {"daily_usd": 10.0, "key_caps": {"team": 0.10, "other": 0.10}}
     memory = Ledger(per_request_usd=None, clock=lambda: NOON, **caps)  # type: ignore[arg-type]
 
     async def run() -> None:
-        async with _ledger(dsn, "a", **caps) as one, _ledger(dsn, "b", **caps) as two:
+        async with new_ledger(dsn, "a", **caps) as one, new_ledger(dsn, "b", **caps) as two:
             held = await one.open("team").reserve(0.06)
             await memory.open("team").reserve(0.06)
             with pytest.raises(BudgetExhausted) as shared:
@@ -168,10 +154,10 @@ def test_a_key_cap_is_shared_by_replicas_and_refuses_with_the_in_memory_ledgers_
 def test_the_per_request_cap_is_checked_in_the_process_without_the_store(pg_database: str) -> None:
     """The per-request cap is one request's: it refuses with the in-memory wording, and a
     request that fits it is still held against the shared daily cap."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "a", daily_usd=1.0, per_request_usd=0.5) as ledger:
+        async with new_ledger(dsn, "a", daily_usd=1.0, per_request_usd=0.5) as ledger:
             budget = ledger.open(None)
             await budget.reserve(0.3)
             with pytest.raises(BudgetExhausted) as info:
@@ -191,7 +177,7 @@ def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: 
     """A replica killed with -9 in the middle of its calls leaves their holds counted (the
     others under-spend, never over-spend) until it starts again under the same id, which
     releases them in one step."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
     proc = spawn("hold", dsn, "r1", "1.0", "0.2", "0.2", "0.3")
     lines: list[str] = []
     try:
@@ -212,11 +198,11 @@ def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: 
     assert _holds(dsn) == 3
 
     async def run() -> None:
-        async with _ledger(dsn, "r2", clock=time.time) as other:
+        async with new_ledger(dsn, "r2", clock=time.time) as other:
             with pytest.raises(BudgetExhausted) as info:
                 await other.open(None).reserve(0.5)  # the dead replica's holds still count
             assert info.value.retry_after_s == IN_FLIGHT_RETRY_S
-            async with _ledger(dsn, "r1", clock=time.time) as again:
+            async with new_ledger(dsn, "r1", clock=time.time) as again:
                 assert again.released_usd == pytest.approx(0.7)
                 assert await again.held() == 0.0 and await again.held("capped") == 0.0
                 await other.open(None).reserve(0.5)
@@ -228,13 +214,13 @@ def test_a_killed_replicas_holds_are_released_when_it_starts_again(pg_database: 
 @pytest.mark.e2e
 def test_a_replica_id_in_use_by_a_live_process_is_refused(pg_database: str) -> None:
     """Starting would release the live replica's holds under it: the second start refuses."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "same") as first:
+        async with new_ledger(dsn, "same") as first:
             await first.open(None).reserve(0.2)
             with pytest.raises(DatabaseError, match="in use by a live process"):
-                await _ledger(dsn, "same").start()
+                await new_ledger(dsn, "same").start()
             assert await first.held() == pytest.approx(0.2)
 
     asyncio.run(run())
@@ -246,7 +232,7 @@ def test_start_needs_the_migrated_schema(pg_database: str) -> None:
 
     async def run() -> None:
         with pytest.raises(DatabaseError, match="firstpass db migrate"):
-            await _ledger(pg_database, "a").start()
+            await new_ledger(pg_database, "a").start()
 
     asyncio.run(run())
 
@@ -284,7 +270,7 @@ def test_a_call_is_refused_with_a_clean_503_while_the_store_is_unreachable(
     """The database cut off: a new call is not made unchecked but refused with
     ``BudgetStoreUnavailable`` (503 ``budget_store_unavailable``, retry in seconds), and so is
     a new request at its first check; once the database is back, calls go through again."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
         async with _through_proxy(dsn) as (proxy, ledger):
@@ -317,7 +303,7 @@ def test_a_settle_that_fails_is_retried_until_the_store_is_back_and_counted_once
     """A call settles while the database is cut off: the request goes on, the settle waits in
     the queue with its hold still counted, and is written once the database is back: the
     spend is counted exactly once, the hold released."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
         async with _through_proxy(dsn) as (proxy, ledger):
@@ -349,7 +335,7 @@ def test_start_fails_with_a_database_error_when_the_store_is_unreachable(tmp_pat
 
     async def run() -> None:
         with pytest.raises(DatabaseError) as info:
-            await _ledger(dsn, "a").start()
+            await new_ledger(dsn, "a").start()
         assert "secret" not in str(info.value)
 
     asyncio.run(run())
@@ -401,7 +387,9 @@ def test_a_reserve_that_timed_out_after_its_commit_is_released_once_it_lands(
 
     async def run() -> None:
         await migrate(dsn)
-        async with _ledger(dsn, "r", timeout_s=1.0, retry_first_s=0.05, retry_max_s=0.2) as ledger:
+        async with new_ledger(
+            dsn, "r", timeout_s=1.0, retry_first_s=0.05, retry_max_s=0.2
+        ) as ledger:
             standby("ghost")
             await asyncio.sleep(0.5)
             with pytest.raises(BudgetStoreUnavailable):
@@ -427,10 +415,10 @@ def test_releasing_a_reserve_that_never_landed_changes_nothing(pg_database: str)
     no row behind (its placeholder is deleted in the same transaction) and counts nothing."""
     from firstpass.db._spend_rows import Settle
 
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "a") as ledger:
+        async with new_ledger(dsn, "a") as ledger:
             await ledger.open("k").reserve(0.2)  # someone else's hold stays untouched
             token = uuid.uuid4()
             day = date.fromisoformat(ledger.day)
@@ -474,9 +462,9 @@ def test_no_error_of_the_ledger_the_pool_or_migrate_quotes_the_password(dsn: str
 
     async def run() -> None:
         with pytest.raises(DatabaseError) as started:
-            await _ledger(dsn, "a", timeout_s=0.5).start()
+            await new_ledger(dsn, "a", timeout_s=0.5).start()
         assert "S3CRET" not in str(started.value)
-        ledger = _ledger(dsn, "a", timeout_s=0.5)
+        ledger = new_ledger(dsn, "a", timeout_s=0.5)
         with pytest.raises(BudgetStoreUnavailable) as refused:
             await ledger.open(None).reserve(0.1)
         assert "S3CRET" not in str(refused.value)
@@ -512,7 +500,7 @@ def test_calls_go_through_right_after_a_brief_restart(
 
     async def run() -> None:
         await migrate(dsn)
-        async with _ledger(dsn, "r", connections=8, timeout_s=2.0) as ledger:
+        async with new_ledger(dsn, "r", connections=8, timeout_s=2.0) as ledger:
             budgets = [ledger.open(None) for _ in range(8)]
             holds = await asyncio.gather(*(b.reserve(0.01) for b in budgets))
             await asyncio.gather(*(b.settle(h, 0.01) for b, h in zip(budgets, holds, strict=True)))

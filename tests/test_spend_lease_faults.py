@@ -7,7 +7,6 @@ a call settled after shutdown is logged as lost, never dropped quietly."""
 from __future__ import annotations
 
 import asyncio
-import calendar
 import time
 from collections.abc import MutableMapping
 from typing import Any
@@ -15,24 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from firstpass.db import SharedLedger, migrate
 from firstpass.db._spend_leases import LeaseHold
 from firstpass.errors import BudgetExhausted, BudgetStoreUnavailable
+from tests.ledgers import migrated, new_ledger
 from tests.pg_relay import PgRelay
-
-NOON = calendar.timegm((2026, 3, 1, 12, 0, 0))
-
-
-def _migrated(dsn: str) -> str:
-    asyncio.run(migrate(dsn))
-    return dsn
-
-
-def _ledger(dsn: str, replica: str, **settings: object) -> SharedLedger:
-    given: dict[str, object] = {"daily_usd": 10.0, "per_request_usd": None, "key_caps": {}}
-    given["clock"] = lambda: NOON
-    given.update(settings)
-    return SharedLedger(dsn, replica=replica, **given)  # type: ignore[arg-type]
 
 
 def _lease_rows(dsn: str) -> list[tuple[str | None, float]]:
@@ -54,11 +39,11 @@ def test_calls_of_many_keys_are_not_refused_while_the_daily_cap_is_far_from_spen
     shrinks as 0.75 ** keys) and a call is refused as "held by requests in flight" with $9 of
     the $10 free. The in-memory ledger, and the docs' "at least 1 - 1/lease_spread of the
     remainder stays unleased", let every one of these calls through."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> list[str]:
         refused = []
-        async with _ledger(dsn, "a", daily_usd=10.0) as ledger:
+        async with new_ledger(dsn, "a", daily_usd=10.0) as ledger:
             for i in range(20):
                 try:
                     await ledger.open(f"k{i}").reserve(0.05)
@@ -78,10 +63,10 @@ def test_a_call_that_costs_nothing_leaves_its_keys_lease_alone(pg_database: str)
     with ``give_all``: every free call on the key is a transaction that gives the key's lease
     back (its row deleted), and the next paid call leases again: the per-call transactions
     leases exist to avoid, and a lease lost for nothing."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "a", daily_usd=100.0, lease_idle_s=3600.0) as ledger:
+        async with new_ledger(dsn, "a", daily_usd=100.0, lease_idle_s=3600.0) as ledger:
             paid = ledger.open(None)
             hold = await paid.reserve(0.01)
             assert isinstance(hold, LeaseHold)
@@ -103,13 +88,13 @@ def test_a_reserve_on_a_hung_store_is_refused_within_its_timeout(pg_database: st
     place, and psycopg meets that by sending the server a cancel request and waiting up to
     5 s for it, then 5 s more for the statement: 11 s for a 1 s timeout, the lease's lock held
     all along (the issue ``firstpass.db._session`` fixes for the receipt writer)."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> float:
         relay = PgRelay(dsn)
         await relay.start()
         try:
-            async with _ledger(relay.dsn, "a", daily_usd=100.0, timeout_s=1.0) as ledger:
+            async with new_ledger(relay.dsn, "a", daily_usd=100.0, timeout_s=1.0) as ledger:
                 budget = ledger.open(None)
                 hold = await budget.reserve(0.01)  # a pooled connection, idle now
                 await budget.settle(hold, 0.01)
@@ -139,10 +124,10 @@ def test_a_lease_call_settled_after_shutdown_is_not_dropped_quietly(pg_database:
     start releases the lease without the cost ever counted."""
     from structlog.testing import capture_logs
 
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> list[MutableMapping[str, Any]]:
-        ledger = _ledger(dsn, "a", daily_usd=10.0, timeout_s=1.0)
+        ledger = new_ledger(dsn, "a", daily_usd=10.0, timeout_s=1.0)
         await ledger.start()
         budget = ledger.open(None)
         hold = await budget.reserve(0.05)
@@ -171,7 +156,7 @@ def test_closing_a_ledger_whose_lease_never_reached_the_store_does_not_wait_for_
     from structlog.testing import capture_logs
 
     async def run() -> list[MutableMapping[str, Any]]:
-        ledger = _ledger("postgresql://127.0.0.1:1/db", "a", timeout_s=0.5)
+        ledger = new_ledger("postgresql://127.0.0.1:1/db", "a", timeout_s=0.5)
         with pytest.raises(BudgetStoreUnavailable):
             await ledger.open(None).reserve(0.1)
         with capture_logs() as logs:

@@ -6,7 +6,6 @@ refusing, and a hot key shared by many replicas never makes a reserve miss its d
 from __future__ import annotations
 
 import asyncio
-import calendar
 import json
 import os
 import random
@@ -19,18 +18,13 @@ import psycopg
 import pytest
 
 from firstpass.budgets import IN_FLIGHT_RETRY_S
-from firstpass.db import SharedLedger, migrate
+from firstpass.db import SharedLedger
 from firstpass.db._spend_leases import Doubt, LeaseHold
 from firstpass.errors import BudgetExhausted
+from tests.ledgers import migrated, new_ledger
 from tests.spend_replica import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
-NOON = calendar.timegm((2026, 3, 1, 12, 0, 0))
-
-
-def _migrated(dsn: str) -> str:
-    asyncio.run(migrate(dsn))
-    return dsn
 
 
 def _table(dsn: str, scope: str = "daily", key: str = "") -> tuple[float, float]:
@@ -53,13 +47,6 @@ def _lease_rows(dsn: str) -> list[tuple[str, float]]:
     return [(str(r), float(a)) for r, a in rows]
 
 
-def _ledger(dsn: str, replica: str, **settings: object) -> SharedLedger:
-    given: dict[str, object] = {"daily_usd": 1.0, "per_request_usd": None, "key_caps": {}}
-    given["clock"] = lambda: NOON
-    given.update(settings)
-    return SharedLedger(dsn, replica=replica, **given)  # type: ignore[arg-type]
-
-
 async def _until(check: object, *, deadline_s: float = 30.0) -> None:
     """Poll the coroutine function ``check`` until it returns true (generous deadline)."""
     end = time.monotonic() + deadline_s
@@ -80,7 +67,7 @@ def test_replicas_racing_a_cap_on_leases_never_settle_past_it(pg_database: str) 
     (spent <= cap + the sum of costs past holds) is the cap itself: settled spend never passes
     it, yet comes within a call of it; every cost is written exactly once; at the end nothing
     is held or leased."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
     daily, key_cap, biggest = 3.0, 1.0, 0.05
     caps = {"daily_usd": daily, "key_caps": {"capped": key_cap}}
     on_lease = 0
@@ -107,7 +94,7 @@ def test_replicas_racing_a_cap_on_leases_never_settle_past_it(pg_database: str) 
                 settled["capped"] += actual
 
     async def run() -> None:
-        ledgers = [_ledger(dsn, f"r{i}", **caps) for i in range(4)]
+        ledgers = [new_ledger(dsn, f"r{i}", **caps) for i in range(4)]
         for ledger in ledgers:
             await ledger.start()
         rng = random.Random(7)
@@ -135,10 +122,10 @@ def test_a_call_that_costs_more_than_its_lease_hold_overspends_by_at_most_the_ex
 ) -> None:
     """A call on a lease whose real cost exceeds its hold adds exactly its excess past the cap
     when the lease is written; every later call is refused."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "a", daily_usd=1.0, lease_calls=1000, lease_spread=1) as ledger:
+        async with new_ledger(dsn, "a", daily_usd=1.0, lease_calls=1000, lease_spread=1) as ledger:
             budgets = [ledger.open(None) for _ in range(10)]
             holds = [await b.reserve(0.1) for b in budgets]
             assert all(isinstance(h, LeaseHold) for h in holds)  # the whole $1 leased
@@ -161,10 +148,10 @@ def test_a_settle_on_a_lease_returns_once_its_cost_is_in_the_table(pg_database: 
     sent): a ``kill -9`` after an answer loses no cost of it, forty calls settling at once
     included. The periodic write is set an hour apart, so nothing but the settles themselves
     can have written them."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "a", daily_usd=10.0, lease_flush_s=3600.0) as ledger:
+        async with new_ledger(dsn, "a", daily_usd=10.0, lease_flush_s=3600.0) as ledger:
             budget = ledger.open(None)
             hold = await budget.reserve(0.1)
             assert isinstance(hold, LeaseHold)
@@ -186,7 +173,7 @@ def test_a_killed_replicas_lease_is_released_when_it_starts_again(pg_database: s
     """A replica killed with -9 holding a lease leaves the whole lease counted as held (the
     others under-spend, never over-spend) until it starts again under the same id, which gives
     it back in one step."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
     proc = spawn("lease", dsn, "r1", "10.0", "0.05")
     try:
         assert proc.stdout is not None
@@ -204,9 +191,9 @@ def test_a_killed_replicas_lease_is_released_when_it_starts_again(pg_database: s
     assert spent == 0.0 and held == pytest.approx(leased)
 
     async def run() -> None:
-        async with _ledger(dsn, "r2", daily_usd=10.0, clock=time.time) as other:
+        async with new_ledger(dsn, "r2", daily_usd=10.0, clock=time.time) as other:
             assert await other.held() == pytest.approx(leased)  # still counted
-            async with _ledger(dsn, "r1", daily_usd=10.0, clock=time.time) as again:
+            async with new_ledger(dsn, "r1", daily_usd=10.0, clock=time.time) as again:
                 assert again.released_usd == pytest.approx(leased)
                 assert await other.held() == 0.0
 
@@ -219,10 +206,10 @@ def test_a_lease_in_doubt_at_shutdown_is_read_back_and_given_back(pg_database: s
     """A step whose COMMIT went unanswered leaves its lease in doubt (it lets no call through);
     the next step reads the row to learn whether it landed, and shutdown then gives the whole
     lease back: nothing stays held, no row is left."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        async with _ledger(dsn, "a", daily_usd=10.0) as ledger:
+        async with new_ledger(dsn, "a", daily_usd=10.0) as ledger:
             budget = ledger.open(None)
             hold = await budget.reserve(0.05)
             assert isinstance(hold, LeaseHold)
@@ -247,13 +234,13 @@ def test_near_the_cap_a_replica_holds_calls_alone_and_asks_leases_back(pg_databa
     only A's unused lease could cover is refused as held in flight (a 429 to retry in
     seconds, never "spent until midnight"), A gives its lease back at its next write, and B's
     retry goes through."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
 
     async def run() -> None:
-        greedy = _ledger(
+        greedy = new_ledger(
             dsn, "a", daily_usd=4.0, lease_calls=1000, lease_spread=2, lease_idle_s=3600.0
         )
-        async with greedy as a, _ledger(dsn, "b", daily_usd=4.0) as b:
+        async with greedy as a, new_ledger(dsn, "b", daily_usd=4.0) as b:
             first = a.open(None)
             hold = await first.reserve(0.1)
             assert isinstance(hold, LeaseHold)
@@ -317,7 +304,7 @@ def test_a_hot_key_shared_by_six_replicas_never_finds_the_store_unavailable(
     ``BudgetStoreUnavailable``, every cost is written once, and the database commits far
     fewer transactions than calls (a transaction per reserve and per settle, each on the key's
     rows, is what made reserves queue past their deadline)."""
-    dsn = _migrated(pg_database)
+    dsn = migrated(pg_database)
     before = _commits(dsn)
     counts = _contend(dsn, lease_calls=64)
     calls = 6 * 12 * 60
