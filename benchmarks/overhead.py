@@ -14,10 +14,15 @@ path. If it cannot be installed or started, the peer is skipped with a message.
     python -m benchmarks.overhead [--requests 3000] [--verified-requests 300] [--no-peer]
                                   [--workers N]
     python -m benchmarks.overhead --observability [--requests 3000]
+    python -m benchmarks.overhead --dialects [--requests 3000] [--rounds 6]
 
 ``--workers N`` runs the proxy with ``[server] workers = N`` (N processes on one port).
 ``--observability`` measures instead what ``/metrics``, the request log and receipt signing cost:
 one proxy per variant (off, on, on with signing), measured interleaved in the same run.
+``--dialects`` measures the pass-through path through each API the proxy speaks (Chat
+Completions, OpenAI Responses, Anthropic Messages) on one proxy, the same task in each dialect,
+interleaved in rounds so drift hits all alike; it prints each dialect's added p50 and its
+difference from Chat Completions' in the same run.
 """
 
 from __future__ import annotations
@@ -553,6 +558,183 @@ def run_observability(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+#: the same pass-through task in each dialect: (path, body, headers)
+DIALECT_REQUESTS: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
+    "chat": (
+        "/v1/chat/completions",
+        {
+            "model": "bench",
+            "max_tokens": 256,
+            "messages": [{"role": "user", "content": "write add(a, b)"}],
+        },
+        {},
+    ),
+    "responses": (
+        "/v1/responses",
+        {"model": "bench", "max_output_tokens": 256, "input": "write add(a, b)"},
+        {},
+    ),
+    "messages": (
+        "/v1/messages",
+        {
+            "model": "bench",
+            "max_tokens": 256,
+            "messages": [{"role": "user", "content": "write add(a, b)"}],
+        },
+        {"anthropic-version": "2023-06-01"},
+    ),
+}
+
+
+async def measure_dialects(
+    direct: str, proxy_root: str, *, requests: int, rounds: int
+) -> list[dict[str, Any]]:
+    """Per concurrency: the stub alone and each dialect through the proxy, ``rounds`` rounds
+    of ``requests / rounds`` each, the order rotated every round; latencies pooled."""
+    plain = DIALECT_REQUESTS["chat"][1]
+    rows: list[dict[str, Any]] = []
+    per_round = max(1, requests // rounds)
+    for conc in (1, 32):
+        names = ["direct", *DIALECT_REQUESTS]
+        pooled: dict[str, list[float]] = {name: [] for name in names}
+        walls: dict[str, float] = dict.fromkeys(names, 0.0)
+        bad: dict[str, dict[int, int]] = {}
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                if name == "direct":
+                    result = await run_load(direct, plain, concurrency=conc, requests=per_round)
+                else:
+                    path, body, headers = DIALECT_REQUESTS[name]
+                    result = await run_load(
+                        proxy_root + path,
+                        body,
+                        concurrency=conc,
+                        requests=per_round,
+                        headers=headers,
+                    )
+                pooled[name].extend(result.latencies_ms)
+                walls[name] += result.wall_s
+                errors = {s: c for s, c in result.statuses.items() if s != 200}
+                if errors:
+                    bad.setdefault(name, {}).update(errors)
+        results = {
+            name: LoadResult(latencies_ms=tuple(pooled[name]), wall_s=walls[name], statuses={})
+            for name in names
+        }
+        d = results["direct"]
+        chat_added = results["chat"].p50 - d.p50
+        print(f"c={conc:<3} direct     {fmt(d)}")
+        for name in DIALECT_REQUESTS:
+            p = results[name]
+            added = p.p50 - d.p50
+            print(
+                f"{'':<5} {name:<10} {fmt(p)}   added p50 {added:+.3f} ms"
+                f"   vs chat {added - chat_added:+.3f} ms"
+                f"{'  ERRORS ' + str(bad[name]) if name in bad else ''}"
+            )
+            rows.append(
+                {
+                    "dialect": name,
+                    "concurrency": conc,
+                    "direct": d,
+                    "proxy": p,
+                    "added_p50": added,
+                    "vs_chat_p50": added - chat_added,
+                    "errors": bad.get(name, {}),
+                }
+            )
+    return rows
+
+
+def dialects_markdown(rows: list[dict[str, Any]], argv: list[str]) -> str:
+    lines = [
+        "# Pass-through overhead per API dialect",
+        "",
+        f"`python -m benchmarks.overhead {' '.join(argv)}` on {platform.node()} "
+        f"({os.cpu_count()} CPUs), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. One stub (0 ms), one "
+        "proxy (`firstpass serve`, uvloop), the same task in each dialect, measured in "
+        "interleaved rounds; added = proxy p50 minus the stub's own p50 in the same rounds.",
+        "",
+        "| concurrency | dialect | p50 ms | p99 ms | req/s | added p50 ms | vs chat ms | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        p = r["proxy"]
+        lines.append(
+            f"| {r['concurrency']} | {r['dialect']} | {p.p50:.3f} | {p.pct(99):.3f} | "
+            f"{p.rps:.0f} | {r['added_p50']:+.3f} | {r['vs_chat_p50']:+.3f} | "
+            f"{r['errors'] or ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_dialects(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--dialects``: one stub, one proxy, the pass-through path through each API."""
+    stub_port, proxy_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
+    env["FIRSTPASS_LOG_LEVEL"] = "warning"
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="fp-dialects-") as tmp:
+        try:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.stub_upstream",
+                        "--port",
+                        str(stub_port),
+                        "--latency-ms",
+                        "0",
+                        "--answer",
+                        ANSWER,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                )
+            )
+            cfg = write_config(Path(tmp), stub_port, proxy_port)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "firstpass", "serve", "--config", str(cfg)],
+                    cwd=ROOT,
+                    env=env,
+                )
+            )
+            wait_ready(f"http://127.0.0.1:{stub_port}/v1/models")
+            wait_ready(f"http://127.0.0.1:{proxy_port}/readyz")
+            try:
+                import uvloop
+
+                run = uvloop.run
+            except ImportError:
+                run = asyncio.run
+            rows = run(
+                measure_dialects(
+                    f"http://127.0.0.1:{stub_port}/v1/chat/completions",
+                    f"http://127.0.0.1:{proxy_port}",
+                    requests=args.requests,
+                    rounds=args.rounds,
+                )
+            )
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    md = dialects_markdown(rows, argv)
+    if not args.no_write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "overhead-dialects.md").write_text(md)
+    print()
+    print(md)
+    return 0
+
+
 def markdown(
     rows: list[dict[str, Any]], argv: list[str], peer_note: str = "", workers: int = 1
 ) -> str:
@@ -628,10 +810,21 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: pass-through with metrics and the request log off, on, and on with "
         "signing, side by side in one run (writes results/overhead-observability.md)",
     )
+    parser.add_argument(
+        "--dialects",
+        action="store_true",
+        help="instead: pass-through through Chat Completions, Responses and Messages on one "
+        "proxy, interleaved (writes results/overhead-dialects.md)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=6, help="--dialects: interleaved rounds per concurrency"
+    )
     args = parser.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     if args.observability:
         return run_observability(args, argv)
+    if args.dialects:
+        return run_dialects(args, argv)
 
     stub_port, proxy_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}

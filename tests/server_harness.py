@@ -104,11 +104,7 @@ def stack_config(
                 **(route_extra or {}),
             }
         ],
-        "price": [
-            {"model": f"stub/{CHEAP}", "input_per_mtok": 0.10, "output_per_mtok": 0.40},
-            {"model": f"stub/{STRONG}", "input_per_mtok": 3.00, "output_per_mtok": 15.00},
-            *(prices_extra or []),
-        ],
+        "price": _prices(prices_extra or []),
     }
     if elastic is not None:
         # no random audits unless a test asks for them (audit_rate): a would-be skip drawn at
@@ -124,6 +120,26 @@ def stack_config(
     for name, table in (tables or {}).items():
         data[name] = {**data.get(name, {}), **table}
     return config_from_dict(data, base_dir=receipts.parent, env=env or {})
+
+
+def _prices(extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ladder's prices, then ``extra``: an entry for a rung already priced adds its keys
+    to that rung's (a cache price), any other is a price of its own (a judge's)."""
+    prices: dict[str, dict[str, Any]] = {
+        f"stub/{CHEAP}": {
+            "model": f"stub/{CHEAP}",
+            "input_per_mtok": 0.10,
+            "output_per_mtok": 0.40,
+        },
+        f"stub/{STRONG}": {
+            "model": f"stub/{STRONG}",
+            "input_per_mtok": 3.00,
+            "output_per_mtok": 15.00,
+        },
+    }
+    for entry in extra:
+        prices[entry["model"]] = {**prices.get(entry["model"], {}), **entry}
+    return list(prices.values())
 
 
 class LiveStack:

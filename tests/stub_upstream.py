@@ -92,6 +92,29 @@ class Reply:
     usage: tuple[int, int] | None = None
     finish_reason: str = "stop"
     honours_n: bool | None = None
+    #: every choice's ``message.tool_calls`` (OpenAI's shape); its content is ``texts`` or null
+    tool_calls: tuple[Mapping[str, Any], ...] | None = None
+    #: the choices (by index) that carry ``tool_calls`` (None: every choice)
+    tool_choices: frozenset[int] | None = None
+    #: ``usage.prompt_tokens_details.cached_tokens`` (0: no details sent), of the prompt tokens
+    cached_tokens: int = 0
+
+    @classmethod
+    def tools(
+        cls, *calls: tuple[str, Mapping[str, Any]], text: str | None = None, **kwargs: Any
+    ) -> Reply:
+        """Answer 200 with a turn that ends in tool calls: ``(name, arguments)`` each, ids
+        ``call_0``, ``call_1``..., ``finish_reason: "tool_calls"``, content ``text`` (null)."""
+        listed = tuple(
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for i, (name, arguments) in enumerate(calls)
+        )
+        kwargs.setdefault("finish_reason", "tool_calls")
+        return cls(texts=(text,) if text else ("",), tool_calls=listed, **kwargs)
 
     @classmethod
     def ok(cls, *texts: str, latency_ms: float = 0.0, **kwargs: Any) -> Reply:
@@ -493,6 +516,9 @@ class StubUpstream:
             body=body,
             finish_reason=reply.finish_reason,
             with_choices=reply.fault != "no_choices",
+            tool_calls=reply.tool_calls,
+            tool_choices=reply.tool_choices,
+            cached_tokens=reply.cached_tokens,
         )
         if reply.fault in ("cut", "stall_body"):
             response = web.StreamResponse(status=200, headers=dict(reply.headers))
@@ -536,6 +562,9 @@ class StubUpstream:
         body: Mapping[str, Any],
         finish_reason: str = "stop",
         with_choices: bool = True,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        tool_choices: frozenset[int] | None = None,
+        cached_tokens: int = 0,
     ) -> bytes:
         if usage is None:
             prompt = json.dumps(body.get("messages", []), ensure_ascii=False)
@@ -551,7 +580,13 @@ class StubUpstream:
             obj["choices"] = [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": text},
+                    "message": {"role": "assistant", "content": text}
+                    if tool_calls is None or (tool_choices is not None and i not in tool_choices)
+                    else {
+                        "role": "assistant",
+                        "content": text or None,
+                        "tool_calls": [dict(c) for c in tool_calls],
+                    },
                     "logprobs": None,
                     "finish_reason": finish_reason,
                 }
@@ -562,6 +597,8 @@ class StubUpstream:
             "completion_tokens": usage[1],
             "total_tokens": usage[0] + usage[1],
         }
+        if cached_tokens:
+            obj["usage"]["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
         return json.dumps(obj, ensure_ascii=False).encode("utf-8")
 
 

@@ -339,7 +339,8 @@ def test_the_admitted_value_carries_the_request_as_the_pipeline_runs_it(tmp_path
 
 
 def test_request_info_states_what_was_asked_with_the_prompt_hashed(tmp_path: Path) -> None:
-    """The receipt's request part: model, hash, stream, counts, task id and the key's name only."""
+    """The receipt's request part: model, hash, stream, counts, task id, the key's name only,
+    and the API it came through."""
     chat = _chat(firstpass={**HIDDEN, "entry_point": "add", "task_id": "t-1"}, stream=True)
     info = request_info(chat, TEAM_A)
     assert info == RequestInfo(
@@ -351,6 +352,7 @@ def test_request_info_states_what_was_asked_with_the_prompt_hashed(tmp_path: Pat
         n_hidden=1,
         task_id="t-1",
         client_key="team-a",
+        dialect="chat",
     )
     assert request_info(_chat(), None).task_id is None  # written as null, not left out
     assert request_info(_chat(), None).client_key is UNSET
@@ -365,8 +367,11 @@ def test_request_info_after_admission_counts_the_tests_that_run(tmp_path: Path) 
 
 
 def test_a_request_refused_before_parsing_is_known_only_by_its_key() -> None:
-    """Refused before its body parsed, a receipt says model, hash and stream are unknown (null)."""
-    assert unparsed_info(None) == RequestInfo(model=None, prompt_sha256=None, stream=None)
-    assert unparsed_info(TEAM_A) == RequestInfo(
-        model=None, prompt_sha256=None, stream=None, client_key="team-a"
+    """Refused before its body parsed, a receipt says model, hash and stream are unknown (null);
+    the API it spoke is known from its path."""
+    assert unparsed_info(None) == RequestInfo(
+        model=None, prompt_sha256=None, stream=None, dialect="chat"
+    )
+    assert unparsed_info(TEAM_A, "messages") == RequestInfo(
+        model=None, prompt_sha256=None, stream=None, client_key="team-a", dialect="messages"
     )

@@ -376,8 +376,8 @@ EXACT_ERRORS: list[tuple[str, Patch, str]] = [
     ),
     (
         "kind",
-        _set("provider[0].kind", "anthropic"),
-        'provider[0].kind: expected one of "openai", "replay", got "anthropic"',
+        _set("provider[0].kind", "bedrock"),
+        'provider[0].kind: expected one of "openai", "anthropic", "replay", got "bedrock"',
     ),
     (
         "samples on openai",

@@ -68,6 +68,7 @@ PUBLIC = {
     "Content",
     "Cost",
     "Counterfactual",
+    "Dialect",
     "Decision",
     "DroppedCase",
     "ErrorBrief",

@@ -24,7 +24,9 @@ from firstpass.admission._admit import admit, request_info, resolve_mode, screen
 from firstpass.admission._chat import parse_chat_body
 from firstpass.admission._extension import MAX_PROBE_INPUTS, Extension, parse_extension
 from firstpass.admission._listed import with_listed_checks
+from firstpass.admission._messages import parse_messages_body
 from firstpass.admission._request import MODES, ChatRequest, SpecParser
+from firstpass.admission._responses_api import parse_responses_body
 
 __all__ = [
     "MAX_PROBE_INPUTS",
@@ -35,6 +37,8 @@ __all__ = [
     "admit",
     "parse_chat_body",
     "parse_extension",
+    "parse_messages_body",
+    "parse_responses_body",
     "request_info",
     "resolve_mode",
     "screen",

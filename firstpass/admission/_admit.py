@@ -25,7 +25,8 @@ from firstpass.admission._request import ChatRequest, bad
 from firstpass.config import ClientKey, Config, RequestMode, RouteConfig
 from firstpass.errors import RequestError
 from firstpass.pipeline import Admitted, Checks
-from firstpass.receipts import UNSET, RequestInfo
+from firstpass.providers import messages_body
+from firstpass.receipts import UNSET, Dialect, RequestInfo
 
 __all__ = ["admit", "request_info", "resolve_mode", "screen", "unparsed_info"]
 
@@ -105,7 +106,17 @@ def screen(chat: ChatRequest, *, config: Config, client_key: ClientKey | None) -
             code="route_not_allowed",
             type="permission_error",
         )
+    _fits_ladder(chat, route, config)
     return route
+
+
+def _fits_ladder(chat: ChatRequest, route: RouteConfig, config: Config) -> None:
+    """Refuse, before any rung is paid, a request a rung's API cannot carry: an Anthropic rung
+    has no ``seed``, ``response_format``, ``logit_bias``... (``messages_body`` names the field),
+    and a ladder that reached it after a paid cheaper rung would only then find out."""
+    for rung in route.ladder:
+        if config.provider(rung.provider).kind == "anthropic":
+            messages_body(rung.model, chat.upstream_body)
 
 
 def _one_answer(chat: ChatRequest, route: RouteConfig | None) -> None:
@@ -217,15 +228,17 @@ def request_info(chat: ChatRequest, client_key: ClientKey | None) -> RequestInfo
         n_hidden=chat.checks.n_hidden,
         task_id=chat.task_id,
         client_key=client_key.name if client_key is not None else UNSET,
+        dialect=chat.dialect,
     )
 
 
-def unparsed_info(client_key: ClientKey | None) -> RequestInfo:
+def unparsed_info(client_key: ClientKey | None, dialect: Dialect = "chat") -> RequestInfo:
     """The receipt's ``request`` of a request refused before its body parsed: nothing known
-    of it but the key it came with."""
+    of it but the key it came with and the API it spoke."""
     return RequestInfo(
         model=None,
         prompt_sha256=None,
         stream=None,
         client_key=client_key.name if client_key is not None else UNSET,
+        dialect=dialect,
     )

@@ -24,7 +24,7 @@ from firstpass.admission._request import ChatRequest, SpecParser, bad
 from firstpass.errors import RequestError
 from firstpass.providers import prompt_sha256
 
-__all__ = ["parse_chat_body"]
+__all__ = ["check_finite", "parse_chat_body"]
 
 #: where a value sits in the body: (its parent's node, None at the top; its key or index)
 _Node: TypeAlias = tuple["_Node | None", str | int]
@@ -122,7 +122,7 @@ def _logit_bias(value: JSON) -> None:
             )
 
 
-def _check_finite(body: Mapping[str, JSON]) -> None:
+def check_finite(body: Mapping[str, JSON]) -> None:
     """Refuse a non-finite number anywhere in what goes upstream, naming where it is.
 
     Walks without recursion; paths are spelled out only for the number found.
@@ -191,7 +191,7 @@ def _parse(body: JSON, *, header_mode: str | None, parse_spec: SpecParser) -> Ch
     for key, (ilo, ihi) in _INTEGERS.items():
         _integer(body, key, ilo, ihi)
     _logit_bias(body.get("logit_bias"))
-    _check_finite(body)
+    check_finite(body)
     fp = parse_extension(
         body.get("firstpass"), messages=messages, header_mode=header_mode, parse_spec=parse_spec
     )

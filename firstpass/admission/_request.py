@@ -14,6 +14,7 @@ from firstpass._json import JSON
 from firstpass.config import REQUEST_MODES, RequestMode
 from firstpass.errors import RequestError
 from firstpass.pipeline import Checks
+from firstpass.receipts import Dialect
 from firstpass.sandbox import TestSpec
 
 __all__ = ["MODES", "ChatRequest", "SpecParser", "bad"]
@@ -49,6 +50,8 @@ class ChatRequest:
     prompt_sha256: str
     n_messages: int
     prompt_text: str
+    #: the API the request came through (the receipt records it)
+    dialect: Dialect = "chat"
 
 
 def bad(param: str, message: str, code: str | None = None) -> RequestError:

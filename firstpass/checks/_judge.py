@@ -35,6 +35,10 @@ class _Completion(Protocol):
     def input_tokens(self) -> int: ...
     @property
     def output_tokens(self) -> int: ...
+    @property
+    def cache_read_tokens(self) -> int: ...
+    @property
+    def cache_write_tokens(self) -> int: ...
 
 
 class Grader(Protocol):
@@ -51,7 +55,14 @@ class Grader(Protocol):
 
 
 class _Priced(Protocol):
-    def cost(self, input_tokens: int, output_tokens: int) -> float: ...
+    def cost(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        cache_read_tokens: int = ...,
+        cache_write_tokens: int = ...,
+    ) -> float: ...
 
 
 JUDGE_SYSTEM = (
@@ -130,7 +141,12 @@ class JudgeCheck:
                 f"the judge {self.label or self.model} failed: {exc}", 0.0, details
             )
         cost = (
-            self.price.cost(completion.input_tokens, completion.output_tokens)
+            self.price.cost(
+                completion.input_tokens,
+                completion.output_tokens,
+                cache_read_tokens=completion.cache_read_tokens,
+                cache_write_tokens=completion.cache_write_tokens,
+            )
             if self.price is not None
             else 0.0
         )

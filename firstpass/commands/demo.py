@@ -28,6 +28,14 @@ def register(sub: Subparsers) -> None:
         default="cascade",
         help="cascade (default): plain verified cascade; shadow/enforce: the elastic policy",
     )
+    p.add_argument(
+        "--api",
+        choices=("chat", "responses", "messages"),
+        default="chat",
+        help="the API the demo speaks: chat (POST /v1/chat/completions, default), responses "
+        "(OpenAI Responses, POST /v1/responses), messages (Anthropic Messages, POST "
+        "/v1/messages); the same tasks give the same decisions through each",
+    )
     p.set_defaults(func=_run)
 
 
@@ -35,4 +43,4 @@ def _run(args: argparse.Namespace) -> int:
     from firstpass.demo.runner import run_demo
 
     mode = None if args.mode == "cascade" else args.mode
-    return run_demo(receipts=args.receipts, mode=mode)
+    return run_demo(receipts=args.receipts, mode=mode, api=args.api)

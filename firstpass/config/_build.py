@@ -80,17 +80,22 @@ _PROVIDER_COMMON = (
 )  # fmt: skip
 _PROVIDER_ONLY: dict[ProviderKind, tuple[str, ...]] = {
     "openai": ("base_url", "api_key_env"),
+    "anthropic": ("base_url", "api_key_env"),
     "replay": ("samples", "seed"),
 }
 _ROUTE_KEYS = (
     "name", "models", "ladder", "temperature", "on_exhausted", "without_checks", "checks",
-    "client_modes", "visible_checks", "gate_checks", "revision",
+    "client_modes", "visible_checks", "gate_checks", "revision", "tool_turns",
 )  # fmt: skip
 _REVISION_KEYS = ("max_revisions", "max_cost_usd", "feedback_chars", "gate_reasons")
 _CHECKS_KEYS = ("visible", "hidden", "setup", "entry_point")
-_PRICE_KEYS = ("model", "input_per_mtok", "output_per_mtok")
+_PRICE_KEYS = (
+    "model", "input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "cache_write_per_mtok",
+)  # fmt: skip
 _OBSERVABILITY_KEYS = ("metrics", "request_log")
 
+#: where an anthropic provider without a ``base_url`` goes
+_ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 _PROVIDER_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -435,13 +440,24 @@ def _providers(
         seen[pid] = i
         base_url = api_key_env = api_key = samples = None
         seed = 0
-        if kind == "openai":
-            base_url = f.get_str(table, "base_url", p)
+        honours_n = f.get_bool(table, "honours_n", p, kind != "anthropic")
+        if kind in ("openai", "anthropic"):
+            # anthropic: the API root (``/v1/messages`` is added; ``.../v1`` is accepted too)
+            if kind == "anthropic":
+                base_url = f.get_str(table, "base_url", p, _ANTHROPIC_BASE_URL)
+            else:
+                base_url = f.get_str(table, "base_url", p)
             if not base_url.startswith(("http://", "https://")):
                 raise ConfigError(f"{p}.base_url", f'expected an http(s) URL, got "{base_url}"')
             api_key_env = f.get_str(table, "api_key_env", p, None)
             if api_key_env is not None:
                 api_key = _env_secret(env, api_key_env, f"{p}.api_key_env")
+            if kind == "anthropic" and honours_n:
+                raise ConfigError(
+                    f"{p}.honours_n",
+                    "the Messages API has no `n`: an anthropic provider makes one call per "
+                    "choice; leave honours_n out (it is false)",
+                )
         else:
             samples = f.get_path(table, "samples", p, base_dir, f.REQUIRED)
             if not samples.is_file():
@@ -464,7 +480,7 @@ def _providers(
                 backoff_max_s=f.get_float(
                     table, "backoff_max_s", p, max(8.0, backoff_base), lo=backoff_base
                 ),
-                honours_n=f.get_bool(table, "honours_n", p, True),
+                honours_n=honours_n,
                 max_concurrency=f.get_int(table, "max_concurrency", p, 64, lo=1),
                 samples=samples,
                 seed=seed,
@@ -503,8 +519,15 @@ def _prices(
             model=name,
             input_per_mtok=f.get_float(table, "input_per_mtok", p, lo=0.0),
             output_per_mtok=f.get_float(table, "output_per_mtok", p, lo=0.0),
+            cache_read_per_mtok=_optional_price(table, "cache_read_per_mtok", p),
+            cache_write_per_mtok=_optional_price(table, "cache_write_per_mtok", p),
         )
     return prices
+
+
+def _optional_price(table: Mapping[str, object], key: str, p: str) -> float | None:
+    """A cache price, or None (absent: the input price applies)."""
+    return f.get_float(table, key, p, lo=0.0) if key in table else None
 
 
 def _ladder(
@@ -597,6 +620,7 @@ def _routes(
                 visible_checks=_check_list(table, "visible_checks", p, base_dir),
                 gate_checks=gate_checks,
                 revision=_revision(table, p),
+                tool_turns=f.get_choice(table, "tool_turns", p, ("pass", "verify"), "pass"),
             )
         )
     return tuple(out)

@@ -38,8 +38,10 @@ REPLICA_RULE = (
     "1-128 letters, digits and . _ : @ -, starting with a letter or digit and not ending in "
     "a dot and digits"
 )
-ProviderKind = Literal["openai", "replay"]
+ProviderKind = Literal["openai", "anthropic", "replay"]
 OnExhausted = Literal["unverified", "error"]
+#: what a route does with a turn that ends in tool calls (docs/config.md, ``tool_turns``)
+ToolTurns = Literal["pass", "verify"]
 OnBudgetExhausted = Literal["serve_best_verified", "error"]
 WithoutChecks = Literal["passthrough", "reject", "route_checks"]
 ElasticMode = Literal["shadow", "enforce"]
@@ -209,7 +211,8 @@ class BudgetsConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ProviderConfig:
-    """One upstream: an OpenAI-compatible HTTP endpoint, or recorded samples replayed offline."""
+    """One upstream: an OpenAI-compatible HTTP endpoint, Anthropic's Messages API, or recorded
+    samples replayed offline."""
 
     id: str
     kind: ProviderKind
@@ -273,10 +276,37 @@ class Price:
     model: str
     input_per_mtok: float
     output_per_mtok: float
+    #: prompt-cache prices (None: the input price). Input tokens read from the provider's cache
+    #: (OpenAI ``cached_tokens``, Anthropic ``cache_read_input_tokens``) and written to it
+    #: (Anthropic ``cache_creation_input_tokens``, dearer than input there)
+    cache_read_per_mtok: float | None = None
+    cache_write_per_mtok: float | None = None
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """USD for one call that used these token counts."""
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+    def cost(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> float:
+        """USD for one call that used these token counts; ``input_tokens`` counts every prompt
+        token, cached ones included (the cache counts are parts of it, priced apart)."""
+        read = min(cache_read_tokens, input_tokens)
+        write = min(cache_write_tokens, input_tokens - read)
+        plain = input_tokens - read - write
+        read_price = (
+            self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok
+        )
+        write_price = (
+            self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
+        )
+        return (
+            plain * self.input_per_mtok
+            + read * read_price
+            + write * write_price
+            + output_tokens * self.output_per_mtok
+        ) / 1e6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -338,6 +368,10 @@ class RouteConfig:
     #: the modes a request may ask for besides the configured one (``client_modes``); never
     #: ``enforce`` without a certificate: see ``firstpass.server`` ``resolve_mode``
     client_modes: tuple[str, ...] = ("cascade", "shadow", "passthrough")
+    #: ``"pass"``: a turn that ends in tool calls goes to the client as the upstream sent it
+    #: (an agent's middle turn: checks and the cascade decide final answers only);
+    #: ``"verify"``: checked like a final answer (a route whose tool calls are the answer)
+    tool_turns: ToolTurns = "pass"
 
     @functools.cached_property
     def visible_checks_digest(self) -> str | None:

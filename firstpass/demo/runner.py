@@ -1,8 +1,10 @@
 """The offline demo: the real proxy, a replay upstream on the bundled demo set, real HTTP.
 
 It starts the same aiohttp application ``firstpass serve`` runs, on a free loopback port, sends
-each demo task through it as an OpenAI chat request with tests in the ``firstpass`` object,
-prints each decision, then re-derives the receipt hash chain. No network, no API keys.
+each demo task through it (as a Chat Completions request by default; ``api`` picks the OpenAI
+Responses or the Anthropic Messages API instead, with the same task and tests) with tests in
+the ``firstpass`` object, prints each decision, then re-derives the receipt hash chain. No
+network, no API keys.
 """
 
 from __future__ import annotations
@@ -26,10 +28,19 @@ from firstpass.config import Config, config_from_dict
 from firstpass.receipts import verify_chain
 from firstpass.server import serve_forever
 
-__all__ = ["DemoRow", "DemoTask", "demo_config", "load_demo_tasks", "run_demo"]
+__all__ = ["API_PATHS", "DemoRow", "DemoTask", "demo_config", "load_demo_tasks", "run_demo"]
 
 #: the model name demo requests ask for; the demo route matches it
 DEMO_MODEL = "firstpass-demo"
+#: the APIs the demo can speak, by the path each is served at
+API_PATHS = {
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+}
+#: the output bound a Messages request must state (Anthropic's API requires ``max_tokens``);
+#: the other APIs' demo requests state none, as the demo always sent
+DEMO_MAX_TOKENS = 1024
 
 
 class DemoTask(TypedDict):
@@ -131,7 +142,7 @@ class DemoRow:
     gate_label: bool | None = None
 
 
-def _request_body(task: DemoTask, mode: str | None) -> dict[str, JSON]:
+def _request_body(task: DemoTask, mode: str | None, api: str = "chat") -> dict[str, JSON]:
     firstpass: dict[str, JSON] = {
         "tests": {"visible": task["visible_tests"], "hidden": task["hidden_tests"]},
         "entry_point": task["entry_point"],
@@ -141,11 +152,16 @@ def _request_body(task: DemoTask, mode: str | None) -> dict[str, JSON]:
         firstpass["setup"] = task["setup"]
     if mode:
         firstpass["mode"] = mode
-    return {
+    if api == "responses":
+        return {"model": DEMO_MODEL, "input": task["prompt"], "firstpass": firstpass}
+    body: dict[str, JSON] = {
         "model": DEMO_MODEL,
         "messages": [{"role": "user", "content": task["prompt"]}],
         "firstpass": firstpass,
     }
+    if api == "messages":
+        body["max_tokens"] = DEMO_MAX_TOKENS
+    return body
 
 
 def _row(task_id: str, status: int, body: _Response, headers: Mapping[str, str]) -> DemoRow:
@@ -168,7 +184,7 @@ def _row(task_id: str, status: int, body: _Response, headers: Mapping[str, str])
 
 
 async def _run(
-    config: Config, tasks: Sequence[DemoTask], mode: str | None, out: TextIO
+    config: Config, tasks: Sequence[DemoTask], mode: str | None, out: TextIO, api: str = "chat"
 ) -> list[DemoRow]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -184,7 +200,9 @@ async def _run(
         ready_wait.cancel()
         server.result()
     base = f"http://127.0.0.1:{port}"
-    print(f"proxy listening on {base} (replay upstream, offline)", file=out)
+    print(
+        f"proxy listening on {base} (replay upstream, offline), asked at {API_PATHS[api]}", file=out
+    )
     header = (
         f"{'task':<9} {'status':>6} {'action':<21} {'regime':<9} {'served by':<20} "
         f"{'visible':>7} {'gate':<8} {'cost $':>9} {'ovh ms':>7}"
@@ -198,7 +216,9 @@ async def _run(
         async with aiohttp.ClientSession() as session:
             for task in tasks:
                 async with session.post(
-                    f"{base}/v1/chat/completions", json=_request_body(task, mode)
+                    base + API_PATHS[api],
+                    json=_request_body(task, mode, api),
+                    headers={"anthropic-version": "2023-06-01"} if api == "messages" else None,
                 ) as resp:
                     body = await resp.json()
                     row = _row(task["task_id"], resp.status, body, resp.headers)
@@ -219,7 +239,11 @@ async def _run(
 
 
 def run_demo(
-    *, receipts: Path | None = None, mode: str | None = None, out: TextIO = sys.stdout
+    *,
+    receipts: Path | None = None,
+    mode: str | None = None,
+    out: TextIO = sys.stdout,
+    api: str = "chat",
 ) -> int:
     """Run the demo end to end; returns the process exit code (0 when the chain verifies)."""
     if receipts is None:
@@ -236,9 +260,9 @@ def run_demo(
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux and macOS
-        rows = asyncio.run(_run(config, tasks, mode, out))
+        rows = asyncio.run(_run(config, tasks, mode, out, api))
     else:
-        rows = uvloop.run(_run(config, tasks, mode, out))
+        rows = uvloop.run(_run(config, tasks, mode, out, api))
     report = verify_chain(receipts)
     actions: dict[str, int] = {}
     for row in rows:

@@ -39,17 +39,28 @@ def worst_case_usd(
 ) -> float:
     """The most one call can cost: ``input_tokens`` when known (a count the upstream reported
     for this very prompt), else the body's byte bound, sent ``calls`` times; the output bound
-    times ``n``."""
+    times ``n``. Every prompt token is priced at the dearest input price: a prompt-cache write
+    costs more than plain input at Anthropic (1.25x), and a hold must not be below the bill."""
     bound = input_token_bound(body)
-    tokens = bound if input_tokens is None else min(bound, input_tokens)
-    return price.cost(tokens * calls, output_token_bound(body, n, default_max_tokens))
+    tokens = (bound if input_tokens is None else min(bound, input_tokens)) * calls
+    output = output_token_bound(body, n, default_max_tokens)
+    return max(
+        price.cost(tokens, output),
+        price.cost(tokens, output, cache_write_tokens=tokens),
+        price.cost(tokens, output, cache_read_tokens=tokens),
+    )
 
 
 def settled_usd(price: Price, completion: Completion, held: float) -> float:
     """What a call counts against the budgets once it answered: its cost from the upstream's
     token counts, or the worst case it held when the upstream counted nothing (no ``usage``,
     or no tokens for an answer it wrote), so such an upstream cannot make every call free."""
-    actual = price.cost(completion.input_tokens, completion.output_tokens)
+    actual = price.cost(
+        completion.input_tokens,
+        completion.output_tokens,
+        cache_read_tokens=completion.cache_read_tokens,
+        cache_write_tokens=completion.cache_write_tokens,
+    )
     unreported = completion.input_tokens <= 0 or (
         completion.output_tokens <= 0 and any(completion.texts)
     )

@@ -127,8 +127,13 @@ class ElasticRunner:
 
     async def _probe(
         self, req: RunRequest, index: int
-    ) -> tuple[Probe | None, UpstreamError | None]:
-        """Draw k samples from rung ``index`` in one call (``n = k``) and run the visible tests."""
+    ) -> tuple[Probe | Answer | None, UpstreamError | None]:
+        """Draw k samples from rung ``index`` in one call (``n = k``) and run the visible tests.
+
+        An ``Answer`` instead of a probe: sample 0 ended its turn in tool calls (route
+        ``tool_turns = "pass"``). The probe then does nothing: no checks run, no regime, no
+        label; sample 0 is what the cascade would have served (its first attempt, drawn
+        exactly like it), so shadow and enforce both serve it as the tool turn it is."""
         elastic = self.elastic
         rung = req.route.ladder[index]
         k = rung.k or elastic.k
@@ -137,6 +142,10 @@ class ElasticRunner:
         completion, error = await self.steps.call(req, index, rung, purpose="probe", n=k)
         if completion is None:
             return None, error
+        if self.steps.is_tool_turn(req, completion):
+            req.trace.step(f"tool_turn:{index}")
+            view = sample_view(completion, 0, keep_raw=True)
+            return Answer(rung_index=index, rung=rung, completion=view), None
         texts = list(completion.texts[:k])
         if not req.checks.has_visible:  # the runners probe only requests with visible checks
             raise FirstpassError("the probe needs visible checks")
@@ -177,7 +186,14 @@ class ElasticRunner:
         req.trace.probe_wall((time.perf_counter() - began) * 1000.0)
         for i, result in enumerate(results):
             self.steps.record_check(req, index, i, "visible", result)
-        passed = [bool(r.passed) for r in results]
+        # a sample that ended in tool calls is not an answer: it never counts as a pass, nor is
+        # it ever a candidate to serve (its check records still say what the checks made of
+        # its text)
+        tool_turns = req.route.tool_turns == "pass"
+        passed = [
+            bool(r.passed) and not (tool_turns and completion.is_tool_turn(i))
+            for i, r in enumerate(results)
+        ]
         c = sum(passed)
         if behavioural:
             # no probe input: every output vector is the empty one, so all passing samples agree
@@ -318,6 +334,8 @@ class ElasticRunner:
             return None
 
         result = await self.steps.run_ladder(req, LadderState(), rung_runner=run_rung)
+        if not probes and result.action == "tool_turn":  # rung 0's turn: nothing was probed
+            return self.steps.conclude(req, result)
         if not probes:  # the probe call itself failed upstream
             failed = ProbeRecord(rung=0, error=req.trace.first_upstream_error())
             return self.steps.conclude(req, result, Endings(probe=failed))
@@ -348,6 +366,9 @@ class ElasticRunner:
         without the client ever getting an unchecked answer because of it.
         """
         probe, error = await self._probe(req, index)
+        if isinstance(probe, Answer):  # a tool turn: served as it came (``run_ladder``)
+            state.tool_turn = probe
+            return None
         if probe is None:
             state.attempts.append(Attempt(rung=index, upstream_failed=True))
             state.answers.append(None)
@@ -506,6 +527,11 @@ class ElasticRunner:
             result = await self.steps.run_ladder(req, LadderState())
             refused = ProbeRecord(rung=0, error=str(exc), budget=budget_record(exc))
             return self.steps.conclude(req, result, Endings(probe=refused))
+        if isinstance(probe, Answer):
+            # sample 0 is the cascade's first attempt: a tool turn, which the cascade serves
+            # as it came; there is no final answer to label
+            served = probe.served("unchecked")
+            return self.steps.conclude(req, LadderResult(action="tool_turn", served=served))
         if probe is None:
             # no probe, no label: the cascade makes its own rung-0 call as it always would
             result = await self.steps.run_ladder(req, LadderState())
@@ -602,6 +628,14 @@ class ElasticRunner:
             )
             reach[index + 1] = False  # unknown: nothing above is labelled for this request
             await self.steps.attempt_rung(req, state, index)
+            return
+        if isinstance(probe, Answer):
+            # a tool turn: the cascade (when it reached this rung) serves it as it came;
+            # nothing is labelled here or above
+            later.append(ProbeRecord(rung=index, error="ended in tool calls", given=given))
+            reach[index + 1] = False
+            if state is not None:
+                state.tool_turn = probe
             return
         if probe is None:
             later.append(ProbeRecord(rung=index, error=str(error), given=given))

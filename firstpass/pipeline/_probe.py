@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import cast
 
+from firstpass._json import JSON
 from firstpass.budgets import budget_record
 from firstpass.config import Certificate, Given, Rung, candidate_rule
 from firstpass.errors import BudgetExhausted, SandboxBusy
@@ -213,22 +214,39 @@ def share(result: StageResult) -> float:
     return result.n_passed / result.n_total if result.n_total else 0.0
 
 
-def sample_view(completion: Completion, i: int) -> Completion:
+def sample_view(completion: Completion, i: int, *, keep_raw: bool = False) -> Completion:
     """The ``i``-th choice of an n-choice completion, as a one-choice completion.
 
-    Usage is split evenly: input tokens per call, output tokens per choice.
+    Usage is split evenly: input tokens per call, output tokens per choice. ``keep_raw``: keep
+    the upstream's JSON with only that choice (re-indexed 0) and that usage, for an answer that
+    goes out as the upstream sent it (a tool turn).
     """
     n = max(1, completion.n)
     reasons = completion.finish_reasons
-    return dataclasses.replace(
+    view = dataclasses.replace(
         completion,
         texts=(completion.texts[i],),
         finish_reasons=(reasons[i] if i < len(reasons) else None,),
+        tool_calls=(completion.calls_of(i),),
         input_tokens=completion.input_tokens // max(1, completion.calls),
+        cache_read_tokens=completion.cache_read_tokens // max(1, completion.calls),
+        cache_write_tokens=completion.cache_write_tokens // max(1, completion.calls),
         output_tokens=completion.output_tokens // n,
         calls=1,
         raw=None,
     )
+    raw = completion.raw
+    listed = raw.get("choices") if keep_raw and raw is not None else None
+    if raw is None or not isinstance(listed, list) or i >= len(listed):
+        return view
+    choice = listed[i]
+    usage: dict[str, JSON] = {
+        "prompt_tokens": view.input_tokens,
+        "completion_tokens": view.output_tokens,
+        "total_tokens": view.input_tokens + view.output_tokens,
+    }
+    one: JSON = {**choice, "index": 0} if isinstance(choice, dict) else choice
+    return dataclasses.replace(view, raw={**raw, "choices": [one], "usage": usage})
 
 
 def given_record(given: Given) -> GivenRecord:

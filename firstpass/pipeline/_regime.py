@@ -15,11 +15,15 @@ __all__ = ["request_regime"]
 def request_regime(receipt: Receipt) -> str | None:
     """The elastic probe's regime (``serve``, ``gate``, ``escalate``) when one was drawn;
     without one (no elastic policy, no visible tests, or the probe call failed) what ran
-    instead: ``passthrough`` (forwarded unchecked) or ``cascade`` (the verified cascade);
+    instead: ``passthrough`` (forwarded unchecked), ``tool_turn`` (a turn that ended in tool
+    calls, forwarded unchecked) or ``cascade`` (the verified cascade);
     ``None`` for a request refused before it ran (mode ``rejected``): it has no regime."""
     if receipt.mode == "rejected":
         return None
     probe = receipt.probe
     if probe is not None and probe.drawn:
         return str(probe.regime)
-    return "passthrough" if receipt.decision.action == "passthrough" else "cascade"
+    action = receipt.decision.action
+    if action in ("passthrough", "tool_turn"):
+        return str(action)
+    return "cascade"

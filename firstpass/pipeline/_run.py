@@ -208,6 +208,15 @@ class Pipeline:
                 error=ErrorRecord(status=499, type="cancelled", message="client disconnected"),
             )
             raise
+        except RequestError as exc:
+            # a rung's API could not carry the request (admission refuses what it can see
+            # coming; this is what it could not): the client's 4xx, stated on the receipt
+            receipt = trace.record(
+                action="rejected",
+                served=None,
+                error=ErrorRecord(status=exc.status, type=exc.type, message=str(exc)),
+            )
+            outcome = Outcome(receipt_id=receipt_id, action="rejected", mode=mode, error=exc)
         except SandboxBusy as exc:
             # no sandbox slot in time: a clean 503 the client may retry, stated on the receipt
             receipt = trace.record(

@@ -212,6 +212,9 @@ class LadderState:
     last_error: UpstreamError | None = None
     first_rung: int = 0
     served_action: Action = "served"  # the action name for serving a verified rung-0 attempt
+    #: an answer that ended its turn in tool calls (route ``tool_turns = "pass"``): the ladder
+    #: stops and serves it as the upstream sent it, unchecked
+    tool_turn: Answer | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -133,10 +133,14 @@ class Steps:
             if isinstance(step, CallRung):
                 if rung_runner is None:
                     await self.attempt_rung(req, state, step.rung)
-                    continue
-                done = await rung_runner(req, state, step.rung)
-                if done is not None:
-                    return done
+                else:
+                    done = await rung_runner(req, state, step.rung)
+                    if done is not None:
+                        return done
+                if state.tool_turn is not None:
+                    return LadderResult(
+                        action="tool_turn", served=state.tool_turn.served("unchecked")
+                    )
                 continue
             if isinstance(step, Serve | ServeUnverified):
                 answer = state.answers[step.attempt]
@@ -187,6 +191,10 @@ class Steps:
             state.attempts.append(Attempt(rung=index, upstream_failed=True))
             state.answers.append(None)
             return
+        if purpose == "attempt" and self.is_tool_turn(req, completion):
+            state.tool_turn = Answer(rung_index=index, rung=rung, completion=completion)
+            req.trace.step(f"tool_turn:{index}")
+            return
         label = None if purpose == "attempt" else purpose
         visible, gate = await self.check(req, index, 0, completion.texts[0], purpose=label)
         self.record_attempt(state, index, rung, completion, visible, gate)
@@ -194,6 +202,13 @@ class Steps:
             self.note_verified(req, state)
         if purpose == "attempt":
             await self.revise(req, state, visible, gate)
+
+    @staticmethod
+    def is_tool_turn(req: RunRequest, completion: Completion) -> bool:
+        """Whether ``completion``'s first choice ends the turn in tool calls on a route that
+        passes such turns through (``tool_turns = "pass"``): it is not a final answer, so
+        neither the checks nor the cascade judge it; the agent comes back with the results."""
+        return req.route.tool_turns == "pass" and completion.is_tool_turn(0)
 
     @staticmethod
     def note_verified(req: RunRequest, state: LadderState) -> None:
@@ -557,7 +572,7 @@ class Steps:
     def content(self, req: RunRequest, served: Served | None) -> Content | None:
         if not self.config.receipts.store_content:
             return None
-        return Content(prompt=req.prompt_text, answer=served.text if served else "")
+        return Content(prompt=req.prompt_text, answer=served.answer if served else "")
 
     def finish(
         self,

@@ -8,6 +8,7 @@ The trace keeps its working state as the receipt's own typed parts (``firstpass.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,6 +64,21 @@ class Served:
     completion: Completion
     sample: int = 0  # which sample of the rung's call (the elastic probe draws several)
     revision: int = 0  # which revision of the rung's answer (0: the first answer)
+
+    @property
+    def answer(self) -> str:
+        """The answer as receipts hash and store it: its text, and its tool calls when it made
+        any (as Chat Completions spells them, in canonical JSON), so two tool turns that
+        call different tools never share a hash."""
+        calls = self.completion.calls_of(0)
+        if not calls:
+            return self.text
+        return json.dumps(
+            {"content": self.text, "tool_calls": [c.to_chat() for c in calls]},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -205,7 +221,10 @@ class Trace:
         cost = 0.0
         if completion is not None:
             cost = self.config.price(rung.name).cost(
-                completion.input_tokens, completion.output_tokens
+                completion.input_tokens,
+                completion.output_tokens,
+                cache_read_tokens=completion.cache_read_tokens,
+                cache_write_tokens=completion.cache_write_tokens,
             )
             if self.input_tokens_seen is None:
                 self.input_tokens_seen = completion.input_tokens // max(1, completion.calls)
@@ -223,6 +242,8 @@ class Trace:
             input_tokens=completion.input_tokens if completion else 0,
             output_tokens=completion.output_tokens if completion else 0,
             cost_usd=usd(cost) if answered else 0.0,
+            cache_read_tokens=(completion.cache_read_tokens or UNSET) if completion else UNSET,
+            cache_write_tokens=(completion.cache_write_tokens or UNSET) if completion else UNSET,
             error=None if answered else valid_text(str(error), ERROR_CHARS) if error else "unknown",
         )
         self.upstream_calls.append(entry)
@@ -441,7 +462,7 @@ class Trace:
                 sample=served.sample,
                 provider=served.provider,
                 model=served.model,
-                answer_sha256=sha256_text(served.text),
+                answer_sha256=sha256_text(served.answer),
                 verification=served.verification,
                 revision=served.revision or UNSET,
             ),

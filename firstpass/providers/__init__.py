@@ -1,4 +1,5 @@
-"""Upstream clients: any OpenAI-compatible HTTP endpoint, and replay from recorded samples.
+"""Upstream clients: any OpenAI-compatible HTTP endpoint, Anthropic's Messages API, and replay
+from recorded samples.
 
 ``build_provider(cfg, session=...)`` gives a :class:`Provider`; ``await provider.complete(model,
 body, n=k)`` gives a :class:`Completion` with ``k`` texts or raises ``UpstreamError`` /
@@ -7,7 +8,15 @@ body, n=k)`` gives a :class:`Completion` with ``k`` texts or raises ``UpstreamEr
 
 from __future__ import annotations
 
-from firstpass.providers._base import Completion, Provider, merge_completions
+from firstpass.providers._anthropic import AnthropicProvider, messages_url
+from firstpass.providers._anthropic_wire import messages_body
+from firstpass.providers._base import (
+    TOOL_FINISH_REASONS,
+    Completion,
+    Provider,
+    ToolCall,
+    merge_completions,
+)
 from firstpass.providers._build import KINDS, build_provider
 from firstpass.providers._openai import OpenAIProvider, upstream_body
 from firstpass.providers._prompt import message_text, prompt_sha256
@@ -22,6 +31,8 @@ from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_r
 
 __all__ = [
     "KINDS",
+    "TOOL_FINISH_REASONS",
+    "AnthropicProvider",
     "Completion",
     "OpenAIProvider",
     "Provider",
@@ -29,12 +40,15 @@ __all__ = [
     "RetryPolicy",
     "SampleRow",
     "SampleSet",
+    "ToolCall",
     "build_provider",
     "estimate_tokens",
     "is_retryable_status",
     "load_sample_set",
     "merge_completions",
     "message_text",
+    "messages_body",
+    "messages_url",
     "parse_retry_after",
     "prompt_sha256",
     "upstream_body",

@@ -8,7 +8,29 @@ from typing import Protocol, runtime_checkable
 
 from firstpass._json import JSON
 
-__all__ = ["Completion", "Provider", "merge_completions"]
+__all__ = ["TOOL_FINISH_REASONS", "Completion", "Provider", "ToolCall", "merge_completions"]
+
+#: the finish reasons that end a turn in tool calls (OpenAI's ``tool_calls`` and its legacy
+#: ``function_call``; the Anthropic provider maps ``stop_reason: "tool_use"`` to ``tool_calls``)
+TOOL_FINISH_REASONS = frozenset({"tool_calls", "function_call"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    """One function call a model asked for, in Chat Completions' terms (the other dialects
+    are mapped to and from it): ``arguments`` is JSON text, as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_chat(self) -> dict[str, JSON]:
+        """As a Chat Completions ``message.tool_calls`` item."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -33,11 +55,28 @@ class Completion:
     model: str
     raw: dict[str, JSON] | None = field(default=None, repr=False)
     topped_up: int = 0
+    #: each choice's tool calls, in ``texts`` order (empty: no choice called a tool; a choice
+    #: past the end called none)
+    tool_calls: tuple[tuple[ToolCall, ...], ...] = ()
+    #: of ``input_tokens``: read from the provider's prompt cache / written to it
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def n(self) -> int:
         """How many choices came back."""
         return len(self.texts)
+
+    def calls_of(self, index: int) -> tuple[ToolCall, ...]:
+        """Choice ``index``'s tool calls (empty when it called none)."""
+        return self.tool_calls[index] if index < len(self.tool_calls) else ()
+
+    def is_tool_turn(self, index: int = 0) -> bool:
+        """Whether choice ``index`` ends its turn in tool calls (the client runs the tools
+        and comes back) rather than with a final answer: it holds tool calls, or its
+        finish reason says so."""
+        reason = self.finish_reasons[index] if index < len(self.finish_reasons) else None
+        return bool(self.calls_of(index)) or reason in TOOL_FINISH_REASONS
 
 
 @runtime_checkable
@@ -95,11 +134,15 @@ def merge_completions(parts: Sequence[Completion], *, latency_ms: float) -> Comp
         raw["choices"] = [
             {**c, "index": i} if isinstance(c, dict) else c for i, c in enumerate(choices)
         ]
-        raw["usage"] = {
+        usage: dict[str, JSON] = {
             "prompt_tokens": input_tokens,
             "completion_tokens": output_tokens,
             "total_tokens": input_tokens + output_tokens,
         }
+        cached = sum(p.cache_read_tokens for p in parts)
+        if cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        raw["usage"] = usage
     return Completion(
         texts=tuple(t for p in parts for t in p.texts),
         finish_reasons=tuple(f for p in parts for f in p.finish_reasons),
@@ -112,4 +155,7 @@ def merge_completions(parts: Sequence[Completion], *, latency_ms: float) -> Comp
         model=parts[0].model,
         raw=raw,
         topped_up=sum(p.topped_up for p in parts),
+        tool_calls=tuple(p.calls_of(i) for p in parts for i in range(p.n)),
+        cache_read_tokens=sum(p.cache_read_tokens for p in parts),
+        cache_write_tokens=sum(p.cache_write_tokens for p in parts),
     )

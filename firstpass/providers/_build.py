@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from firstpass.errors import ConfigError
+from firstpass.providers._anthropic import AnthropicProvider
 from firstpass.providers._base import Provider
 from firstpass.providers._openai import OpenAIProvider
 from firstpass.providers._replay import ReplayProvider
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "build_provider"]
 
 #: the provider kinds a config may name
-KINDS = ("openai", "replay")
+KINDS = ("openai", "anthropic", "replay")
 
 
 def build_provider(cfg: ProviderConfig, *, session: aiohttp.ClientSession | None) -> Provider:
@@ -28,6 +29,8 @@ def build_provider(cfg: ProviderConfig, *, session: aiohttp.ClientSession | None
     """
     if cfg.kind == "openai":
         return OpenAIProvider(cfg, session=session)
+    if cfg.kind == "anthropic":
+        return AnthropicProvider(cfg, session=session)
     if cfg.kind == "replay":
         return ReplayProvider(cfg)
     raise ConfigError(

@@ -23,14 +23,14 @@ from yarl import URL
 
 from firstpass._json import JSON
 from firstpass.errors import ConfigError, UpstreamError, UpstreamTimeout
-from firstpass.providers._base import Completion, merge_completions
+from firstpass.providers._base import Completion, ToolCall, merge_completions
 from firstpass.providers._prompt import message_text
 from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_retry_after
 
 if TYPE_CHECKING:
     from firstpass.config import ProviderConfig
 
-__all__ = ["OpenAIProvider", "upstream_body"]
+__all__ = ["OpenAIProvider", "tool_calls_of", "upstream_body"]
 
 log = structlog.get_logger("firstpass.providers")
 
@@ -75,11 +75,53 @@ def _objects(items: list[JSON]) -> TypeGuard[list[dict[str, JSON]]]:
     return all(isinstance(c, dict) for c in items)
 
 
-def _parse_completion(
-    obj: JSON, n: int
-) -> tuple[list[str], list[str | None], int, int, dict[str, JSON]]:
-    """Texts, finish reasons, prompt and completion tokens, and the response with its choices
-    list cut to at most ``n``."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Parsed:
+    texts: tuple[str, ...]
+    reasons: tuple[str | None, ...]
+    tool_calls: tuple[tuple[ToolCall, ...], ...]
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    obj: dict[str, JSON]
+
+
+def tool_calls_of(message: JSON) -> tuple[ToolCall, ...]:
+    """A chat message's ``tool_calls`` (and a legacy ``function_call``) as ``ToolCall`` values;
+    an item without a function name is not a call and is skipped."""
+    if not isinstance(message, dict):
+        return ()
+    found: list[ToolCall] = []
+    listed = message.get("tool_calls")
+    for item in listed if isinstance(listed, list) else []:
+        function = item.get("function") if isinstance(item, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            continue
+        arguments = function.get("arguments")
+        call_id = item.get("id") if isinstance(item, dict) else None
+        found.append(
+            ToolCall(
+                id=call_id if isinstance(call_id, str) else f"call_{len(found)}",
+                name=str(function["name"]),
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+            )
+        )
+    legacy = message.get("function_call")
+    if not found and isinstance(legacy, dict) and isinstance(legacy.get("name"), str):
+        arguments = legacy.get("arguments")
+        found.append(
+            ToolCall(
+                id="call_0",
+                name=str(legacy["name"]),
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+            )
+        )
+    return tuple(found)
+
+
+def _parse_completion(obj: JSON, n: int) -> _Parsed:
+    """Texts, finish reasons, tool calls, usage, and the response with its choices list cut
+    to at most ``n``."""
     if not isinstance(obj, dict):
         raise _Malformed(f"expected a JSON object, got {type(obj).__name__}")
     listed = obj.get("choices")
@@ -93,24 +135,33 @@ def _parse_completion(
     choices = choices[:n]
     texts: list[str] = []
     reasons: list[str | None] = []
+    calls: list[tuple[ToolCall, ...]] = []
     for choice in choices:
         message = choice.get("message")
         content = message.get("content") if isinstance(message, dict) else None
         texts.append(message_text(content))  # None (a pure tool call) gives ""
         reason = choice.get("finish_reason")
         reasons.append(reason if isinstance(reason, str) else None)
+        calls.append(tool_calls_of(message))
     usage = obj.get("usage")
     usage = usage if isinstance(usage, dict) else {}
-    prompt_tokens = usage.get("prompt_tokens")
-    completion_tokens = usage.get("completion_tokens")
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
     kept: list[JSON] = list(choices)
-    return (
-        texts,
-        reasons,
-        prompt_tokens if isinstance(prompt_tokens, int) else 0,
-        completion_tokens if isinstance(completion_tokens, int) else 0,
-        obj if len(kept) == len(listed) else {**obj, "choices": kept},
+    return _Parsed(
+        texts=tuple(texts),
+        reasons=tuple(reasons),
+        tool_calls=tuple(calls) if any(calls) else (),
+        input_tokens=_count(usage.get("prompt_tokens")),
+        output_tokens=_count(usage.get("completion_tokens")),
+        cache_read_tokens=_count(cached),
+        obj=obj if len(kept) == len(listed) else {**obj, "choices": kept},
     )
+
+
+def _count(value: JSON) -> int:
+    """A usage count as an int (0 when absent, negative, or not an integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _error_detail(raw: bytes) -> str:
@@ -303,22 +354,24 @@ class OpenAIProvider:
             )
         if 200 <= status <= 299:
             try:
-                texts, reasons, tokens_in, tokens_out, obj = _parse_completion(json.loads(raw), n)
+                parsed = _parse_completion(json.loads(raw), n)
             except (ValueError, _Malformed) as exc:
                 return _Failure(
                     message=f"unusable response (HTTP {status}): {exc}", status=status, cause=exc
                 )
             return Completion(
-                texts=tuple(texts),
-                finish_reasons=tuple(reasons),
-                input_tokens=tokens_in,
-                output_tokens=tokens_out,
+                texts=parsed.texts,
+                finish_reasons=parsed.reasons,
+                tool_calls=parsed.tool_calls,
+                input_tokens=parsed.input_tokens,
+                output_tokens=parsed.output_tokens,
+                cache_read_tokens=min(parsed.cache_read_tokens, parsed.input_tokens),
                 latency_ms=(time.perf_counter() - started) * 1000.0,  # retries included
                 attempts=attempt,
                 status=status,
                 calls=1,
                 model=model,
-                raw=obj,
+                raw=parsed.obj,
             )
         detail = self._scrub(_error_detail(raw))
         if not is_retryable_status(status):

@@ -35,6 +35,7 @@ __all__ = [
     "Cost",
     "Counterfactual",
     "Decision",
+    "Dialect",
     "DroppedCase",
     "ErrorBrief",
     "ErrorRecord",
@@ -83,8 +84,11 @@ Action = Literal[
     "internal_error",
     "rejected",
     "receipts_unavailable",
+    "tool_turn",
 ]
 
+#: the API a request came through: Chat Completions, OpenAI Responses, Anthropic Messages
+Dialect = Literal["chat", "responses", "messages"]
 #: what elastic would have done (shadow) on the probed rung
 Counterfactual = Literal[
     "escalate", "serve_without_gate", "serve_after_gate", "escalate_after_gate"
@@ -124,6 +128,8 @@ class RequestInfo(_Part):
     task_id: str | UnsetType | None = UNSET
     #: the configured name of the client key that authenticated it (never the key)
     client_key: str | UnsetType = UNSET
+    #: the API it came through (unset on receipts written before dialects existed: chat)
+    dialect: Dialect | UnsetType = UNSET
 
 
 class UpstreamCall(_Part):
@@ -142,6 +148,10 @@ class UpstreamCall(_Part):
     output_tokens: int
     cost_usd: Number
     error: str | None
+    #: of ``input_tokens``: read from the provider's prompt cache, and written to it (priced
+    #: apart, ``[[prices]] cache_read_per_mtok``/``cache_write_per_mtok``); unset when none
+    cache_read_tokens: int | UnsetType = UNSET
+    cache_write_tokens: int | UnsetType = UNSET
 
 
 class DroppedCase(_Part):

@@ -58,7 +58,9 @@ from firstpass.server._keys import (
     ServerState,
 )
 from firstpass.server._licences import MONITOR, open_monitor, revoked_summary
+from firstpass.server._messages_api import messages
 from firstpass.server._observe import install_observability, observed_sink
+from firstpass.server._responses_api import responses
 from firstpass.server._workers import run_workers, worker_logs
 
 __all__ = ["RECEIPT_WRITER", "create_app", "run_server", "serve_forever"]
@@ -220,6 +222,8 @@ def create_app(
     app[CONFIG] = config
     endpoints: dict[Handler, Endpoint] = {
         chat_completions: "receipted",
+        messages: "receipted",
+        responses: "receipted",
         feedback: "receipted",
         list_models: "keyed",
     }
@@ -353,6 +357,8 @@ def create_app(
 
     app.on_cleanup.append(close_body_watch)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/responses", responses)
     app.router.add_get("/v1/models", list_models)
     app.router.add_post("/v1/feedback", feedback)
     app.router.add_get("/healthz", healthz)

@@ -32,9 +32,14 @@ class KeyRing:
     def match(self, authorization: str) -> ClientKey | None:
         """The key an ``Authorization: Bearer <token>`` header carries, or None."""
         scheme, _, token = authorization.partition(" ")
+        found = self.match_token(token)
+        return found if scheme.lower() == "bearer" else None
+
+    def match_token(self, token: str) -> ClientKey | None:
+        """The key ``token`` is (an ``x-api-key`` header's value, a bearer token), or None."""
         presented = _digest(token.strip())
         found: ClientKey | None = None
         for digest, key in self._keys:  # no early exit: every key is compared
             if hmac.compare_digest(presented, digest) and found is None:
                 found = key
-        return found if scheme.lower() == "bearer" else None
+        return found

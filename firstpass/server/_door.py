@@ -49,7 +49,7 @@ from firstpass.errors import BudgetExhausted, RequestError
 from firstpass.pipeline import Admitted, receipts_unavailable
 from firstpass.receipts import ErrorRecord, RequestInfo, new_receipt_id
 from firstpass.server._body import read_body
-from firstpass.server._errors import RETRY_AFTER_S, error_response, retry_headers
+from firstpass.server._errors import RETRY_AFTER_S, dialect_of, error_response, retry_headers
 from firstpass.server._keys import (
     CLIENT_KEYS,
     CONFIG,
@@ -143,7 +143,7 @@ async def _cancelled(request: web.Request, ticket: Ticket) -> None:
     """The one receipt of a request cancelled before admission let it through."""
     await request.app[PIPELINE].refuse(
         receipt_id=ticket.receipt_id,
-        request=ticket.request or unparsed_info(request.get(CLIENT_KEY)),
+        request=ticket.request or unparsed_info(request.get(CLIENT_KEY), dialect_of(request)),
         error=ErrorRecord(
             status=499,
             type="cancelled",
@@ -162,7 +162,7 @@ async def _refused(
     ``cause``: what the receipt says instead of the message (an internal error's type)."""
     info = ticket.request
     if info is None:
-        info = unparsed_info(request.get(CLIENT_KEY))
+        info = unparsed_info(request.get(CLIENT_KEY), dialect_of(request))
     written = await request.app[PIPELINE].refuse(
         receipt_id=ticket.receipt_id,
         request=info,
@@ -177,7 +177,13 @@ async def _refused(
         headers["Retry-After"] = RETRY_AFTER_S
     retry_headers(exc, headers)
     return error_response(
-        exc.status, str(exc), type=exc.type, param=exc.param, code=exc.code, headers=headers
+        exc.status,
+        str(exc),
+        type=exc.type,
+        param=exc.param,
+        code=exc.code,
+        headers=headers,
+        dialect=dialect_of(request),
     )
 
 
@@ -189,10 +195,17 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     ring = request.app[CLIENT_KEYS]
     key = None
     if ring:
-        key = ring.match(request.headers.get("Authorization", ""))
+        # Anthropic's clients send ``x-api-key``; OpenAI's (and Anthropic's ``auth_token``)
+        # a bearer token
+        api_key = request.headers.get("x-api-key")
+        if api_key is not None:
+            key = ring.match_token(api_key)
+        else:
+            key = ring.match(request.headers.get("Authorization", ""))
         if key is None:
             raise RequestError(
-                "invalid or missing API key: send 'Authorization: Bearer <key>' with a key this "
+                "invalid or missing API key: send 'Authorization: Bearer <key>' (or "
+                "'x-api-key: <key>') with a key this "
                 "server accepts (server.client_keys_env, [[server.client_key]])",
                 status=401,
                 code="invalid_api_key",

@@ -1,8 +1,12 @@
-"""Errors in OpenAI's shape, and the middleware that guarantees no traceback reaches a client.
+"""Errors in the client's API's shape, and the middleware that guarantees no traceback reaches
+a client.
 
-``{"error": {"message", "type", "param", "code"}}`` with the right status, for our own
-``RequestError``/``UpstreamError``, for aiohttp's HTTP exceptions (404 path, 405, 413), and for
-anything unexpected (500 with a message pointing at the server log, never the traceback).
+OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (Chat Completions and Responses),
+or Anthropic's ``{"type": "error", "error": {"type", "message"}}`` on ``/v1/messages`` (with
+Firstpass's ``code`` and ``param`` in a ``firstpass`` object beside it), with the right status,
+for our own ``RequestError``/``UpstreamError``, for aiohttp's HTTP exceptions (404 path, 405,
+413), and for anything unexpected (500 with a message pointing at the server log, never the
+traceback).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from firstpass.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from firstpass.receipts import Dialect
 from firstpass.server._keys import CONFIG, Handler
 
 __all__ = [
     "RETRY_AFTER_S",
+    "dialect_of",
     "error_body",
     "error_middleware",
     "error_response",
@@ -50,9 +56,57 @@ _TYPES = {
 }
 
 
+#: Anthropic's error types by status (docs.anthropic.com, "Errors"); a 5xx of ours that is not
+#: listed is an ``api_error``
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    499: "invalid_request_error",
+    529: "overloaded_error",
+}
+
+#: the API each receipted path speaks (anything else: Chat Completions' error shape)
+_DIALECT_PATHS: dict[str, Dialect] = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+}
+
+
+def dialect_of(request: web.Request) -> Dialect:
+    """The API a request speaks, from its path: its errors and receipt say so."""
+    return _DIALECT_PATHS.get(request.path, "chat")
+
+
 def error_body(
-    message: str, *, type: str, param: str | None = None, code: str | None = None
+    message: str,
+    *,
+    type: str,
+    param: str | None = None,
+    code: str | None = None,
+    dialect: Dialect = "chat",
+    status: int = 400,
 ) -> dict[str, JSON]:
+    """The error object in the dialect's shape; Anthropic's names its own error type (from
+    the status) and carries OpenAI's ``type``/``code``/``param`` in ``firstpass``."""
+    if dialect == "messages":
+        kind = _ANTHROPIC_TYPES.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
+        return {
+            "type": "error",
+            "error": {"type": kind, "message": message},
+            "firstpass": {"type": type, "code": code, "param": param},
+        }
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
@@ -64,10 +118,16 @@ def error_response(
     param: str | None = None,
     code: str | None = None,
     headers: dict[str, str] | None = None,
+    dialect: Dialect = "chat",
 ) -> web.Response:
     return web.json_response(
         error_body(
-            message, type=type or _TYPES.get(status, "server_error"), param=param, code=code
+            message,
+            type=type or _TYPES.get(status, "server_error"),
+            param=param,
+            code=code,
+            dialect=dialect,
+            status=status,
         ),
         status=status,
         headers=headers,
@@ -114,10 +174,20 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except RequestError as exc:
-        return error_response(exc.status, str(exc), type=exc.type, param=exc.param, code=exc.code)
+        return error_response(
+            exc.status,
+            str(exc),
+            type=exc.type,
+            param=exc.param,
+            code=exc.code,
+            dialect=dialect_of(request),
+        )
     except web.HTTPRequestEntityTooLarge:
         return error_response(
-            413, "request body too large (see server.max_body_bytes)", code="body_too_large"
+            413,
+            "request body too large (see server.max_body_bytes)",
+            code="body_too_large",
+            dialect=dialect_of(request),
         )
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -126,7 +196,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             404: f"no such endpoint: {request.method} {request.path}",
             405: f"method {request.method} is not allowed on {request.path}",
         }.get(exc.status, exc.reason)
-        return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+        return error_response(
+            exc.status,
+            message,
+            code=exc.reason.lower().replace(" ", "_"),
+            dialect=dialect_of(request),
+        )
     except ConnectionResetError:
         # the client went away while we answered (its receipt is already written): routine,
         # not a fault of ours, and no one is left to read a response
@@ -137,7 +212,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         message = "internal error; the server log has the details"
         if _debug(request):  # server.debug: name the exception, still never the traceback
             message += f" ({type(exc).__name__}: {exc})"
-        return error_response(500, message)
+        return error_response(500, message, dialect=dialect_of(request))
 
 
 def _debug(request: web.Request) -> bool:

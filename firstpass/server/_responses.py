@@ -14,8 +14,16 @@ from collections.abc import Iterator, Mapping
 
 from firstpass._json import JSON
 from firstpass.pipeline import Outcome
+from firstpass.providers import ToolCall
 
-__all__ = ["completion_body", "sse_chunks", "summary_json", "usage_of"]
+__all__ = [
+    "completion_body",
+    "pieces",
+    "sse_chunks",
+    "summary_json",
+    "upstream_json",
+    "usage_of",
+]
 
 
 def summary_json(outcome: Outcome) -> dict[str, JSON]:
@@ -38,12 +46,37 @@ def usage_of(outcome: Outcome) -> dict[str, int]:
     }
 
 
-def completion_body(outcome: Outcome) -> dict[str, object]:
+def upstream_json(outcome: Outcome) -> dict[str, JSON] | None:
+    """The upstream's own response, for an answer that goes out as the upstream sent it:
+    pass-through (all its choices), and a tool turn (its one choice); else None."""
+    served = outcome.served
+    if outcome.action == "passthrough":
+        return outcome.raw
+    if outcome.action == "tool_turn" and served is not None:
+        return served.completion.raw
+    return None
+
+
+def _message(text: str, calls: tuple[ToolCall, ...]) -> dict[str, JSON]:
+    """An assistant message: its text, and its tool calls when it made any (content is null
+    for a message of tool calls only, as OpenAI sends it)."""
+    message: dict[str, JSON] = {
+        "role": "assistant",
+        "content": text if text or not calls else None,
+        "refusal": None,
+    }
+    if calls:
+        message["tool_calls"] = [call.to_chat() for call in calls]
+    return message
+
+
+def completion_body(outcome: Outcome) -> dict[str, JSON]:
     """The ``chat.completion`` for an outcome that served an answer."""
     served = outcome.served
     assert served is not None
-    if outcome.raw is not None and outcome.action == "passthrough":
-        body: dict[str, object] = dict(outcome.raw)
+    raw = upstream_json(outcome)
+    if raw is not None:
+        body: dict[str, JSON] = dict(raw)
         body.setdefault("object", "chat.completion")
         body["firstpass"] = summary_json(outcome)
         return body
@@ -56,12 +89,12 @@ def completion_body(outcome: Outcome) -> dict[str, object]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": served.text, "refusal": None},
+                "message": _message(served.text, served.completion.calls_of(0)),
                 "logprobs": None,
                 "finish_reason": finish or "stop",
             }
         ],
-        "usage": usage_of(outcome),
+        "usage": dict(usage_of(outcome)),
         "system_fingerprint": None,
         "firstpass": summary_json(outcome),
     }
@@ -71,7 +104,7 @@ def _event(obj: Mapping[str, object]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _pieces(text: str, size: int = 24) -> Iterator[str]:
+def pieces(text: str, size: int = 24) -> Iterator[str]:
     """Split at whitespace near ``size`` characters, so chunks look like a model's tokens."""
     start = 0
     while start < len(text):
@@ -85,63 +118,55 @@ def _pieces(text: str, size: int = 24) -> Iterator[str]:
 
 
 def sse_chunks(outcome: Outcome, *, include_usage: bool) -> Iterator[bytes]:
-    """The chosen answer (or answers, pass-through with n > 1) as SSE events, then ``[DONE]``."""
+    """The chosen answer (or answers, pass-through with n > 1) as SSE events, then ``[DONE]``:
+    its text in pieces, then each tool call whole (id, name and arguments in one delta, which
+    the openai SDK's stream accumulator merges by ``index`` like any other)."""
     served = outcome.served
     assert served is not None
     created = int(time.time())
+    raw = upstream_json(outcome)
+    raw_id = raw.get("id") if raw is not None else None
     base = {
-        "id": f"chatcmpl-{outcome.receipt_id}",
+        "id": raw_id if isinstance(raw_id, str) else f"chatcmpl-{outcome.receipt_id}",
         "object": "chat.completion.chunk",
         "created": created,
         "model": served.model,
         "system_fingerprint": None,
     }
-    texts = served.completion.texts if outcome.action == "passthrough" else (served.text,)
-    reasons = served.completion.finish_reasons
+    completion = served.completion
+    texts = completion.texts if outcome.action == "passthrough" else (served.text,)
+    reasons = completion.finish_reasons
     for index, text in enumerate(texts):
-        yield _event(
-            {
+        calls = completion.calls_of(index)
+
+        def chunk(
+            delta: dict[str, object], finish: str | None = None, index: int = index
+        ) -> dict[str, object]:
+            return {
                 **base,
                 "choices": [
-                    {
-                        "index": index,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
+                    {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
                 ],
             }
-        )
-        for piece in _pieces(text):
-            yield _event(
-                {
-                    **base,
-                    "choices": [
-                        {
-                            "index": index,
-                            "delta": {"content": piece},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ],
-                }
-            )
+
+        yield _event(chunk({"role": "assistant", "content": "" if text or not calls else None}))
+        for piece in pieces(text):
+            yield _event(chunk({"content": piece}))
+        for position, call in enumerate(calls):
+            item = {"index": position, **call.to_chat()}
+            yield _event(chunk({"tool_calls": [item]}))
         finish = (reasons[index] if index < len(reasons) else None) or "stop"
-        last = {
-            **base,
-            "choices": [{"index": index, "delta": {}, "logprobs": None, "finish_reason": finish}],
-        }
+        last = chunk({}, finish)
         if index == len(texts) - 1:
             last["firstpass"] = summary_json(outcome)
         yield _event(last)
     if include_usage:
         usage = usage_of(outcome)
         if outcome.action == "passthrough":
-            c = served.completion
             usage = {
-                "prompt_tokens": c.input_tokens,
-                "completion_tokens": c.output_tokens,
-                "total_tokens": c.input_tokens + c.output_tokens,
+                "prompt_tokens": completion.input_tokens,
+                "completion_tokens": completion.output_tokens,
+                "total_tokens": completion.input_tokens + completion.output_tokens,
             }
         yield _event({**base, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
