@@ -107,22 +107,40 @@ class SandboxBusy(SandboxError):
         return 503
 
 
+#: upstream statuses that are the request's fault, answered to the client as they came
+CLIENT_FAULTS = frozenset({400, 413, 422})
+
+
 class UpstreamError(FirstpassError):
     """A provider call failed after every retry.
 
     ``status`` is the last HTTP status seen (``None`` for connection errors), ``provider`` the id.
+    ``partial`` is what the request spent before it failed: when ``n`` choices are ``n``
+    concurrent calls and one fails, the others that answered were billed; it holds their merged
+    ``firstpass.providers.Completion`` (typed ``object`` here: this module imports nothing of
+    ours; ``firstpass.pipeline`` narrows it), else None. Calls cut off in flight are not in it.
     """
 
     @property
     def http_status(self) -> int:
-        return 502
+        """502, or the upstream's own 400/413/422: it refused what the client sent (a broken
+        tool-call pairing, a body too long), which a retry cannot mend and a client must
+        hear as its own mistake, not as a gateway fault its SDK retries."""
+        return self.status if self.status in CLIENT_FAULTS else 502
 
     def __init__(
-        self, message: str, *, provider: str = "", status: int | None = None, attempts: int = 0
+        self,
+        message: str,
+        *,
+        provider: str = "",
+        status: int | None = None,
+        attempts: int = 0,
+        partial: object | None = None,
     ) -> None:
         self.provider = provider
         self.status = status
         self.attempts = attempts
+        self.partial = partial
         super().__init__(message)
 
 

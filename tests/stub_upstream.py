@@ -98,6 +98,9 @@ class Reply:
     tool_choices: frozenset[int] | None = None
     #: ``usage.prompt_tokens_details.cached_tokens`` (0: no details sent), of the prompt tokens
     cached_tokens: int = 0
+    #: every choice's ``message`` exactly (a legacy ``function_call``, a ``refusal``...);
+    #: ``texts`` then only counts the choices (default: one per ``n``)
+    choice_message: Mapping[str, Any] | None = None
 
     @classmethod
     def tools(
@@ -519,6 +522,7 @@ class StubUpstream:
             tool_calls=reply.tool_calls,
             tool_choices=reply.tool_choices,
             cached_tokens=reply.cached_tokens,
+            choice_message=reply.choice_message,
         )
         if reply.fault in ("cut", "stall_body"):
             response = web.StreamResponse(status=200, headers=dict(reply.headers))
@@ -565,6 +569,7 @@ class StubUpstream:
         tool_calls: Sequence[Mapping[str, Any]] | None = None,
         tool_choices: frozenset[int] | None = None,
         cached_tokens: int = 0,
+        choice_message: Mapping[str, Any] | None = None,
     ) -> bytes:
         if usage is None:
             prompt = json.dumps(body.get("messages", []), ensure_ascii=False)
@@ -580,7 +585,9 @@ class StubUpstream:
             obj["choices"] = [
                 {
                     "index": i,
-                    "message": {"role": "assistant", "content": text}
+                    "message": dict(choice_message)
+                    if choice_message is not None
+                    else {"role": "assistant", "content": text}
                     if tool_calls is None or (tool_choices is not None and i not in tool_choices)
                     else {
                         "role": "assistant",

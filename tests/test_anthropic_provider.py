@@ -603,6 +603,27 @@ def test_an_anthropic_provider_needs_only_a_key(tmp_path: Path) -> None:
     assert cfg.api_key == SECRET
 
 
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "https://gw.example/v1/messages",
+        "https://gw.example/v1/messages/",
+        "https://gw.example/anthropic?tenant=1",
+        "https://gw.example/anthropic#x",
+    ],
+)
+def test_a_base_url_that_would_make_a_broken_messages_url_is_refused_naming_it(
+    tmp_path: Path, base_url: str
+) -> None:
+    """/v1/messages is appended to base_url: an endpoint URL (it would get the path twice) or
+    a query or fragment (the path would land inside it) is refused at load, naming the key."""
+    with pytest.raises(ConfigError) as caught:
+        _load(tmp_path, f'id = "claude"\nkind = "anthropic"\nbase_url = "{base_url}"')
+
+    assert caught.value.key_path == "provider[0].base_url"
+    assert base_url in str(caught.value)
+
+
 def test_an_anthropic_provider_cannot_claim_to_honour_n(tmp_path: Path) -> None:
     """honours_n = true is refused: the Messages API has no n."""
     with pytest.raises(ConfigError) as caught:
@@ -714,3 +735,177 @@ def test_a_field_an_anthropic_rung_cannot_carry_is_a_400_before_any_call(
     (receipt,) = stack.receipts_list()
     assert receipt["decision"]["action"] == "rejected"
     assert receipt["error"]["status"] == 400
+
+
+# --- prompt caching: cache_control breakpoints -------------------------------------------
+
+CACHED: dict[str, Any] = {"type": "ephemeral"}
+
+
+def test_chat_cache_marks_become_the_messages_breakpoints() -> None:
+    """A chat body's marks reach Anthropic where Anthropic takes them: the tool object's on
+    the tool, a ``tool_calls`` entry's on its ``tool_use``, an image part's on its image, a
+    tool message's on the ``tool_result`` itself (never inside it), the top-level one at the
+    top level."""
+    sent: Any = messages_body(
+        "claude-haiku-4-5",
+        {
+            "cache_control": CACHED,
+            "tools": [{"type": "function", "function": {"name": "f"}, "cache_control": CACHED}],
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image_url",
+                            "image_url": {"url": "https://example.com/a.png"},
+                            "cache_control": CACHED,
+                        }
+                    ],
+                },
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "t1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                            "cache_control": CACHED,
+                        }
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": "t1",
+                    "content": [
+                        {"type": "text", "text": "a", "cache_control": CACHED},
+                        {"type": "text", "text": ""},
+                    ],
+                },
+            ],
+        },
+    )
+    assert sent["cache_control"] == CACHED
+    assert sent["tools"][0]["cache_control"] == CACHED
+    assert sent["messages"][0]["content"][0]["cache_control"] == CACHED
+    assert sent["messages"][1]["content"][0]["cache_control"] == CACHED
+    assert sent["messages"][2]["content"][0] == {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": [{"type": "text", "text": "a"}],
+        "cache_control": CACHED,
+    }
+
+
+def test_a_fifth_chat_breakpoint_is_refused_naming_it() -> None:
+    """Anthropic refuses a fifth marked block: the provider names it as the chat client spelt
+    it, before any call; a tool message's several marks count once (one ``tool_result``)."""
+    part = {"type": "text", "text": "x", "cache_control": CACHED}
+    tool = {"role": "tool", "tool_call_id": "t1", "content": [part, part, part]}
+    call = {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body: dict[str, Any] = {
+        "messages": [
+            {"role": "user", "content": [part, part]},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            tool,
+            {"role": "user", "content": [part]},
+        ]
+    }
+    messages_body("m", body)  # 2 + 1 (the tool message) + 1
+    body["messages"].append({"role": "assistant", "content": [part]})
+    with pytest.raises(RequestError) as caught:
+        messages_body("m", body)
+    assert caught.value.param == "messages[4].content[0].cache_control"
+
+
+def test_a_mark_that_is_not_an_object_is_refused_naming_it() -> None:
+    """A ``cache_control`` that is not an object is a 400 naming it, never dropped."""
+    with pytest.raises(RequestError) as caught:
+        messages_body(
+            "m",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "x", "cache_control": "on"}],
+                    }
+                ]
+            },
+        )
+    assert caught.value.param == "messages[0].content[0].cache_control"
+
+
+@pytest.mark.e2e
+def test_an_anthropic_sdk_agent_keeps_its_cache_breakpoints_through_firstpass(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """A Claude Code-style turn through ``POST /v1/messages`` with the real anthropic SDK
+    reaches the Anthropic rung with the breakpoints it marked (system, tool, text,
+    tool_result; 1-hour and 5-minute), and the cache reads come back in the usage."""
+    import anthropic
+
+    stack = live_stack()
+    claude = stack.run(AnthropicStub(require_key=SECRET).start())
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    system = [{"type": "text", "text": "You are a coding agent.", "cache_control": hour}]
+    tools = [
+        {
+            "name": "bash",
+            "description": "Run a command.",
+            "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            "cache_control": hour,
+        }
+    ]
+    messages: list[Any] = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "list files", "cache_control": CACHED}],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Running ls."},
+                {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"cmd": "ls"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "a.py b.py",
+                    "cache_control": CACHED,
+                }
+            ],
+        },
+    ]
+    try:
+        path = tmp_path / "anthropic.toml"
+        path.write_text(_E2E_CONFIG.format(receipts=stack.receipts, url=claude.url), "utf-8")
+        stack.config = load_config(path, env={"ANTHROPIC_API_KEY": SECRET})
+        stack.restart()
+        claude.script(Wire.load("message_cache_usage"))
+        client = anthropic.Anthropic(
+            base_url=stack.base_url.removesuffix("/v1"), api_key="unused", max_retries=0
+        )
+        answer = client.messages.create(
+            model="firstpass-code",
+            max_tokens=256,
+            system=system,  # type: ignore[arg-type]
+            tools=tools,  # type: ignore[arg-type]
+            messages=messages,
+        )
+    finally:
+        stack.run(claude.close())
+
+    (seen,) = claude.requests
+    assert seen.body["system"] == system
+    assert seen.body["tools"] == tools
+    assert seen.body["messages"][0] == messages[0]
+    assert seen.body["messages"][1] == messages[1]
+    (result,) = seen.body["messages"][2]["content"]
+    assert result["cache_control"] == CACHED and result["tool_use_id"] == "toolu_1"
+    assert json.dumps(seen.body).count("cache_control") == 4
+    assert answer.usage.cache_read_input_tokens == 3000

@@ -261,16 +261,13 @@ def test_a_request_without_max_tokens_cannot_spend_past_the_per_request_cap(
     assert limit is not None and limit <= 1000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design question (reported): an image_url content part costs far more tokens than "
-    "its bytes, so the byte bound on input tokens does not hold and the hold is too small",
-)
 @pytest.mark.e2e
 def test_an_image_part_cannot_carry_a_request_past_the_per_request_cap(live_stack: Any) -> None:
     """A vision request's image URL is a hundred bytes and a thousand tokens or more: the call
-    is held at the bytes and the upstream bills the tokens, past the cap."""
-    stack = live_stack(tables={"budgets": {"per_request_usd": 0.005}})
+    is held at ``[budgets] image_tokens`` per image, not at the bytes, so an upstream that bills
+    the image's tokens cannot take the request past its cap (it was an xfail: the hold was the
+    bytes)."""
+    stack = live_stack(tables={"budgets": {"per_request_usd": 0.005, "image_tokens": 60_000}})
     # an image's 60,000 input tokens at $0.10 / Mtok: $0.006 (a large image on a cheap model)
     stack.stub.script(Reply.ok("a cat", usage=(60_000, 10)), model=CHEAP)
     with contextlib.suppress(openai.APIStatusError):  # refused (a 4xx naming it): fine too

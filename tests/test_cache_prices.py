@@ -89,3 +89,27 @@ def test_cached_tokens_count_at_their_price_against_a_budget(live_stack: Any) ->
     ledger = stack.app[PIPELINE].budgets
     assert isinstance(ledger, Ledger)
     assert ledger.spent() == pytest.approx((200 * 0.10 + 800 * 0.025 + 50 * 0.40) / 1e6)
+
+
+@pytest.mark.e2e
+def test_the_top_rung_estimate_prices_cached_tokens_as_the_request_was_billed(
+    live_stack: Any,
+) -> None:
+    """``cost.top_rung_usd`` (what always calling the top rung would have cost) prices the
+    prompt's cached part at the top rung's cache price, as the request's own calls were
+    priced: else a cache-heavy request shows savings that do not exist."""
+    cached = [
+        *CACHED_PRICES,
+        {"model": "stub/strong-model", "cache_read_per_mtok": 0.30},
+    ]
+    stack = live_stack(prices_extra=cached)
+    stack.stub.script(Reply.ok(GOOD, usage=(20_100, 100), cached_tokens=20_000), model=CHEAP)
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "write add"}],
+        extra_body={"firstpass": TESTS},
+    )
+    (receipt,) = stack.receipts_list()
+    top = (100 * 3.00 + 20_000 * 0.30 + 100 * 15.00) / 1e6
+    assert receipt["cost"]["top_rung_usd"] == pytest.approx(top)

@@ -62,7 +62,7 @@ def test_same_task_as_chat_completions_is_the_same_request_to_admission() -> Non
     """The same task through either API: same upstream body, prompt hash and checks; only the
     dialect differs."""
     messages = _parse(
-        system=[{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        system=[{"type": "text", "text": "be brief"}],
         messages=[{"role": "user", "content": [{"type": "text", "text": "write add"}]}],
         firstpass=TESTS,
     )
@@ -185,7 +185,7 @@ def test_tool_choice_maps_to_chat_completions(choice: Any, tool_choice: Any, par
 
 def test_sampling_stops_and_user_map_to_their_chat_names() -> None:
     """``stop_sequences`` → ``stop``, ``metadata.user_id`` → ``user``; temperature and top_p
-    as they are; no-op settings (thinking disabled, service_tier auto, cache_control) pass."""
+    as they are; no-op settings (thinking disabled, service_tier auto) pass."""
     sent = _sent(
         messages=[{"role": "user", "content": "hi"}],
         stop_sequences=["END"],
@@ -194,7 +194,6 @@ def test_sampling_stops_and_user_map_to_their_chat_names() -> None:
         top_p=0.9,
         thinking={"type": "disabled"},
         service_tier="auto",
-        cache_control={"type": "ephemeral"},
     )
     assert (sent["stop"], sent["user"], sent["temperature"], sent["top_p"]) == (
         ["END"],
@@ -202,7 +201,7 @@ def test_sampling_stops_and_user_map_to_their_chat_names() -> None:
         0.2,
         0.9,
     )
-    assert not {"thinking", "service_tier", "cache_control", "metadata"} & set(sent)
+    assert not {"thinking", "service_tier", "metadata"} & set(sent)
 
 
 HI: list[Any] = [{"role": "user", "content": "hi"}]
@@ -371,12 +370,14 @@ def test_a_message_with_text_and_tool_calls_validates_as_the_sdks_message() -> N
         ("stop", "end_turn"),
         ("length", "max_tokens"),
         ("content_filter", "refusal"),
-        ("tool_calls", "tool_use"),
+        ("tool_calls", "end_turn"),
+        ("function_call", "end_turn"),
         (None, "end_turn"),
     ],
 )
 def test_finish_reasons_map_to_anthropics_stop_reasons(finish: str | None, reason: str) -> None:
-    """Chat's finish reasons in Anthropic's words."""
+    """Chat's finish reasons in Anthropic's words; ``tool_use`` only for a message that calls
+    tools (a ``tool_calls`` finish without calls is a final answer)."""
     assert stop_reason(finish, called=False) == reason
     assert stop_reason("stop", called=True) == "tool_use"
 
@@ -450,7 +451,8 @@ def test_an_error_event_is_anthropics_error_with_the_receipt(status: int, kind: 
     """After a ping the status is 200: the error goes as ``event: error`` in Anthropic's shape,
     its type from the status it would have had, the firstpass object naming the receipt."""
     err = RequestError("no rung passed", status=status, code="verification_exhausted")
-    (event,) = MessagesCodec().error_events(err, {"receipt_id": "rcpt_01TEST"})
+    chat = _parse(messages=[{"role": "user", "content": "hi"}])
+    (event,) = MessagesCodec().error_events(err, {"receipt_id": "rcpt_01TEST"}, chat)
     head, data = event.decode().rstrip("\n").split("\n")
     assert head == "event: error"
     obj = json.loads(data.removeprefix("data: "))
@@ -463,3 +465,478 @@ def test_an_error_event_is_anthropics_error_with_the_receipt(status: int, kind: 
 def test_the_keepalive_is_anthropics_ping() -> None:
     """What goes out while verifying is the ping Anthropic itself sends (the SDK skips it)."""
     assert MessagesCodec().keepalive() == b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
+# -- tool inputs are strict JSON, plain and streamed alike -----------------------------------
+
+
+def _strict(text: str) -> Any:
+    """``json.loads`` refusing what is not JSON but Python accepts (``NaN``, ``Infinity``)."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+NOT_STRICT = [
+    '{"x": 1e999}',
+    '{"x": -1e999}',
+    '{"x": NaN}',
+    '{"x": Infinity}',
+    '{"x": [1, {"y": -Infinity}]}',
+    "[" * 100_000,
+    "1" * 5000,
+]
+
+
+@pytest.mark.parametrize("arguments", NOT_STRICT, ids=range(len(NOT_STRICT)))
+def test_arguments_that_are_not_strict_json_are_kept_raw_in_a_json_body(arguments: str) -> None:
+    """A number out of float range, ``NaN``/``Infinity`` or nesting too deep is not a JSON
+    object a client can parse: the input keeps the text under ``_firstpass_raw_arguments``,
+    and the plain message is strict JSON."""
+    outcome = _outcome("", (ToolCall(id="c", name="f", arguments=arguments),), "tool_calls")
+    body = message_body(outcome)
+    assert body["content"] == [
+        {"type": "tool_use", "id": "c", "name": "f", "input": {RAW_ARGUMENTS_KEY: arguments}}
+    ]
+    assert _strict(json.dumps(body)) == body
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"x": 1e999}', '{"x": NaN}', '{"a": 1, "a": 2}', '{"big": 1e308, "s": "caf\u00e9"}'],
+)
+def test_the_streamed_input_is_the_json_text_of_the_plain_input(arguments: str) -> None:
+    """``input_json_delta`` pieces join to exactly the JSON text of the input the plain message
+    holds (not the upstream's text), so the SDK's accumulated message equals the plain one."""
+    outcome = _outcome("", (ToolCall(id="c", name="f", arguments=arguments),), "tool_calls")
+    plain = message_body(outcome)
+    _, final, datas = _accumulate(outcome)
+    sent = "".join(
+        d["delta"]["partial_json"]
+        for d in datas
+        if d["type"] == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
+    )
+    content: Any = plain["content"]
+    (block,) = content
+    assert sent == json.dumps(block["input"])
+    assert _strict(sent) == block["input"]
+    assert final.to_dict()["content"] == content
+
+
+def test_a_tool_calls_finish_without_calls_is_an_end_turn() -> None:
+    """The pipeline serves a ``tool_calls`` finish without calls as a final answer: the message
+    has no ``tool_use`` block, so it does not say ``tool_use``, plain or streamed."""
+    outcome = _outcome("no tool needed", finish="tool_calls")
+    assert message_body(outcome)["stop_reason"] == "end_turn"
+    _, final, _ = _accumulate(outcome)
+    assert final.stop_reason == "end_turn"
+
+
+def test_lone_surrogates_stream_as_json_escapes_the_sdk_accepts() -> None:
+    """An upstream's ``"\\ud800"`` decodes to a character UTF-8 cannot encode: the events are
+    ASCII JSON (as the plain body is), so the stream is sent instead of failing mid-answer; in
+    a tool's arguments (which the SDK's stream accumulator refuses) the text is kept raw."""
+    escaped = '{"k": "\\udfff"}'
+    calls = (
+        ToolCall(id="c", name="f", arguments=escaped),
+        ToolCall(id="d", name="f", arguments='{"k": "\udfff"}'),
+    )
+    outcome = _outcome("half \ud800 pair", calls, "stop")
+    assert all(e.isascii() for e in message_events(outcome))
+    _, final, _ = _accumulate(outcome)
+    assert final.content[0].text == "half \ud800 pair"
+    assert [b.input for b in final.content[1:]] == [{RAW_ARGUMENTS_KEY: escaped}] * 2
+    assert final.to_dict()["content"] == message_body(outcome)["content"]
+
+
+# --- prompt caching: cache_control marks -------------------------------------------------
+
+EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
+HOUR: dict[str, Any] = {"type": "ephemeral", "ttl": "1h"}
+AGENT_TURN: dict[str, Any] = {
+    "system": [
+        {"type": "text", "text": "You are a coding agent.", "cache_control": HOUR},
+        {"type": "text", "text": "Today is Monday."},
+    ],
+    "tools": [{**WEATHER, "cache_control": HOUR}],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Looking.", "cache_control": EPHEMERAL},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "is_error": True,
+                    "content": "timeout",
+                    "cache_control": EPHEMERAL,
+                },
+                {"type": "text", "text": "try again"},
+            ],
+        },
+    ],
+}
+
+
+def test_cache_marks_ride_on_the_chat_parts_they_mark() -> None:
+    """Each mark stays on its block in the chat body: marked system blocks as text parts, the
+    tool object, the assistant's text part, the tool message's last part; unmarked blocks as
+    before (the system prompt's unmarked sibling, the user's text)."""
+    sent = _sent(**AGENT_TURN)
+    system, user, assistant, tool, after = sent["messages"]
+    assert system == {
+        "role": "system",
+        "content": [
+            {"type": "text", "text": "You are a coding agent.", "cache_control": HOUR},
+            {"type": "text", "text": "Today is Monday."},
+        ],
+    }
+    assert sent["tools"][0]["cache_control"] == HOUR
+    assert user["content"] == [{"type": "text", "text": "weather?"}]
+    assert assistant["content"] == [
+        {"type": "text", "text": "Looking.", "cache_control": EPHEMERAL}
+    ]
+    assert tool == {
+        "role": "tool",
+        "tool_call_id": "toolu_1",
+        "content": [{"type": "text", "text": "Error: timeout", "cache_control": EPHEMERAL}],
+    }
+    assert after == {"role": "user", "content": [{"type": "text", "text": "try again"}]}
+    assert "cache_control" not in sent
+
+
+def test_marks_on_images_tool_uses_and_the_request_are_kept() -> None:
+    """An image's mark rides on its ``image_url`` part, a ``tool_use``'s on its ``tool_calls``
+    entry, the top-level (automatic caching) mark at the top level."""
+    image = {"type": "url", "url": "https://example.com/a.png"}
+    sent = _sent(
+        cache_control=EPHEMERAL,
+        messages=[
+            {"role": "user", "content": [{"type": "image", "source": image, **_mark()}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}, **_mark()}],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+        ],
+    )
+    assert sent["cache_control"] == EPHEMERAL
+    assert sent["messages"][0]["content"][0]["cache_control"] == EPHEMERAL
+    assert sent["messages"][1]["tool_calls"][0]["cache_control"] == EPHEMERAL
+    assert sent["messages"][1]["content"] is None
+
+
+def _mark() -> dict[str, Any]:
+    return {"cache_control": EPHEMERAL}
+
+
+def test_a_mark_inside_a_tool_result_moves_to_the_tool_messages_last_part() -> None:
+    """Blocks inside a ``tool_result`` (where Anthropic refuses marks) keep their text; the
+    mark is one breakpoint at the end of the tool message."""
+    blocks = [{"type": "text", "text": "a", **_mark()}, {"type": "text", "text": "b"}]
+    sent = _sent(
+        messages=[
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": blocks}],
+            },
+        ]
+    )
+    assert sent["messages"][2]["content"] == [
+        {"type": "text", "text": "a"},
+        {"type": "text", "text": "b", "cache_control": EPHEMERAL},
+    ]
+
+
+def test_without_marks_the_agent_turn_is_the_chat_body_it_always_was() -> None:
+    """Strip every mark and the translation is the plain chat body: joined system text,
+    string tool results, string assistant text, no tool ``cache_control`` keys."""
+    plain = json.loads(
+        json.dumps(AGENT_TURN)
+        .replace(', "cache_control": {"type": "ephemeral", "ttl": "1h"}', "")
+        .replace(', "cache_control": {"type": "ephemeral"}', "")
+    )
+    assert "cache_control" not in json.dumps(plain)
+    sent = _sent(**plain)
+    assert sent["messages"][0] == {
+        "role": "system",
+        "content": "You are a coding agent.\nToday is Monday.",
+    }
+    assert sent["messages"][2]["content"] == "Looking."
+    assert sent["messages"][3]["content"] == "Error: timeout"
+    assert "cache_control" not in json.dumps(sent)
+
+
+def test_a_fifth_breakpoint_is_a_400_naming_it() -> None:
+    """Anthropic allows 4 marked blocks: the fifth, counted tools, system, messages, is named
+    (the top-level automatic mark is not a block and is not counted here)."""
+    text = [{"type": "text", "text": f"t{i}", **_mark()} for i in range(3)]
+    with pytest.raises(RequestError) as caught:
+        _parse(
+            cache_control=EPHEMERAL,
+            system=[{"type": "text", "text": "s", **_mark()}],
+            tools=[{**WEATHER, **_mark()}],
+            messages=[{"role": "user", "content": text}],
+        )
+    assert caught.value.param == "messages[0].content[2].cache_control"
+    _parse(  # four is fine
+        cache_control=EPHEMERAL,
+        system=[{"type": "text", "text": "s", **_mark()}],
+        tools=[{**WEATHER, **_mark()}],
+        messages=[{"role": "user", "content": text[:2]}],
+    )
+
+
+@pytest.mark.parametrize(
+    ("mark", "param"),
+    [
+        ("ephemeral", "messages[0].content[0].cache_control"),
+        ({"type": "persistent"}, "messages[0].content[0].cache_control"),
+        ({"type": "ephemeral", "ttl": 3600}, "messages[0].content[0].cache_control.ttl"),
+    ],
+)
+def test_a_malformed_mark_is_a_400_naming_it(mark: Any, param: str) -> None:
+    """A mark Anthropic would refuse is refused here, naming where it is."""
+    with pytest.raises(RequestError) as caught:
+        _parse(
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": mark}]}
+            ]
+        )
+    assert caught.value.param == param
+
+
+def test_the_anthropic_provider_gets_the_breakpoints_the_client_marked() -> None:
+    """Messages -> chat -> Messages (the anthropic provider's body): every mark is back on the
+    block the client marked, and no other block carries one."""
+    from firstpass.providers import messages_body
+
+    back: Any = messages_body("claude-haiku-4-5", _sent(**AGENT_TURN))
+    assert back["system"] == AGENT_TURN["system"]
+    assert back["tools"] == [AGENT_TURN["tools"][0]]
+    assert back["messages"][1]["content"][0] == AGENT_TURN["messages"][1]["content"][0]
+    result = back["messages"][2]["content"][0]
+    assert result["cache_control"] == EPHEMERAL
+    assert result["content"] == [{"type": "text", "text": "Error: timeout"}]
+    assert json.dumps(back).count("cache_control") == 4
+
+
+# -- conversations Anthropic refuses, refused before a rung is paid ------------------------
+
+
+def _use(*ids: str) -> dict[str, Any]:
+    """An assistant message calling ``get_weather`` once per id."""
+    return {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": i, "name": "get_weather", "input": {"city": "A"}}
+            for i in ids
+        ],
+    }
+
+
+def _result(call_id: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": call_id, "content": "sunny", **extra}
+
+
+ASKED: dict[str, Any] = {"role": "user", "content": "weather?"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param", "words"),
+    [
+        (
+            [ASKED, _use("t1"), {"role": "user", "content": [_result("zz")]}],
+            "messages[2].content[0].tool_use_id",
+            "unexpected `tool_use_id` found in `tool_result` blocks: zz",
+        ),
+        (
+            [{"role": "user", "content": [_result("t1")]}],
+            "messages[0].content[0].tool_use_id",
+            "unexpected `tool_use_id` found in `tool_result` blocks: t1",
+        ),
+        (  # a result answers the turn just before it, not an older one
+            [
+                ASKED,
+                _use("t1"),
+                {"role": "user", "content": [_result("t1")]},
+                {"role": "assistant", "content": "done"},
+                {"role": "user", "content": [_result("t1")]},
+            ],
+            "messages[4].content[0].tool_use_id",
+            "unexpected `tool_use_id`",
+        ),
+        (
+            [ASKED, _use("t1", "t1"), {"role": "user", "content": [_result("t1")]}],
+            "messages[1].content[1].id",
+            "`tool_use` ids must be unique",
+        ),
+        (  # unique across the request, not only within a message
+            [
+                ASKED,
+                _use("t1"),
+                {"role": "user", "content": [_result("t1")]},
+                _use("t1"),
+                {"role": "user", "content": [_result("t1")]},
+            ],
+            "messages[3].content[0].id",
+            "`tool_use` ids must be unique",
+        ),
+        (
+            [ASKED, _use("t1"), {"role": "user", "content": "next"}],
+            "messages[1].content[0].id",
+            "`tool_use` ids were found without `tool_result` blocks immediately after: t1",
+        ),
+        (
+            [ASKED, _use("t1", "t2"), {"role": "user", "content": [_result("t2")]}],
+            "messages[1].content[0].id",
+            "without `tool_result` blocks immediately after: t1.",
+        ),
+        (
+            [ASKED, _use("t1"), {"role": "user", "content": [_result("t1"), _result("t1")]}],
+            "messages[2].content[1].tool_use_id",
+            "each tool_use must have a single result",
+        ),
+        (
+            [
+                ASKED,
+                _use("t1"),
+                {"role": "user", "content": [{"type": "text", "text": "here:"}, _result("t1")]},
+            ],
+            "messages[2].content[1]",
+            "a tool_result must come before any other content of its turn",
+        ),
+        (
+            [{"role": "user", "content": []}],
+            "messages[0].content",
+            "all messages must have non-empty content",
+        ),
+        (
+            [ASKED, {"role": "assistant", "content": []}, ASKED],
+            "messages[1].content",
+            "all messages must have non-empty content",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": ""}]}],
+            "messages[0].content[0].text",
+            "text content blocks must be non-empty",
+        ),
+        (
+            [ASKED, {"role": "assistant", "content": [{"type": "text", "text": "{"}]}],
+            "messages[1].role",
+            "prefill",
+        ),
+        ([ASKED, {"role": "assistant", "content": "The answer is"}], "messages[1].role", "prefill"),
+    ],
+)
+def test_a_conversation_anthropic_refuses_is_a_400_in_its_words(
+    messages: list[Any], param: str, words: str
+) -> None:
+    """Tool calls and results that do not pair up, empty content, and a prefill: each is
+    refused here, naming the field as the client numbered it, in Anthropic's words where they
+    are known, so no rung is paid to be told the same."""
+    with pytest.raises(RequestError) as info:
+        _parse(tools=[WEATHER], messages=messages)
+    assert (info.value.param, info.value.status) == (param, 400)
+    assert words in str(info.value)
+
+
+def test_a_prefill_refusal_says_why_it_cannot_be_carried() -> None:
+    """The refusal names the role and the reason: a chat upstream starts over."""
+    with pytest.raises(RequestError) as info:
+        _parse(messages=[ASKED, {"role": "assistant", "content": "{"}])
+    assert "Chat Completions upstream answers it from scratch" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
+            "tool_choice.name",
+        ),
+        ({"tools": [WEATHER, {**WEATHER, "description": "again"}]}, "tools[1].name"),
+    ],
+)
+def test_a_tool_choice_or_tool_name_anthropic_refuses_is_a_400(
+    extra: dict[str, Any], param: str
+) -> None:
+    """``tool_choice`` naming a tool not in ``tools``, and two tools of one name."""
+    with pytest.raises(RequestError) as info:
+        _parse(messages=HI, **extra)
+    assert info.value.param == param
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        pytest.param(  # parallel calls, all results (one an error) first, then text
+            [
+                ASKED,
+                _use("t1", "t2"),
+                {
+                    "role": "user",
+                    "content": [
+                        _result("t2"),
+                        _result("t1", is_error=True),
+                        {"type": "text", "text": "so?"},
+                    ],
+                },
+            ],
+            id="parallel",
+        ),
+        pytest.param(  # text before the calls, several rounds
+            [
+                ASKED,
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "Looking."}, *_use("t1")["content"]],
+                },
+                {"role": "user", "content": [_result("t1")]},
+                _use("t2"),
+                {"role": "user", "content": [_result("t2"), {"type": "text", "text": "more"}]},
+                {"role": "assistant", "content": "Sunny twice."},
+                {"role": "user", "content": "thanks"},
+            ],
+            id="rounds",
+        ),
+        pytest.param(  # consecutive user messages are one turn to Anthropic
+            [
+                ASKED,
+                _use("t1", "t2"),
+                {"role": "user", "content": [_result("t1")]},
+                {"role": "user", "content": [_result("t2")]},
+                {"role": "user", "content": "and?"},
+            ],
+            id="split-turn",
+        ),
+        pytest.param(
+            [
+                ASKED,
+                _use("t1"),
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+            ],
+            id="no-content-result",
+        ),
+    ],
+)
+def test_a_legitimate_tool_loop_is_admitted(messages: list[Any]) -> None:
+    """What Anthropic accepts is not refused: parallel calls answered in one user turn, in any
+    order, ``is_error`` results, text after the results, results spread over consecutive user
+    messages, a result without content."""
+    sent = _sent(tools=[WEATHER], messages=messages)["messages"]
+    assert [m["role"] for m in sent][:2] == ["user", "assistant"]

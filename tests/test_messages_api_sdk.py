@@ -464,3 +464,222 @@ def test_an_error_decided_after_a_ping_raises_in_the_sdk(stack_of: Any) -> None:
     assert body["firstpass"]["code"] == "verification_exhausted"
     (receipt,) = stack.receipts_list()
     assert body["firstpass"]["receipt_id"] == receipt["id"]
+
+
+# -- tool inputs, stop reasons and receipt headers --------------------------------------------
+
+F_TOOL: ToolParam = {"name": "f", "input_schema": {"type": "object"}}
+
+
+def _strict_json(text: str) -> Any:
+    """``json.loads`` refusing ``NaN`` and ``Infinity``, which Python accepts and JSON does not."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _same_message(a: Any, b: Any) -> None:
+    """Two answers to the same scripted turn: equal but for ids and the firstpass object."""
+    keep = {"type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"}
+    assert a.model_dump(include=keep) == b.model_dump(include=keep)
+
+
+@pytest.mark.parametrize("arguments", ['{"x": 1e999}', '{"x": NaN}', '{"x": [-Infinity]}'])
+def test_tool_arguments_that_are_not_strict_json_come_back_raw_plain_and_streamed(
+    stack_of: Any, arguments: str
+) -> None:
+    """Arguments Python's json reads but JSON forbids (a number out of range, ``NaN``) are kept
+    as text under ``_firstpass_raw_arguments``: the plain body is strict JSON, the stream's
+    ``input_json_delta`` pieces are strict JSON too, and the SDK's streamed final message is
+    the plain message."""
+    stack = stack_of()
+    client = _client(stack)
+    ask: dict[str, Any] = {"model": MODEL, "max_tokens": 16, "messages": ASK, "tools": [F_TOOL]}
+    call = {"id": "call_f", "name": "f", "arguments": arguments}
+
+    stack.stub.call_tools(call)
+    raw = client.messages.with_raw_response.create(**ask)
+    body = _strict_json(raw.http_response.text)
+    assert body["content"] == [
+        {
+            "type": "tool_use",
+            "id": "call_f",
+            "name": "f",
+            "input": {"_firstpass_raw_arguments": arguments},
+        }
+    ]
+    plain: Any = raw.parse()
+
+    stack.stub.call_tools(call)
+    with client.messages.stream(**ask) as stream:
+        streamed: Any = stream.get_final_message()
+    _same_message(plain, streamed)
+
+    stack.stub.call_tools(call)
+    with client.messages.with_streaming_response.create(**ask, stream=True) as response:
+        wire = response.read().decode()
+    datas = [_strict_json(line[6:]) for line in wire.splitlines() if line.startswith("data: ")]
+    sent = "".join(
+        d["delta"]["partial_json"]
+        for d in datas
+        if d["type"] == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
+    )
+    assert _strict_json(sent) == body["content"][0]["input"]
+
+
+def test_a_tool_calls_finish_without_calls_ends_the_turn_plain_and_streamed(
+    stack_of: Any,
+) -> None:
+    """An upstream that says ``finish_reason: "tool_calls"`` but calls nothing gave a final
+    answer: ``stop_reason`` is ``end_turn`` (a client reading ``tool_use`` would look for a
+    call to run and find none), plain and streamed."""
+    stack = stack_of()
+    client = _client(stack)
+    ask: dict[str, Any] = {"model": MODEL, "max_tokens": 16, "messages": ASK, "tools": [F_TOOL]}
+    stack.stub.script(Reply.ok("no tool needed", finish_reason="tool_calls"))
+    plain: Any = client.messages.create(**ask)
+    stack.stub.script(Reply.ok("no tool needed", finish_reason="tool_calls"))
+    with client.messages.stream(**ask) as stream:
+        streamed: Any = stream.get_final_message()
+    for message in (plain, streamed):
+        assert [(b.type, b.text) for b in message.content] == [("text", "no tool needed")]
+        assert message.stop_reason == "end_turn"
+    _same_message(plain, streamed)
+
+
+def test_every_answer_and_stream_names_the_receipt_it_wrote_in_a_header(stack_of: Any) -> None:
+    """Plain or streamed, served, a tool turn, or an error decided before the stream began:
+    each response that wrote a receipt names it in ``X-Firstpass-Receipt``."""
+    stack = stack_of(retries=0, on_exhausted="error")
+    client = _client(stack)
+    ask: dict[str, Any] = {"model": MODEL, "max_tokens": 64, "messages": ASK}
+    checked: dict[str, Any] = {**ask, "extra_body": {"firstpass": TESTS}}
+    tools: dict[str, Any] = {**ask, "tools": [WEATHER_TOOL]}
+
+    def plain(kwargs: dict[str, Any]) -> Any:
+        try:
+            return client.messages.with_raw_response.create(**kwargs).headers
+        except anthropic.APIStatusError as err:
+            return err.response.headers
+
+    def streamed(kwargs: dict[str, Any]) -> Any:
+        try:
+            with client.messages.stream(**kwargs) as stream:
+                stream.get_final_message()
+                return stream.response.headers
+        except anthropic.APIStatusError as err:
+            return err.response.headers
+
+    def exhausted() -> None:
+        stack.stub.script(Reply.ok(WRONG), model=CHEAP)
+        stack.stub.script(Reply.ok(WRONG), model=STRONG)
+
+    cases = [
+        (plain, ask, lambda: stack.stub.script(Reply.ok("hi"))),
+        (streamed, ask, lambda: stack.stub.script(Reply.ok("hi"))),
+        (plain, tools, lambda: stack.stub.call_tools(CALL)),
+        (streamed, tools, lambda: stack.stub.call_tools(CALL)),
+        (plain, checked, exhausted),
+        (streamed, checked, exhausted),
+        (plain, ask, lambda: stack.stub.script(Reply.error(500, "upstream down"))),
+        (streamed, ask, lambda: stack.stub.script(Reply.error(500, "upstream down"))),
+    ]
+    named: list[str] = []
+    for send, kwargs, script in cases:
+        script()
+        before = len(stack.receipts_list())
+        headers = send(kwargs)
+        (receipt,) = stack.receipts_list()[before:]
+        named.append(headers.get("X-Firstpass-Receipt"))
+        assert named[-1] == receipt["id"], (send.__name__, len(named))
+    assert len(set(named)) == len(cases)
+
+
+def test_a_tool_result_answering_no_call_is_refused_before_any_rung_is_paid(
+    stack_of: Any,
+) -> None:
+    """A ``tool_result`` whose id no ``tool_use`` of the turn before made: Anthropic's own 400,
+    naming the field as the client spelt it, and no upstream call (a chat upstream would refuse
+    it too, one paid call per rung)."""
+    stack = stack_of()
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _client(stack).messages.create(
+            model=MODEL,
+            max_tokens=64,
+            tools=[WEATHER_TOOL],
+            messages=[
+                {"role": "user", "content": "weather in Paris?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "call_w1", "name": "get_weather", "input": {}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "zz", "content": "x"}],
+                },
+            ],
+        )
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body["firstpass"]["param"] == "messages[2].content[0].tool_use_id"
+    assert "unexpected `tool_use_id` found in `tool_result` blocks: zz" in body["error"]["message"]
+    assert stack.stub.completions == []
+
+
+def test_an_assistant_prefill_is_refused_naming_its_role(stack_of: Any) -> None:
+    """A conversation ending in an assistant message asks the model to continue it; a chat
+    upstream would answer from scratch, so it is a 400 naming ``messages[1].role`` and why."""
+    stack = stack_of()
+    with pytest.raises(anthropic.BadRequestError) as info:
+        _client(stack).messages.create(
+            model=MODEL,
+            max_tokens=64,
+            messages=[*ASK, {"role": "assistant", "content": "```python\n"}],
+        )
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body["firstpass"]["param"] == "messages[1].role"
+    assert "prefill" in body["error"]["message"]
+    assert stack.stub.completions == []
+
+
+def test_a_parallel_tool_loop_round_trips_through_the_sdk(stack_of: Any) -> None:
+    """The SDK's own loop: the upstream calls two tools at once, the client sends the message
+    back with both results (one an error) and a question after them, and gets the answer."""
+    stack = stack_of()
+    second = {"id": "call_w2", "name": "get_weather", "arguments": '{"city": "Rome"}'}
+    stack.stub.call_tools(CALL, second)
+    stack.stub.script(Reply.ok("Sunny in Paris; Rome unknown."))
+    client = _client(stack)
+    history: list[MessageParam] = [{"role": "user", "content": "weather in Paris and Rome?"}]
+    turn: Any = client.messages.create(
+        model=MODEL, max_tokens=64, tools=[WEATHER_TOOL], messages=history
+    )
+    assert [b.id for b in turn.content if b.type == "tool_use"] == ["call_w1", "call_w2"]
+    history += [
+        {"role": "assistant", "content": turn.content},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "call_w2",
+                    "content": "no data",
+                    "is_error": True,
+                },
+                {"type": "tool_result", "tool_use_id": "call_w1", "content": "sunny"},
+                {"type": "text", "text": "briefly?"},
+            ],
+        },
+    ]
+    final: Any = client.messages.create(
+        model=MODEL, max_tokens=64, tools=[WEATHER_TOOL], messages=history
+    )
+    assert final.content[0].text == "Sunny in Paris; Rome unknown."
+    sent = stack.stub.completions[1].body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool", "user"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "call_w2", "content": "Error: no data"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -12,7 +13,7 @@ import pytest
 import pytest_asyncio
 from blockbuster import BlockingError, blockbuster_ctx
 
-from firstpass.config import ProviderConfig
+from firstpass.config import ProviderConfig, config_from_dict
 from firstpass.errors import ConfigError, UpstreamError, UpstreamTimeout
 from firstpass.providers import (
     Completion,
@@ -508,3 +509,72 @@ async def test_the_http_path_never_blocks_the_event_loop(
             await provider.complete("m", BODY)
 
     assert result.n == 2
+
+
+MARKED: dict[str, Any] = {
+    "messages": [
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": "rules", "cache_control": {"type": "ephemeral"}}],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "sql", "arguments": "{}"},
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "[]"},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "function": {"name": "sql", "parameters": {"type": "object"}},
+            "cache_control": {"type": "ephemeral"},
+        }
+    ],
+    "cache_control": {"type": "ephemeral"},
+}
+
+
+@pytest.mark.parametrize("marks", ["drop", "forward"])
+async def test_prompt_cache_marks_are_dropped_only_for_an_upstream_that_refuses_them(
+    stub: StubUpstream, session: aiohttp.ClientSession, marks: str
+) -> None:
+    """``cache_marks = "drop"`` (OpenAI's own hosts by default: newer models answer a mark
+    with 400) sends the body without a ``cache_control`` anywhere; ``forward`` (OpenRouter,
+    LiteLLM) sends it as it came."""
+    provider = build_provider(config(stub.url, cache_marks=marks), session=session)
+    await provider.complete("cheap-model", MARKED)
+    (sent,) = stub.completions
+    assert ("cache_control" in str(sent.body)) is (marks == "forward")
+    assert sent.body["messages"][1]["tool_calls"][0]["id"] == "t1"  # only the marks go
+
+
+@pytest.mark.parametrize(
+    ("base_url", "expected"),
+    [
+        ("https://api.openai.com/v1", "drop"),
+        ("https://me.openai.azure.com/openai", "drop"),
+        ("https://openrouter.ai/api/v1", "forward"),
+        ("http://localhost:8000/v1", "forward"),
+    ],
+)
+def test_cache_marks_default_to_dropped_on_openais_own_hosts(
+    base_url: str, expected: str, tmp_path: Path
+) -> None:
+    """Without ``cache_marks``, OpenAI's and Azure OpenAI's hosts drop the marks; any other
+    OpenAI-compatible upstream gets them."""
+
+    config_data = {
+        "provider": [{"id": "up", "kind": "openai", "base_url": base_url}],
+        "route": [{"name": "r", "ladder": ["up/m"]}],
+        "price": [{"model": "up/m", "input_per_mtok": 1, "output_per_mtok": 1}],
+    }
+    loaded = config_from_dict(config_data, base_dir=tmp_path, env={})
+    assert loaded.provider("up").cache_marks == expected

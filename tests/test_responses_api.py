@@ -76,8 +76,9 @@ def test_same_task_as_chat_completions_has_the_same_prompt_hash_and_checks() -> 
 
 
 def test_item_messages_map_their_parts_to_chat_parts() -> None:
-    """Typed and untyped message items, text and image parts, and an assistant's output_text
-    become the chat messages and parts of the same meaning."""
+    """Typed and untyped message items, text and image parts become the chat messages and
+    parts of the same meaning; an assistant's output_text parts its one string, as the
+    upstream sent the turn."""
     messages = _upstream_messages(
         input=[
             {"type": "message", "role": "developer", "content": "use snake_case"},
@@ -107,7 +108,7 @@ def test_item_messages_map_their_parts_to_chat_parts() -> None:
                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
             ],
         },
-        {"role": "assistant", "content": [{"type": "text", "text": "a cat"}]},
+        {"role": "assistant", "content": "a cat"},
         {"role": "user", "content": "and now?"},
     ]
 
@@ -373,3 +374,223 @@ def test_stream_events_are_the_sdk_event_types_in_order() -> None:
     final = events[-1]["response"]
     assert [i["type"] for i in final["output"]] == ["message", "function_call"]
     assert final["firstpass"] == {} and final["instructions"] == "be brief"
+
+
+def test_a_fed_back_assistant_message_is_the_turn_the_upstream_sent() -> None:
+    """A response's message fed back (output_text parts, a refusal part) reaches the upstream
+    as the assistant message it sent: the texts joined into one string, a refusal beside a
+    null content, so the next turn's body is the one a Chat Completions client would send."""
+    messages = _upstream_messages(
+        input=[
+            {"role": "user", "content": "hi"},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [
+                    {"type": "output_text", "text": "Checking ", "annotations": []},
+                    {"type": "output_text", "text": "now.", "annotations": []},
+                ],
+            },
+            {"type": "function_call", "call_id": "call_0", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_0", "output": "1"},
+            {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]},
+            {"role": "user", "content": "please"},
+        ]
+    )
+    assert messages[1] == {
+        "role": "assistant",
+        "content": "Checking now.",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    }
+    assert messages[3] == {"role": "assistant", "content": None, "refusal": "I can't."}
+
+
+def test_tool_settings_without_tools_are_not_forwarded() -> None:
+    """Without tools, ``parallel_tool_calls`` and a ``tool_choice`` of auto or none say
+    nothing a Chat Completions upstream would accept (it refuses them then): they stay here,
+    as OpenAI's Responses API accepts them; with tools they go upstream."""
+    for choice in ("auto", "none"):
+        body = _parse(input="hi", parallel_tool_calls=False, tool_choice=choice).upstream_body
+        assert "parallel_tool_calls" not in body and "tool_choice" not in body
+    body = _parse(
+        input="hi", tools=[WEATHER], parallel_tool_calls=False, tool_choice="none"
+    ).upstream_body
+    assert (body["parallel_tool_calls"], body["tool_choice"]) == (False, "none")
+
+
+CALL_ITEM: dict[str, Any] = {
+    "type": "function_call",
+    "call_id": "call_a",
+    "name": "f",
+    "arguments": "{}",
+}
+USER: dict[str, Any] = {"role": "user", "content": "hi"}
+
+
+def _output(call_id: str, output: str = "1") -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+@pytest.mark.parametrize(
+    ("items", "param", "says"),
+    [
+        ([USER, _output("nope")], "input[1].call_id", "no function_call with call id 'nope'"),
+        ([CALL_ITEM, _output("")], "input[1].call_id", "non-empty"),
+        ([USER, CALL_ITEM, CALL_ITEM, _output("call_a"), _output("call_a")], "input[2].call_id", "used twice"),
+        ([USER, CALL_ITEM, _output("call_a"), _output("call_a")], "input[3].call_id", "already has its output"),
+        ([USER, {**CALL_ITEM, "name": ""}], "input[1].name", "non-empty"),
+        ([USER, CALL_ITEM], "input[1].call_id", "no tool output found"),
+        ([USER, CALL_ITEM, USER, _output("call_a")], "input[1].call_id", "no tool output found"),
+        ([CALL_ITEM, {**CALL_ITEM, "call_id": "b"}, _output("b")], "input[0].call_id", "no tool output found"),
+    ],
+)  # fmt: skip
+def test_a_conversation_that_breaks_call_pairing_is_a_400_naming_the_item(
+    items: list[Any], param: str, says: str
+) -> None:
+    """Each function_call answered by one function_call_output right after its turn, as a
+    Chat Completions upstream (and OpenAI's Responses API) requires: an orphan output, a
+    reused or empty call id, an unnamed call, a call left without output, are refused here
+    naming the item, not relayed from the upstream as a 502."""
+    with pytest.raises(RequestError) as info:
+        _parse(input=items)
+    assert info.value.status == 400
+    assert info.value.param == param
+    assert says in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"max_output_tokens": 10**30}, "max_output_tokens"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
+        ({"tools": [WEATHER, WEATHER]}, "tools[1].name"),
+        ({"user": 5}, "user"),
+        ({"safety_identifier": 5}, "safety_identifier"),
+        ({"prompt_cache_key": {"a": 1}}, "prompt_cache_key"),
+        ({"service_tier": 1}, "service_tier"),
+    ],
+)  # fmt: skip
+def test_a_setting_the_upstream_would_refuse_is_a_400_naming_it_as_sent(
+    fields: dict[str, Any], param: str
+) -> None:
+    """Settings a Chat Completions upstream would refuse (a huge output cap, a tool choice
+    with no such tool, a non-string identifier) are refused naming the Responses field."""
+    with pytest.raises(RequestError) as info:
+        _parse(input="hi", **fields)
+    assert info.value.status == 400
+    assert info.value.param == param
+
+
+def test_a_too_deep_request_is_refused_as_a_responses_request() -> None:
+    """A check nested too deeply to parse is a 400 that speaks of the Responses request the
+    client sent, not of a chat request it never sent."""
+    deep = {"tests": {"visible": ["assert " + "1+" * 100_000 + "1"]}, "entry_point": "f"}
+    with pytest.raises(RequestError) as info:
+        _parse(input="hi", firstpass=deep)
+    assert info.value.code == "invalid_json"
+    assert str(info.value) == "the request nests too deeply to be a Responses request"
+
+
+def _refused(text: str = "") -> Outcome:
+    """An outcome served as the upstream sent it: its message a refusal."""
+    message: Any = {"role": "assistant", "content": text or None, "refusal": "I can't help."}
+    raw: Any = {
+        "model": "cheap-model-2025",
+        "service_tier": "default",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+    }
+    completion = Completion(
+        texts=(text,),
+        finish_reasons=("stop",),
+        input_tokens=5,
+        output_tokens=3,
+        latency_ms=1.0,
+        attempts=1,
+        status=200,
+        calls=1,
+        model="cheap-model",
+        raw=raw,
+    )
+    served = Served(
+        rung=0,
+        provider="stub",
+        model="cheap-model",
+        text=text,
+        verification="unchecked",
+        completion=completion,
+    )
+    return Outcome(
+        receipt_id="rcpt_01TEST", action="passthrough", mode="passthrough", served=served, raw=raw
+    )
+
+
+def test_an_upstream_refusal_is_a_refusal_part_plain_and_streamed() -> None:
+    """The upstream's ``message.refusal`` is the message's ``refusal`` part (no empty text
+    beside it), and streamed arrives as ``response.refusal.delta`` / ``.done`` events the
+    SDK's types accept; the response's model and service tier are the upstream's."""
+    response = Response.model_validate(response_body(_refused(), _request()))
+    (item,) = response.output
+    assert item.type == "message"
+    assert [p.model_dump() for p in item.content] == [
+        {"type": "refusal", "refusal": "I can't help."}
+    ]
+    assert response.output_text == ""
+    assert (response.model, response.service_tier) == ("cheap-model-2025", "default")
+    events = _events(b"".join(response_events(_refused(), _request())))
+    adapter: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+    for event in events:
+        adapter.validate_python(event)
+    kinds = [e["type"] for e in events]
+    assert "response.output_text.delta" not in kinds
+    assert "".join(e["delta"] for e in events if e["type"] == "response.refusal.delta") == (
+        "I can't help."
+    )
+    (done,) = [e for e in events if e["type"] == "response.refusal.done"]
+    assert done["refusal"] == "I can't help." and done["content_index"] == 0
+
+
+def test_a_tool_call_cut_at_the_token_limit_is_incomplete() -> None:
+    """A call cut at the token limit is ``incomplete``, the text before it whole: the client
+    must not run a call whose arguments were cut off."""
+    outcome = _outcome("Let me look.", (CALL, CALL), "length", "tool_turn")
+    response = Response.model_validate(response_body(outcome, _request()))
+    statuses = [getattr(o, "status", None) for o in response.output]
+    assert statuses == ["completed", "completed", "incomplete"]
+    events = _events(b"".join(response_events(outcome, _request())))
+    done = [e["item"]["status"] for e in events if e["type"] == "response.output_item.done"]
+    assert done == ["completed", "completed", "incomplete"]
+
+
+def test_the_response_echoes_the_identifiers_the_request_set() -> None:
+    """``safety_identifier``, ``prompt_cache_key`` and ``service_tier`` are echoed, as the
+    SDK's ``Response`` states them."""
+    body: Any = {
+        "model": MODEL,
+        "input": "hi",
+        "safety_identifier": "user-1",
+        "prompt_cache_key": "k-1",
+        "service_tier": "flex",
+    }
+    chat = ResponsesCodec().parse(body, header_mode=None, parse_spec=parse_spec)
+    response = Response.model_validate(response_body(_outcome("hello"), chat))
+    assert (response.safety_identifier, response.prompt_cache_key) == ("user-1", "k-1")
+    assert response.service_tier == "flex"
+
+
+def test_a_failed_response_after_a_keepalive_echoes_the_request() -> None:
+    """An error decided after a keep-alive ends in ``response.failed`` whose response echoes
+    the request's settings and names the model asked for, as any other response does."""
+    chat = _request()
+    err = RequestError("no rung passed", status=502, code="verification_exhausted")
+    events = _events(
+        b"".join(ResponsesCodec().error_events(err, {"receipt_id": "rcpt_01TEST"}, chat))
+    )
+    assert [e["type"] for e in events] == ["error", "response.failed"]
+    failed = Response.model_validate(events[-1]["response"])
+    assert failed.status == "failed" and failed.id == "resp_rcpt_01TEST"
+    assert failed.instructions == "be brief" and failed.model == MODEL
+    assert failed.tools[0].type == "function"

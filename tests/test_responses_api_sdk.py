@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pydantic
 import pytest
 
 from tests.server_harness import CHEAP, MODEL, STRONG, LiveStack
@@ -33,54 +34,60 @@ WEATHER: Any = {
     },
     "strict": True,
 }
-#: a scripted reply text starting with this is sent as tool calls (the JSON list after it)
-TOOLS_MARK = "TOOL_CALLS:"
+#: a scripted reply text starting with this is sent as the upstream's refusal (the rest)
+REFUSE_MARK = "REFUSE:"
 
 
 def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> Reply:
     """A stub reply whose message makes these tool calls (id, name, arguments)."""
-    listed = [
+    listed = tuple(
         {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
         for i, n, a in calls
-    ]
-    return Reply.ok(TOOLS_MARK + json.dumps(listed), finish_reason="tool_calls")
+    )
+    return Reply(texts=("",), tool_calls=listed, finish_reason="tool_calls")
 
 
-class ToolStub(StubUpstream):
-    """The stub upstream, able to answer with ``tool_calls`` (``tool_calls(...)`` replies)."""
+def refusal(text: str) -> Reply:
+    """A stub reply whose message is a refusal (``content: null``, ``refusal``), as OpenAI
+    sends one for a request its model declines."""
+    return Reply.ok(REFUSE_MARK + text)
+
+
+class RefusingStub(StubUpstream):
+    """The stub upstream, able to refuse (``refusal(...)`` replies)."""
 
     def _render(self, texts: Sequence[str], **kwargs: Any) -> bytes:
         payload = super()._render(texts, **kwargs)
-        if not any(t.startswith(TOOLS_MARK) for t in texts):
+        if not any(t.startswith(REFUSE_MARK) for t in texts):
             return payload
         obj = json.loads(payload)
         for choice in obj.get("choices", []):
             content = choice["message"]["content"]
-            if content.startswith(TOOLS_MARK):
+            if content.startswith(REFUSE_MARK):
                 choice["message"] = {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": json.loads(content[len(TOOLS_MARK) :]),
+                    "refusal": content[len(REFUSE_MARK) :],
                 }
         return json.dumps(obj).encode()
 
 
-class ToolStack(LiveStack):
-    """A live stack whose stub upstream can answer with tool calls."""
+class Stack(LiveStack):
+    """A live stack whose stub upstream can refuse."""
 
     async def _start_stub(self) -> StubUpstream:
-        stub = ToolStub()
+        stub = RefusingStub()
         await stub.start()
         return stub
 
 
 @pytest.fixture
-def stack_of(tmp_path: Path) -> Iterator[Callable[..., ToolStack]]:
-    """Factory: ``stack_of(**config)`` starts a tool-capable stub + Firstpass; closed after."""
-    stacks: list[ToolStack] = []
+def stack_of(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Factory: ``stack_of(**config)`` starts a stub upstream + Firstpass; closed after."""
+    stacks: list[Stack] = []
 
-    def start(**kwargs: Any) -> ToolStack:
-        stack = ToolStack(tmp_path / f"receipts-{len(stacks)}.jsonl", **kwargs)
+    def start(**kwargs: Any) -> Stack:
+        stack = Stack(tmp_path / f"receipts-{len(stacks)}.jsonl", **kwargs)
         stacks.append(stack)
         return stack
 
@@ -94,7 +101,7 @@ def _client(stack: LiveStack) -> openai.OpenAI:
 
 
 def test_string_input_comes_back_as_a_response_with_output_text(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """A string ``input`` is the upstream's one user message; the answer comes back as a
     ``response`` whose ``output_text`` is the upstream's text, receipted as ``responses``."""
@@ -114,7 +121,7 @@ def test_string_input_comes_back_as_a_response_with_output_text(
 
 
 def test_items_with_instructions_reach_the_upstream_as_chat_messages(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """``instructions`` and message items (parts, a developer message, an earlier assistant
     turn) are the chat messages of the same meaning upstream."""
@@ -145,7 +152,7 @@ def test_items_with_instructions_reach_the_upstream_as_chat_messages(
     assert body["max_completion_tokens"] == 50
 
 
-def test_checks_in_extra_body_verify_the_answer(stack_of: Callable[..., ToolStack]) -> None:
+def test_checks_in_extra_body_verify_the_answer(stack_of: Callable[..., Stack]) -> None:
     """Firstpass's checks ride in ``extra_body``: a wrong cheap answer escalates and the
     verified one is served, ``firstpass.verification == "verified"``."""
     stack = stack_of()
@@ -165,7 +172,7 @@ def test_checks_in_extra_body_verify_the_answer(stack_of: Callable[..., ToolStac
 
 
 def test_a_tool_call_comes_back_as_a_function_call_item(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """An upstream answer of ``tool_calls`` is a ``function_call`` output item, its
     ``call_id`` the upstream's, its arguments intact; the tool reaches upstream as a chat
@@ -188,7 +195,7 @@ def test_a_tool_call_comes_back_as_a_function_call_item(
 
 
 def test_a_streamed_tool_call_arrives_as_function_call_events_and_final_item(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """Streamed (``stream=True``, and the SDK's ``responses.stream`` helper), the tool call
     arrives as ``function_call`` events whose arguments add up, and the final response holds
@@ -221,7 +228,7 @@ def test_a_streamed_tool_call_arrives_as_function_call_events_and_final_item(
 
 
 def test_the_next_turns_function_call_output_reaches_upstream_as_a_tool_message(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """The agent loop's second turn: the first response's output fed back with a
     ``function_call_output`` reaches the upstream as the assistant's ``tool_calls`` and a
@@ -257,7 +264,7 @@ def test_the_next_turns_function_call_output_reaches_upstream_as_a_tool_message(
     ]
 
 
-def test_streamed_text_adds_up_to_the_verified_answer(stack_of: Callable[..., ToolStack]) -> None:
+def test_streamed_text_adds_up_to_the_verified_answer(stack_of: Callable[..., Stack]) -> None:
     """``stream=True`` with checks: the text deltas add up to the verified answer and the
     completed response carries the ``firstpass`` object naming the receipt."""
     stack = stack_of()
@@ -280,7 +287,7 @@ def test_streamed_text_adds_up_to_the_verified_answer(stack_of: Callable[..., To
 
 
 def test_a_stream_held_open_by_keepalives_still_parses_in_the_sdk(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """The decision outlives ``keepalive_s``: the SDK skips the keep-alive comments and gets
     the answer, and the final event names the receipt (which the headers, sent before it
@@ -300,7 +307,7 @@ def test_a_stream_held_open_by_keepalives_still_parses_in_the_sdk(
 
 
 def test_an_error_decided_after_a_keepalive_raises_in_the_sdk(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """The decision outlives ``keepalive_s`` (a comment keeps the stream open) and ends in an
     error: the stream's error event makes the SDK raise ``APIError`` with its message."""
@@ -320,7 +327,7 @@ def test_an_error_decided_after_a_keepalive_raises_in_the_sdk(
     assert receipt["decision"]["action"] == "exhausted_error"
 
 
-def test_previous_response_id_is_refused_naming_it(stack_of: Callable[..., ToolStack]) -> None:
+def test_previous_response_id_is_refused_naming_it(stack_of: Callable[..., Stack]) -> None:
     """Firstpass keeps no response state: ``previous_response_id`` is a 400 that names it and
     says to send the whole conversation; nothing goes upstream."""
     stack = stack_of()
@@ -335,7 +342,7 @@ def test_previous_response_id_is_refused_naming_it(stack_of: Callable[..., ToolS
     assert receipt["request"]["dialect"] == "responses"
 
 
-def test_a_hosted_tool_is_refused_naming_its_type(stack_of: Callable[..., ToolStack]) -> None:
+def test_a_hosted_tool_is_refused_naming_its_type(stack_of: Callable[..., Stack]) -> None:
     """A hosted tool cannot pass through: a 400 naming ``tools[0].type``."""
     stack = stack_of()
     with pytest.raises(openai.BadRequestError) as info:
@@ -348,7 +355,7 @@ def test_a_hosted_tool_is_refused_naming_its_type(stack_of: Callable[..., ToolSt
 
 
 def test_the_same_task_through_chat_and_responses_is_the_same_request(
-    stack_of: Callable[..., ToolStack],
+    stack_of: Callable[..., Stack],
 ) -> None:
     """One task sent through Chat Completions and through Responses: the same messages
     upstream, the same prompt hash and verdict on the receipts, apart from the dialect."""
@@ -376,3 +383,178 @@ def test_the_same_task_through_chat_and_responses_is_the_same_request(
     assert chat["decision"] == responses["decision"]
     first, second = stack.stub.completions
     assert first.body["messages"] == second.body["messages"]
+
+
+class Answer(pydantic.BaseModel):
+    """A structured answer, for ``responses.parse``."""
+
+    city: str
+
+
+def test_an_upstream_refusal_arrives_as_a_refusal_part(
+    stack_of: Callable[..., Stack],
+) -> None:
+    """The upstream refuses (``message.refusal``, content null): the response's message holds
+    a ``refusal`` part, streamed as ``response.refusal.delta``/``.done``, and
+    ``responses.parse`` gives ``output_parsed`` None instead of raising on empty text."""
+    stack = stack_of()
+    client = _client(stack)
+    stack.stub.script(refusal("I can't help with that."), model=CHEAP)
+    response = client.responses.create(model=MODEL, input="help me")
+    (item,) = response.output
+    assert item.type == "message"
+    assert [(p.type, getattr(p, "refusal", None)) for p in item.content] == [
+        ("refusal", "I can't help with that.")
+    ]
+    stack.stub.script(refusal("I can't help with that."), model=CHEAP)
+    parsed = client.responses.parse(model=MODEL, input="help me", text_format=Answer)
+    assert parsed.output_parsed is None
+    stack.stub.script(refusal("I can't help with that."), model=CHEAP)
+    events = list(client.responses.create(model=MODEL, input="help me", stream=True))
+    deltas = [e.delta for e in events if e.type == "response.refusal.delta"]
+    assert "".join(deltas) == "I can't help with that."
+    assert [e.refusal for e in events if e.type == "response.refusal.done"] == [
+        "I can't help with that."
+    ]
+    assert not any(e.type == "response.output_text.delta" for e in events)
+
+
+def test_parallel_tool_calls_without_tools_is_answered_not_relayed_as_a_502(
+    stack_of: Callable[..., Stack],
+) -> None:
+    """``parallel_tool_calls`` (and ``tool_choice: "auto"``) without tools, which OpenAI's
+    Responses API accepts and its Chat Completions API refuses, are not sent upstream: the
+    client gets its answer, not the upstream's 400 as a 502."""
+    stack = stack_of()
+
+    def openai_like(body: dict[str, Any]) -> Reply | None:
+        if ("parallel_tool_calls" in body or "tool_choice" in body) and not body.get("tools"):
+            return Reply.error(400, "'parallel_tool_calls' is only allowed when 'tools' are set")
+        return None
+
+    stack.stub.responder = openai_like
+    stack.stub.script(Reply.ok("hello"), model=CHEAP)
+    response = _client(stack).responses.create(
+        model=MODEL, input="hi", parallel_tool_calls=False, tool_choice="auto"
+    )
+    assert response.output_text == "hello"
+    assert response.parallel_tool_calls is False  # echoed as the client set it
+    body = stack.stub.completions[0].body
+    assert "parallel_tool_calls" not in body and "tool_choice" not in body
+
+
+def test_an_orphan_function_call_output_is_a_400_before_any_rung_is_paid(
+    stack_of: Callable[..., Stack],
+) -> None:
+    """On a verified route, a ``function_call_output`` answering no earlier call is a 400
+    naming ``input[1].call_id``: no upstream call is paid for, nothing escalates."""
+    stack = stack_of()
+    with pytest.raises(openai.BadRequestError) as info:
+        _client(stack).responses.create(
+            model=MODEL,
+            input=[
+                {"role": "user", "content": "write add(a, b)"},
+                {"type": "function_call_output", "call_id": "call_nope", "output": "1"},
+            ],
+            tools=[WEATHER],
+            extra_body={"firstpass": TESTS},
+        )
+    assert info.value.param == "input[1].call_id"
+    assert "call_nope" in info.value.message
+    assert stack.stub.completions == []
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["action"] == "rejected"
+
+
+SQL_TOOL: Any = {
+    "type": "function",
+    "name": "run_sql",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+}
+
+
+def test_an_agent_loop_sends_the_same_turns_and_costs_as_through_chat_completions(
+    stack_of: Callable[..., Stack],
+) -> None:
+    """The same two-turn tool loop through Chat Completions and through Responses (feeding
+    ``response.output`` back, text beside the call): turn 2 reaches the upstream as the
+    identical body, and the receipts state identical costs."""
+    stack = stack_of()
+    client = _client(stack)
+    chat_tool: Any = {
+        "type": "function",
+        "function": {"name": "run_sql", "parameters": SQL_TOOL["parameters"]},
+    }
+    stack.stub.script(Reply.tools(("run_sql", {"q": "select 1"}), text="Checking."), model=CHEAP)
+    messages: list[Any] = [
+        {"role": "system", "content": "You write Python."},
+        {"role": "user", "content": "write add(a, b)"},
+    ]
+    first = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[chat_tool], extra_body={"firstpass": TESTS}
+    )
+    message = first.choices[0].message
+    assert message.tool_calls is not None
+    messages += [
+        message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "1"},
+    ]
+    stack.stub.script(Reply.ok(GOOD), model=CHEAP)
+    client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[chat_tool], extra_body={"firstpass": TESTS}
+    )
+    stack.stub.script(Reply.tools(("run_sql", {"q": "select 1"}), text="Checking."), model=CHEAP)
+    turn = client.responses.create(
+        model=MODEL,
+        instructions="You write Python.",
+        input="write add(a, b)",
+        tools=[SQL_TOOL],
+        extra_body={"firstpass": TESTS},
+    )
+    assert [o.type for o in turn.output] == ["message", "function_call"]
+    call = turn.output[1]
+    assert call.type == "function_call"
+    fed_back: Any = [
+        {"role": "user", "content": "write add(a, b)"},
+        *[item.model_dump(exclude_none=True) for item in turn.output],
+        {"type": "function_call_output", "call_id": call.call_id, "output": "1"},
+    ]
+    stack.stub.script(Reply.ok(GOOD), model=CHEAP)
+    client.responses.create(
+        model=MODEL,
+        instructions="You write Python.",
+        input=fed_back,
+        tools=[SQL_TOOL],
+        extra_body={"firstpass": TESTS},
+    )
+    chat_1, chat_2, responses_1, responses_2 = stack.stub.completions
+    assert responses_1.body == chat_1.body and responses_2.body == chat_2.body
+    receipts = stack.receipts_list()
+    assert [r["request"]["dialect"] for r in receipts] == ["chat", "chat", "responses", "responses"]
+    assert [r["cost"] for r in receipts[:2]] == [r["cost"] for r in receipts[2:]]
+
+
+def test_a_response_failed_after_a_keepalive_echoes_the_request(
+    stack_of: Callable[..., Stack],
+) -> None:
+    """An error decided after a keep-alive ends the stream with ``response.failed`` whose
+    response echoes the request (instructions, metadata) and the model asked for."""
+    stack = stack_of(keepalive_s=0.05, on_exhausted="error")
+    stack.stub.script(Reply.ok(WRONG, latency_ms=300), model=CHEAP)
+    stack.stub.script(Reply.ok(WRONG), model=STRONG)
+    with _client(stack).responses.with_streaming_response.create(
+        model=MODEL,
+        instructions="You write Python.",
+        input="write add(a, b)",
+        metadata={"team": "a"},
+        stream=True,
+        extra_body={"firstpass": TESTS},
+    ) as raw:
+        lines = [line for line in raw.iter_lines() if line.startswith("data: ")]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines]
+    failed = events[-1]
+    assert failed["type"] == "response.failed"
+    response = failed["response"]
+    assert response["instructions"] == "You write Python."
+    assert response["metadata"] == {"team": "a"}
+    assert response["model"] == MODEL

@@ -239,6 +239,29 @@ def test_upstream_errors_are_retried_then_502(live_stack: Any) -> None:
 
 
 @pytest.mark.e2e
+def test_an_upstream_that_refuses_the_request_itself_is_the_clients_400_not_a_502(
+    live_stack: Any,
+) -> None:
+    """Every rung answers 400 (a tool result with no call before it, say): the client hears
+    its own mistake as a 400 naming the upstream's reason, which its SDK does not retry,
+    instead of a 502 it would retry into more receipts; the receipt says 400."""
+    stack = live_stack(retries=1)
+    stack.stub.script(Reply.error(400, "tool_call_id nope matches no call"), model=CHEAP)
+    stack.stub.script(Reply.error(400, "tool_call_id nope matches no call"), model=STRONG)
+    with pytest.raises(openai.BadRequestError) as info:
+        openai.OpenAI(base_url=stack.base_url, api_key="unused").chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "x"}],
+            extra_body={"firstpass": TESTS},
+        )
+    assert info.value.code == "upstream_rejected_request"
+    assert "matches no call" in str(info.value)
+    assert len(stack.stub.completions) == 2  # one per rung: a 400 is never retried
+    (receipt,) = stack.receipts_list()
+    assert receipt["error"]["status"] == 400
+
+
+@pytest.mark.e2e
 def test_upstream_error_then_success_is_served(live_stack: Any) -> None:
     """A 429 with Retry-After, then an answer: the client sees only the answer."""
     stack = live_stack()

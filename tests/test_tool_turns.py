@@ -4,6 +4,7 @@ model's turns)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -199,3 +200,138 @@ def test_a_probe_sample_that_calls_a_tool_never_counts_as_a_pass(live_stack: Any
     (receipt,) = stack.receipts_list()
     assert receipt["probe"]["pass_count"] == 1
     assert receipt["served"]["sample"] == 0
+
+
+# -- fixes from the attack review ------------------------------------------------------------
+
+CALL = {
+    "id": "call_z",
+    "type": "function",
+    "function": {"name": "run_tests", "arguments": '{"code": "q"}'},
+}
+
+
+def _mixed(texts: tuple[str, ...], tools: frozenset[int]) -> Reply:
+    return Reply(texts=texts, tool_calls=(CALL,), tool_choices=tools, finish_reason="stop")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode", ["shadow", "enforce"])
+def test_a_tool_call_sample_is_never_the_candidate_served_or_labelled(
+    live_stack: Any, mode: str
+) -> None:
+    """No sample passes; the tool-call samples' texts would pass: the candidate elastic keeps
+    (and serves unverified at exhaustion, and shadow labels) is still the one answer, sample 0
+    (once the best-by-share fallback picked a tool-call sample)."""
+    stack = live_stack(elastic=elastic_block(mode))
+    stack.stub.script(_mixed((WRONG, GOOD, GOOD, GOOD, GOOD), frozenset({1, 2, 3, 4})), model=CHEAP)
+    stack.stub.script(Reply.ok(WRONG), model=STRONG)
+    raw = _ask(stack, FIRST_TURN, mode=mode)
+    choice = raw.parse().choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+    (receipt,) = stack.receipts_list()
+    assert receipt["probe"]["pass_count"] == 0
+    assert receipt["served"]["rung"] == 1  # the exhausted ladder serves its top attempt
+    if mode == "shadow":
+        assert receipt["decision"]["label_sample"] == 0
+    labels = [c for c in receipt["checks"] if c.get("purpose") == "label"]
+    assert all(c["sample"] == 0 for c in labels)
+
+
+@pytest.mark.e2e
+def test_shadow_makes_no_second_call_past_a_tool_turn_on_a_later_rung(live_stack: Any) -> None:
+    """Rung 0 escalates in shadow and the cascade's rung 1 answers with a tool call: that
+    turn is served, and nothing more is called to label it (once a label call followed)."""
+    stack = live_stack(elastic=elastic_block("shadow"))
+    stack.stub.script(Reply.ok(*[WRONG] * 5), model=CHEAP)
+    stack.stub.script(_tool_reply(), model=STRONG)
+    raw = _ask(stack, FIRST_TURN, mode="shadow")
+    assert raw.headers["X-Firstpass-Action"] == "tool_turn"
+    assert raw.headers["X-Firstpass-Regime"] == "tool_turn"  # not the rung-0 probe's
+    assert [(c.model, c.n) for c in stack.stub.completions] == [(CHEAP, 5), (STRONG, 1)]
+    (receipt,) = stack.receipts_list()
+    assert [c["purpose"] for c in receipt["upstream_calls"]] == ["probe", "attempt"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_legacy_function_call_turn_reaches_the_client_as_the_upstream_sent_it(
+    live_stack: Any, stream: bool
+) -> None:
+    """A legacy ``function_call`` (no ``tool_calls``), plain and streamed: the client gets a
+    ``function_call``, not a ``tool_calls`` item with an invented id; the receipt's answer hash
+    is of the message's own fields, as docs/receipts.md says."""
+    stack = live_stack()
+    legacy = {"name": "run_tests", "arguments": '{"code": "q"}'}
+    message = {"role": "assistant", "content": None, "function_call": legacy}
+    stack.stub.script(Reply(choice_message=message, finish_reason="function_call"), model=CHEAP)
+    client = _client(stack)
+    if stream:
+        with client.chat.completions.stream(
+            model=MODEL, messages=FIRST_TURN, extra_body={"firstpass": TESTS}
+        ) as events:
+            for _ in events:
+                pass
+            got = events.get_final_completion().choices[0]
+    else:
+        got = _ask(stack, FIRST_TURN).parse().choices[0]
+    assert got.finish_reason == "function_call"
+    assert got.message.function_call is not None
+    assert got.message.function_call.name == "run_tests"
+    assert got.message.function_call.arguments == '{"code": "q"}'
+    assert not got.message.tool_calls
+    (receipt,) = stack.receipts_list()
+    assert receipt["decision"]["action"] == "tool_turn"
+    shown = json.dumps(
+        {"content": "", "function_call": legacy},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    digest = hashlib.sha256(shown.encode("utf-8")).hexdigest()
+    assert receipt["served"]["answer_sha256"] == f"sha256:{digest}"
+
+
+@pytest.mark.e2e
+def test_finish_reason_tool_calls_without_any_call_is_checked_as_a_final_answer(
+    live_stack: Any,
+) -> None:
+    """An upstream that says ``tool_calls`` but calls nothing has given an answer, and it is
+    verified like one (a wrong one escalates): the finish reason alone is not a tool turn."""
+    stack = live_stack()
+    stack.stub.script(Reply.ok(WRONG, finish_reason="tool_calls"), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = _ask(stack, FIRST_TURN)
+    assert raw.parse().choices[0].message.content == GOOD
+    assert raw.headers["X-Firstpass-Action"] == "escalated"
+
+
+@pytest.mark.e2e
+def test_a_revision_that_calls_a_tool_is_never_served_as_a_verified_answer(
+    live_stack: Any,
+) -> None:
+    """Asked for the corrected answer, the model calls a tool: that is no answer to check or
+    serve; the loop stops (``stopped: "tool_turn"``) and the ladder goes on."""
+    stack = live_stack(route_extra={"revision": {"max_revisions": 2}})
+    stack.stub.script(Reply.ok(WRONG), _tool_reply(), model=CHEAP)
+    stack.stub.script(Reply.ok(GOOD), model=STRONG)
+    raw = _ask(stack, FIRST_TURN)
+    choice = raw.parse().choices[0]
+    assert choice.message.content == GOOD and choice.message.tool_calls is None
+    assert raw.headers["X-Firstpass-Action"] == "escalated"
+    (receipt,) = stack.receipts_list()
+    (loop,) = receipt["revisions"]
+    assert loop["stopped"] == "tool_turn" and loop["attempts"][0]["passed"] is False
+
+
+@pytest.mark.e2e
+def test_an_upstream_refusal_reaches_the_client_when_it_is_served(live_stack: Any) -> None:
+    """Every rung refuses (content null, ``refusal`` set): what the exhausted ladder serves
+    carries the refusal, as OpenAI sends it, not an empty answer."""
+    stack = live_stack()
+    refusal = {"role": "assistant", "content": None, "refusal": "I can't help with that."}
+    stack.stub.script(Reply(choice_message=refusal), model=CHEAP)
+    stack.stub.script(Reply(choice_message=refusal), model=STRONG)
+    got = _ask(stack, FIRST_TURN).parse().choices[0].message
+    assert got.refusal == "I can't help with that."
+    assert got.content is None

@@ -7,8 +7,17 @@ checks), ``tool_use`` blocks are the assistant's ``tool_calls``, and each ``tool
 a ``{"role": "tool"}`` message in the place it stood. What Chat Completions cannot carry
 (``top_k``, extended ``thinking``, server tools, documents, containers, MCP servers) is a 400
 naming the field as the client spelt it (``tools[1].type``, ``messages[2].content[0].source``),
-never dropped in silence. ``cache_control`` marks are the one thing dropped: they change what a
-request costs, never what it asks.
+never dropped in silence. So is a conversation Anthropic refuses (tool calls and results that
+do not pair up, an empty message or text block) or a Chat Completions upstream cannot carry
+(an assistant prefill), before any rung is paid for.
+
+``cache_control`` marks (prompt-cache breakpoints, most of an agent's input bill) travel with
+the block they mark, in the shape OpenAI-compatible gateways that honour them use (OpenRouter,
+LiteLLM): on a text or image part, on the last part of a tool message, on a chat tool object,
+on a ``tool_calls`` entry, and at the top level. A block marked is the one place the chat body
+changes shape (a system prompt or an assistant's text becomes text parts), so a request without
+marks is the chat body a Chat Completions client sends for the same task. The anthropic
+provider maps them back; more than Anthropic's 4 breakpoints is a 400 naming the fifth.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from firstpass.errors import RequestError
 
 __all__ = ["parse_messages_body"]
 
-#: top-level keys translated to the chat body (``cache_control``: a caching hint, ignored)
+#: top-level keys translated to the chat body
 _MAPPED = frozenset(
     {
         "model",
@@ -54,7 +63,8 @@ _REFUSED: dict[str, str] = {
 }
 #: Anthropic's image media types
 _MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-#: what a custom tool may hold: the chat function's fields, and hints that change nothing
+#: what a custom tool may hold: the chat function's fields, its cache mark, and a streaming
+#: hint that changes nothing
 _TOOL_KEYS = frozenset(
     {
         "name",
@@ -115,16 +125,79 @@ def to_chat_body(body: JSON) -> dict[str, JSON]:
     system = _system(body.get("system"))
     messages: list[JSON] = [{"role": "system", "content": system}] if system else []
     messages.extend(_messages(body.get("messages")))
+    _check_conversation(cast("list[Mapping[str, JSON]]", body["messages"]))
     chat["messages"] = messages
     tools = _tools(body.get("tools"))
     if tools:
         chat["tools"] = tools
-    _tool_choice(body.get("tool_choice"), chat, has_tools=bool(tools))
+    _tool_choice(body.get("tool_choice"), chat, names=_tool_names(tools))
     _sampling(body, chat)
     for key in ("stream", "firstpass"):
         if key in body:
             chat[key] = body[key]
+    if body.get("cache_control") is not None:  # automatic caching: Anthropic places the mark
+        chat["cache_control"] = body["cache_control"]
+    _check_breakpoints(body)
     return chat
+
+
+#: the most cache breakpoints Anthropic accepts in one request
+MAX_BREAKPOINTS = 4
+
+
+def _marked(part: dict[str, JSON], block: Mapping[str, JSON]) -> dict[str, JSON]:
+    """``part`` with ``block``'s ``cache_control`` mark, if it has one."""
+    mark = block.get("cache_control")
+    if mark is not None:
+        part["cache_control"] = mark
+    return part
+
+
+def _check_mark(mark: JSON, where: str) -> bool:
+    """Whether ``mark`` (``where``: its path) is a breakpoint; a malformed one is a 400."""
+    if mark is None:
+        return False
+    if not isinstance(mark, Mapping) or mark.get("type") != "ephemeral":
+        raise bad(where, 'expected {"type": "ephemeral"}, with an optional "ttl"')
+    ttl = mark.get("ttl")
+    if ttl is not None and not isinstance(ttl, str):
+        raise bad(f"{where}.ttl", "expected a string such as '5m' or '1h'")
+    return True
+
+
+def _check_breakpoints(body: Mapping[str, JSON]) -> None:
+    """Every ``cache_control`` mark well formed, and at most ``MAX_BREAKPOINTS`` on blocks
+    (Anthropic refuses a fifth), counted in prompt order: tools, system, messages. Runs after
+    the translation, so the structure is already known good."""
+    _check_mark(body.get("cache_control"), "cache_control")
+    marks: list[str] = []
+
+    def visit(block: JSON, where: str) -> None:
+        if isinstance(block, Mapping):
+            if _check_mark(block.get("cache_control"), f"{where}.cache_control"):
+                marks.append(f"{where}.cache_control")
+            inner = block.get("content")
+            if block.get("type") == "tool_result" and isinstance(inner, list):
+                for k, part in enumerate(inner):
+                    visit(part, f"{where}.content[{k}]")
+
+    for name in ("tools", "system"):
+        items = body.get(name)
+        if isinstance(items, list):
+            for i, item in enumerate(items):
+                visit(item, f"{name}[{i}]")
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            for j, block in enumerate(content):
+                visit(block, f"messages[{i}].content[{j}]")
+    if len(marks) > MAX_BREAKPOINTS:
+        raise bad(
+            marks[MAX_BREAKPOINTS],
+            f"at most {MAX_BREAKPOINTS} blocks may carry cache_control (Anthropic's limit); "
+            f"this is mark {MAX_BREAKPOINTS + 1}",
+        )
 
 
 def _text_of(block: Mapping[str, JSON], where: str) -> str:
@@ -146,17 +219,20 @@ def _blocks(content: JSON, where: str) -> list[Mapping[str, JSON]]:
     return cast("list[Mapping[str, JSON]]", content)
 
 
-def _system(system: JSON, where: str = "system") -> str:
-    """A system prompt: a string, or text blocks joined with newlines (their ``cache_control``
-    ignored)."""
+def _system(system: JSON, where: str = "system") -> JSON:
+    """A system prompt's chat content: a string, or its text blocks joined with newlines; text
+    parts, one a block, when a block carries ``cache_control`` (a mark needs its block)."""
     if system is None or isinstance(system, str):
         return system or ""
-    texts = []
-    for j, block in enumerate(_blocks(system, where)):
+    blocks = _blocks(system, where)
+    parts: list[JSON] = []
+    for j, block in enumerate(blocks):
         if block.get("type") != "text":
             raise bad(f"{where}[{j}].type", "expected 'text': a system prompt is text blocks")
-        texts.append(_text_of(block, f"{where}[{j}]"))
-    return "\n".join(texts)
+        parts.append(_marked({"type": "text", "text": _text_of(block, f"{where}[{j}]")}, block))
+    if any(block.get("cache_control") is not None for block in blocks):
+        return parts
+    return "\n".join(str(block["text"]) for block in blocks)
 
 
 def _messages(messages: JSON) -> list[JSON]:
@@ -205,7 +281,7 @@ def _image(block: Mapping[str, JSON], where: str) -> dict[str, JSON]:
         url = link
     else:
         raise bad(f"{where}.source.type", "expected 'base64' or 'url' (files are not supported)")
-    return {"type": "image_url", "image_url": {"url": url}}
+    return _marked({"type": "image_url", "image_url": {"url": url}}, block)
 
 
 def _user(content: JSON, where: str) -> list[JSON]:
@@ -219,7 +295,7 @@ def _user(content: JSON, where: str) -> list[JSON]:
         at = f"{where}[{j}]"
         kind = block.get("type")
         if kind == "text":
-            parts.append({"type": "text", "text": _text_of(block, at)})
+            parts.append(_marked({"type": "text", "text": _text_of(block, at)}, block))
         elif kind == "image":
             parts.append(_image(block, at))
         elif kind == "tool_result":
@@ -238,15 +314,21 @@ def _user(content: JSON, where: str) -> list[JSON]:
 
 def _tool_result(block: Mapping[str, JSON], where: str) -> dict[str, JSON]:
     """A ``tool_result`` as a tool message; ``is_error`` prefixes its text with ``Error: ``
-    (Chat Completions has no such flag, and the model must still learn the call failed)."""
+    (Chat Completions has no such flag, and the model must still learn the call failed).
+
+    Marked (on the block, or on a block inside it), the content is text parts with the mark on
+    the last: one breakpoint where the result ends, which is where Anthropic takes it (it
+    refuses marks inside a ``tool_result``; the anthropic provider puts it back on the block).
+    """
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise bad(f"{where}.tool_use_id", "expected the id of the tool_use it answers")
     content = block.get("content")
+    mark = block.get("cache_control")
     if content is None:
-        text = ""
+        texts = [""]
     elif isinstance(content, str):
-        text = content
+        texts = [content]
     else:
         texts = []
         for k, part in enumerate(_blocks(content, f"{where}.content")):
@@ -257,13 +339,22 @@ def _tool_result(block: Mapping[str, JSON], where: str) -> dict[str, JSON]:
                     "(Chat Completions' tool messages carry text)",
                 )
             texts.append(_text_of(part, f"{where}.content[{k}]"))
-        text = "\n".join(texts)
+            if mark is None:
+                mark = part.get("cache_control")
+        texts = texts or [""]
     is_error = block.get("is_error")
     if is_error is not None and not isinstance(is_error, bool):
         raise bad(f"{where}.is_error", "expected true or false")
     if is_error:
-        text = f"Error: {text}" if text else "Error"
-    return {"role": "tool", "tool_call_id": call_id, "content": text}
+        texts[0] = f"Error: {texts[0]}" if "\n".join(texts) else "Error"
+    message: dict[str, JSON] = {"role": "tool", "tool_call_id": call_id}
+    if mark is None:
+        message["content"] = "\n".join(texts)
+        return message
+    parts: list[JSON] = [{"type": "text", "text": text} for text in texts]
+    parts[-1] = {"type": "text", "text": texts[-1], "cache_control": mark}
+    message["content"] = parts
+    return message
 
 
 def _assistant(content: JSON, where: str) -> dict[str, JSON]:
@@ -271,13 +362,13 @@ def _assistant(content: JSON, where: str) -> dict[str, JSON]:
     (``input`` as JSON text, as Chat Completions spells arguments)."""
     if isinstance(content, str):
         return {"role": "assistant", "content": content}
-    texts: list[str] = []
+    texts: list[dict[str, JSON]] = []
     calls: list[JSON] = []
     for j, block in enumerate(_blocks(content, where)):
         at = f"{where}[{j}]"
         kind = block.get("type")
         if kind == "text":
-            texts.append(_text_of(block, at))
+            texts.append(_marked({"type": "text", "text": _text_of(block, at)}, block))
         elif kind == "tool_use":
             call_id, name, args = block.get("id"), block.get("name"), block.get("input")
             if not isinstance(call_id, str) or not call_id:
@@ -287,34 +378,162 @@ def _assistant(content: JSON, where: str) -> dict[str, JSON]:
             if not isinstance(args, Mapping):
                 raise bad(f"{at}.input", "expected an object")
             arguments = json.dumps(args, ensure_ascii=False)
-            calls.append(
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments},
-                }
-            )
+            call: dict[str, JSON] = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            calls.append(_marked(call, block))
         elif kind == "tool_result":
             raise bad(f"{at}.type", "a tool_result block belongs in a user message")
         else:
             raise bad(f"{at}.type", f"content block {kind!r} is not supported through Firstpass")
-    message: dict[str, JSON] = {
-        "role": "assistant",
-        "content": "\n".join(texts) if texts or not calls else None,
-    }
+    text: JSON = "\n".join(str(part["text"]) for part in texts) if texts or not calls else None
+    if any("cache_control" in part for part in texts):
+        parts: list[JSON] = list(texts)
+        text = parts
+    message: dict[str, JSON] = {"role": "assistant", "content": text}
     if calls:
         message["tool_calls"] = calls
     return message
 
 
+def _check_conversation(messages: list[Mapping[str, JSON]]) -> None:
+    """Refuse, before anything is paid for, the conversations Anthropic answers with a 400 and
+    a Chat Completions upstream refuses or answers wrongly: a prefill, an empty message or text
+    block, and tool calls that do not pair up. Runs after the translation, so every message and
+    block is already known well formed; messages are named as the client numbered them."""
+    last = len(messages) - 1
+    if messages[last].get("role") == "assistant":
+        raise bad(
+            f"messages[{last}].role",
+            "the conversation ends in an assistant message (a prefill for the answer to "
+            "continue); a Chat Completions upstream answers it from scratch instead of "
+            "continuing it, so it cannot be carried through Firstpass: end with a user message",
+            code="unsupported_parameter",
+        )
+    for i, message in enumerate(messages):
+        if message.get("role") not in ("user", "assistant"):
+            continue
+        content = message.get("content")
+        if content == "" or content == []:
+            raise bad(
+                f"messages[{i}].content",
+                "all messages must have non-empty content (Anthropic's rule)",
+            )
+        for j, block in enumerate(content if isinstance(content, list) else []):
+            if isinstance(block, Mapping) and block.get("type") == "text" and not block["text"]:
+                raise bad(
+                    f"messages[{i}].content[{j}].text", "text content blocks must be non-empty"
+                )
+    _check_tool_pairs(messages)
+
+
+#: a block of a turn: its path (``messages[2].content[0]``) and the block
+_Placed = tuple[str, Mapping[str, JSON]]
+
+
+def _turns(messages: list[Mapping[str, JSON]]) -> list[tuple[str, list[_Placed]]]:
+    """The conversation's turns: consecutive messages of one role are one turn (Anthropic
+    combines them), each with its role and blocks in order; a string content is a text block."""
+    turns: list[tuple[str, list[_Placed]]] = []
+    for i, message in enumerate(messages):
+        role, content = str(message.get("role")), message.get("content")
+        blocks: list[_Placed] = (
+            [
+                (f"messages[{i}].content[{j}]", cast("Mapping[str, JSON]", block))
+                for j, block in enumerate(content)
+            ]
+            if isinstance(content, list)
+            else [(f"messages[{i}].content", {"type": "text"})]
+        )
+        if turns and turns[-1][0] == role and role != "system":
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    return turns
+
+
+def _check_tool_pairs(messages: list[Mapping[str, JSON]]) -> None:
+    """Anthropic's pairing rule, which a Chat Completions upstream shares: every ``tool_use``
+    id is unique in the request, and the user turn right after an assistant turn that calls
+    tools begins with exactly one ``tool_result`` per call (text and images may follow them);
+    a ``tool_result`` answers a call of the assistant turn just before it, or none at all.
+    The wording is Anthropic's own where it is known."""
+    seen: dict[str, str] = {}  # tool_use id -> where it is
+    calls: dict[str, str] = {}  # the previous assistant turn's calls, id -> where
+    for role, blocks in _turns(messages):
+        answered: set[str] = set()
+        other = ""  # where the turn's first block that is not a tool_result is
+        for at, block in blocks:
+            kind = block.get("type")
+            if role == "assistant" and kind == "tool_use":
+                call_id = str(block["id"])
+                if call_id in seen:
+                    raise bad(
+                        f"{at}.id",
+                        f"`tool_use` ids must be unique: {call_id!r} is also {seen[call_id]}",
+                    )
+                seen[call_id] = f"{at}.id"
+            elif kind == "tool_result":
+                call_id = str(block["tool_use_id"])
+                if call_id not in calls:
+                    raise bad(
+                        f"{at}.tool_use_id",
+                        f"unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. "
+                        "Each `tool_result` block must have a corresponding `tool_use` block "
+                        "in the previous message.",
+                    )
+                if call_id in answered:
+                    raise bad(
+                        f"{at}.tool_use_id",
+                        "each tool_use must have a single result. Found multiple "
+                        f"`tool_result` blocks with id: {call_id}",
+                    )
+                if other:
+                    raise bad(
+                        at,
+                        f"a tool_result must come before any other content of its turn "
+                        f"({other} is before it): the message after tool_use blocks begins "
+                        "with their tool_result blocks, and text may follow them",
+                    )
+                answered.add(call_id)
+            elif not other:
+                other = at
+        missing = [call_id for call_id in calls if call_id not in answered]
+        if missing:
+            raise bad(
+                calls[missing[0]],
+                "`tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(missing)}. Each `tool_use` block must have a corresponding "
+                "`tool_result` block in the next message.",
+            )
+        calls = (
+            {str(b["id"]): f"{at}.id" for at, b in blocks if b.get("type") == "tool_use"}
+            if role == "assistant"
+            else {}
+        )
+
+
+def _tool_names(tools: list[JSON]) -> frozenset[str]:
+    """The names of the chat function tools ``_tools`` built."""
+    names: set[str] = set()
+    for tool in tools:
+        function = cast("Mapping[str, JSON]", tool)["function"]
+        names.add(str(cast("Mapping[str, JSON]", function)["name"]))
+    return frozenset(names)
+
+
 def _tools(tools: JSON) -> list[JSON]:
-    """Custom tools as chat function tools; a server tool (``web_search_...``, ``bash_...``,
+    """Custom tools as chat function tools (a ``cache_control`` mark on the tool object, where
+    OpenRouter and LiteLLM read it); a server tool (``web_search_...``, ``bash_...``,
     ``text_editor_...``, ``computer_...``) is a 400 naming its ``type``."""
     if tools is None:
         return []
     if not isinstance(tools, list):
         raise bad("tools", "expected an array of tools")
     out: list[JSON] = []
+    named: dict[str, str] = {}  # name -> where
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         if not isinstance(tool, Mapping):
@@ -333,6 +552,9 @@ def _tools(tools: JSON) -> list[JSON]:
         name, schema = tool.get("name"), tool.get("input_schema")
         if not isinstance(name, str) or not name:
             raise bad(f"{where}.name", "expected a non-empty string")
+        if name in named:
+            raise bad(f"{where}.name", f"Tool names must be unique: {name!r} is also {named[name]}")
+        named[name] = f"{where}.name"
         if not isinstance(schema, Mapping):
             raise bad(f"{where}.input_schema", "expected a JSON Schema object")
         function: dict[str, JSON] = {"name": name}
@@ -347,13 +569,15 @@ def _tools(tools: JSON) -> list[JSON]:
             if not isinstance(strict, bool):
                 raise bad(f"{where}.strict", "expected true or false")
             function["strict"] = strict
-        out.append({"type": "function", "function": function})
+        out.append(_marked({"type": "function", "function": function}, tool))
     return out
 
 
-def _tool_choice(choice: JSON, chat: dict[str, JSON], *, has_tools: bool) -> None:
-    """``tool_choice`` as Chat Completions spells it: auto, any (required), a named tool, none;
-    ``disable_parallel_tool_use`` as ``parallel_tool_calls: false``."""
+def _tool_choice(choice: JSON, chat: dict[str, JSON], *, names: frozenset[str]) -> None:
+    """``tool_choice`` as Chat Completions spells it: auto, any (required), a named tool (one
+    of ``names``, the tools'), none; ``disable_parallel_tool_use`` as
+    ``parallel_tool_calls: false``."""
+    has_tools = bool(names)
     if choice is None:
         return
     if not isinstance(choice, Mapping):
@@ -370,6 +594,8 @@ def _tool_choice(choice: JSON, chat: dict[str, JSON], *, has_tools: bool) -> Non
         name = choice.get("name")
         if not isinstance(name, str) or not name:
             raise bad("tool_choice.name", "expected the name of one of the tools")
+        if names and name not in names:
+            raise bad("tool_choice.name", f"no tool named {name!r} in tools")
         mapped = {"type": "function", "function": {"name": name}}
     else:
         raise bad("tool_choice.type", "expected one of auto, any, tool, none")

@@ -7,7 +7,9 @@ messages, so the same prompt hash, checks and verdicts. ``instructions`` becomes
 ``system`` message; a string ``input`` one ``user`` message; ``function_call`` items the
 assistant message's ``tool_calls`` (consecutive calls, and the assistant message just before
 them, make one message, as Chat Completions has it); ``function_call_output`` items ``tool``
-messages.
+messages. An assistant message of text parts is its one string, as the upstream sent it, so a
+response's ``output`` fed back is the same turn (the same body, tokens and cost) as through
+Chat Completions; calls and outputs must pair up as a Chat Completions upstream requires.
 
 What a Chat Completions upstream cannot do, or what needs state Firstpass does not keep
 (``previous_response_id``, ``conversation``, ``store``, item references, hosted tools), is
@@ -71,6 +73,10 @@ _STATEFUL = {
     "top_logprobs": "Firstpass returns no log probabilities",
 }
 
+_TOO_DEEP = "the request nests too deeply to be a Responses request"
+_INT64_MAX = 2**63 - 1
+#: string fields forwarded as they are (their values are the upstream's business)
+_STRINGS = ("user", "safety_identifier", "prompt_cache_key", "service_tier")
 _ROLES = frozenset({"user", "system", "developer", "assistant"})
 _TOOL_CHOICES = frozenset({"auto", "none", "required"})
 _FUNCTION_KEYS = frozenset({"type", "name", "description", "parameters", "strict"})
@@ -89,10 +95,13 @@ def parse_responses_body(
     try:
         chat_body = _chat_body(body)
     except RecursionError:
-        raise RequestError(
-            "the request nests too deeply to be a Responses request", code="invalid_json"
-        ) from None
-    chat = parse_chat_body(chat_body, header_mode=header_mode, parse_spec=parse_spec)
+        raise RequestError(_TOO_DEEP, code="invalid_json") from None
+    try:
+        chat = parse_chat_body(chat_body, header_mode=header_mode, parse_spec=parse_spec)
+    except RequestError as err:
+        if err.code != "invalid_json":  # the only one: chat's nesting refusal, in its words
+            raise
+        raise RequestError(_TOO_DEEP, code="invalid_json") from None
     return dataclasses.replace(chat, dialect="responses")
 
 
@@ -113,19 +122,27 @@ def _chat_body(body: Mapping[str, JSON]) -> dict[str, JSON]:
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and not isinstance(parallel, bool):
         raise bad("parallel_tool_calls", "expected true or false")
+    for key in _STRINGS:
+        if body.get(key) is not None and not isinstance(body.get(key), str):
+            raise bad(key, "expected a string")
     for key in (*_SAME, *_SAME_TOO):
         if body.get(key) is not None:
             out[key] = body[key]
     tools = _tools(body.get("tools"))
+    choice = _tool_choice(body.get("tool_choice"), tools)
     if tools:
         out["tools"] = tools
-    choice = _tool_choice(body.get("tool_choice"))
-    if choice is not None:
-        out["tool_choice"] = choice
+        if choice is not None:
+            out["tool_choice"] = choice
+    else:
+        # without tools there is no call to run in parallel: OpenAI's Responses API accepts
+        # the field then, its Chat Completions API refuses it (a 502 here), so it stays here
+        out.pop("parallel_tool_calls", None)
     limit = body.get("max_output_tokens")
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise bad("max_output_tokens", "expected an integer >= 1")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _INT64_MAX:
+            shown = repr(limit) if len(repr(limit)) <= 24 else f"{len(repr(limit))} characters"
+            raise bad("max_output_tokens", f"expected an integer >= 1, got {shown}")
         out["max_completion_tokens"] = limit
     out.update(_text(body.get("text")))
     effort = _reasoning(body.get("reasoning"))
@@ -190,6 +207,7 @@ def _input_messages(raw: JSON) -> list[JSON]:
     messages: list[JSON] = []
     #: the assistant message that a following function_call item joins (None: none may)
     open_turn: dict[str, JSON] | None = None
+    pairing = _Pairing()
     for i, item in enumerate(raw):
         where = f"input[{i}]"
         if not isinstance(item, Mapping):
@@ -199,21 +217,73 @@ def _input_messages(raw: JSON) -> list[JSON]:
             kind = "message" if "role" in item else "item_reference" if "id" in item else None
         if kind == "message":
             message = _message(item, where)
+            pairing.close()
             messages.append(message)
             open_turn = message if message["role"] == "assistant" else None
         elif kind == "function_call":
             call = _function_call(item, where)
             if open_turn is None:
+                pairing.close()
                 open_turn = {"role": "assistant", "content": None}
                 messages.append(open_turn)
+            pairing.call(call["id"], where)
             calls = open_turn.setdefault("tool_calls", [])
             cast("list[JSON]", calls).append(call)
         elif kind == "function_call_output":
-            messages.append(_function_output(item, where))
+            output = _function_output(item, where)
+            pairing.answer(output["tool_call_id"], where)
+            messages.append(output)
             open_turn = None
         else:
             raise _unknown_item(kind, where)
+    pairing.close()
     return messages
+
+
+class _Pairing:
+    """Each ``function_call`` answered by exactly one ``function_call_output`` before the
+    conversation moves on, as a Chat Completions upstream requires of ``tool_calls`` and
+    ``tool`` messages (and OpenAI's Responses API of its items): a conversation that breaks
+    it is a 400 naming the item here, not the upstream's 400 relayed as a 502."""
+
+    def __init__(self) -> None:
+        #: every call id seen, and where its function_call item is
+        self.calls: dict[JSON, str] = {}
+        #: the current turn's calls still waiting for their outputs
+        self.waiting: dict[JSON, str] = {}
+
+    def call(self, call_id: JSON, where: str) -> None:
+        if call_id in self.calls:
+            raise bad(
+                f"{where}.call_id",
+                f"call id {call_id!r} is used twice ({self.calls[call_id]} has it too); "
+                "each function_call needs its own",
+            )
+        self.calls[call_id] = self.waiting[call_id] = where
+
+    def answer(self, call_id: JSON, where: str) -> None:
+        if call_id not in self.calls:
+            raise bad(
+                f"{where}.call_id",
+                f"no function_call with call id {call_id!r} earlier in input: send the "
+                "function_call item before its output",
+            )
+        if call_id not in self.waiting:
+            raise bad(
+                f"{where}.call_id",
+                f"the function call {call_id!r} ({self.calls[call_id]}) already has its "
+                "output: each call takes one, right after its turn",
+            )
+        del self.waiting[call_id]
+
+    def close(self) -> None:
+        """The conversation moves on (or ends): every call of the turn must have its output."""
+        for call_id, where in self.waiting.items():
+            raise bad(
+                f"{where}.call_id",
+                f"no tool output found for function call {call_id!r}: send its "
+                "function_call_output right after the turn's function_call items",
+            )
 
 
 def _unknown_item(kind: JSON, where: str) -> RequestError:
@@ -272,6 +342,13 @@ def _message(item: Mapping[str, JSON], where: str) -> dict[str, JSON]:
                 f"content parts of type {kind!r} are not supported in a {role} message",
                 code="unsupported_parameter",
             )
+    if role == "assistant":
+        # the assistant's turn as the upstream sent it: its text one string (a response's
+        # output_text parts), or null beside a refusal, so a fed-back output is the same turn
+        texts = [p["text"] for p in parts if isinstance(p, Mapping) and p.get("type") == "text"]
+        if len(texts) == len(parts):
+            joined = "".join(t for t in texts if isinstance(t, str))
+            message["content"] = None if not joined and "refusal" in message else joined
     return message
 
 
@@ -325,11 +402,15 @@ def _function_call(item: Mapping[str, JSON], where: str) -> dict[str, JSON]:
     arguments = _string(item, "arguments", where)
     if not call_id:
         raise bad(f"{where}.call_id", "expected a non-empty string")
+    if not name:
+        raise bad(f"{where}.name", "expected a non-empty string")
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
 def _function_output(item: Mapping[str, JSON], where: str) -> dict[str, JSON]:
     call_id = _string(item, "call_id", where)
+    if not call_id:
+        raise bad(f"{where}.call_id", "expected a non-empty string")
     output = item.get("output")
     content: JSON
     if isinstance(output, str):
@@ -359,6 +440,7 @@ def _tools(raw: JSON) -> list[JSON]:
     if not isinstance(raw, list):
         raise bad("tools", "expected an array of tools")
     tools: list[JSON] = []
+    names: set[str] = set()
     for i, tool in enumerate(raw):
         where = f"tools[{i}]"
         if not isinstance(tool, Mapping):
@@ -385,6 +467,9 @@ def _tools(raw: JSON) -> list[JSON]:
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise bad(f"{where}.name", "expected a non-empty string")
+        if name in names:
+            raise bad(f"{where}.name", f"two tools are named {name!r}; names must be unique")
+        names.add(name)
         function: dict[str, JSON] = {"name": name}
         description = tool.get("description")
         if description is not None:
@@ -403,12 +488,17 @@ def _tools(raw: JSON) -> list[JSON]:
     return tools
 
 
-def _tool_choice(raw: JSON) -> JSON:
+def _tool_choice(raw: JSON, tools: list[JSON]) -> JSON:
+    """``tool_choice`` as Chat Completions has it. Without tools, ``"auto"`` and ``"none"``
+    mean what no tools mean (and a Chat Completions upstream refuses the field then), while
+    ``"required"`` or a named function ask for a call no tool can make: refused."""
     if raw is None:
         return None
     if isinstance(raw, str):
         if raw not in _TOOL_CHOICES:
             raise bad("tool_choice", 'expected "auto", "none", "required" or a function')
+        if raw == "required" and not tools:
+            raise bad("tool_choice", '"required" asks for a tool call; the request has no tools')
         return raw
     if not isinstance(raw, Mapping):
         raise bad("tool_choice", 'expected "auto", "none", "required" or a function')
@@ -422,7 +512,19 @@ def _tool_choice(raw: JSON) -> JSON:
     name = raw.get("name")
     if not isinstance(name, str) or not name:
         raise bad("tool_choice.name", "expected a non-empty string")
+    if name not in _tool_names(tools):
+        raise bad("tool_choice.name", f"no function tool named {name!r} in tools")
     return {"type": "function", "function": {"name": name}}
+
+
+def _tool_names(tools: list[JSON]) -> set[str]:
+    names: set[str] = set()
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(name, str):
+            names.add(name)
+    return names
 
 
 def _text(raw: JSON) -> dict[str, JSON]:

@@ -19,6 +19,7 @@ from firstpass.receipts import UNSET, BudgetRecord
 
 __all__ = [
     "SCOPES",
+    "TOOL_PROMPT_TOKENS",
     "Crossing",
     "Scope",
     "budget_record",
@@ -46,14 +47,53 @@ def seconds_to_utc_midnight(epoch_s: float) -> float:
     return float(_DAY_S - int(epoch_s) % _DAY_S)
 
 
-def input_token_bound(body: Mapping[str, object]) -> int:
-    """At most as many input tokens as the request body has UTF-8 bytes.
+#: the tokens of the system prompt an upstream adds when a request carries tools: at most 530
+#: in Anthropic's published table (Claude 3 Opus, tool_choice auto; 346 for the Claude 4
+#: models; docs.anthropic.com, "Tool use pricing"); OpenAI's rendering of the tools is shorter
+#: than their JSON in the body, plus a few framing tokens this covers
+TOOL_PROMPT_TOKENS = 530
+#: content-part types that are images (Chat Completions, Responses, Messages)
+_IMAGE_PARTS = frozenset({"image_url", "input_image", "image"})
+
+
+def input_token_bound(body: Mapping[str, object], *, image_tokens: int) -> int:
+    """At most as many input tokens as the request body has UTF-8 bytes, plus what an upstream
+    adds that is not in them.
 
     Byte-level BPE tokenizers never make a token of less than one byte, and the JSON around the
     messages (roles, quotes, braces) outweighs the few framing tokens a chat format adds per
-    message. No tokenizer is needed, and the bound holds for any model.
+    message. No tokenizer is needed, and the bound holds for any model. Two inputs are not in
+    the bytes: an image is billed by its pixels, which its part does not carry when it is a URL
+    (nor bound when it is inline: a small PNG can be a large image), so each image part counts
+    as at least ``image_tokens`` (``[budgets] image_tokens``, by default the most any published
+    model bills one image); and tools bring a hidden system prompt (``TOOL_PROMPT_TOKENS``). A
+    hold is released at the call's real cost, and the first call's count bounds the later ones.
     """
-    return len(json.dumps(body, ensure_ascii=False, default=str).encode("utf-8"))
+    tokens = len(json.dumps(body, ensure_ascii=False, default=str).encode("utf-8"))
+    # ``input`` and ``system``: the other dialects' prompt fields, should a body carry them
+    for part in _image_parts([body.get(key) for key in ("messages", "input", "system")]):
+        tokens += max(0, image_tokens - len(json.dumps(part, default=str).encode("utf-8")))
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        tokens += TOOL_PROMPT_TOKENS
+    return tokens
+
+
+def _image_parts(value: object) -> list[Mapping[str, object]]:
+    """Every image content part nested anywhere in ``value`` (messages, their content lists,
+    tool results)."""
+    found: list[Mapping[str, object]] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            if item.get("type") in _IMAGE_PARTS:
+                found.append(item)
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found
 
 
 def output_token_bound(body: Mapping[str, object], n: int, default_max_tokens: int) -> int:

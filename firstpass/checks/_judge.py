@@ -39,6 +39,8 @@ class _Completion(Protocol):
     def cache_read_tokens(self) -> int: ...
     @property
     def cache_write_tokens(self) -> int: ...
+    @property
+    def cache_write_1h_tokens(self) -> int: ...
 
 
 class Grader(Protocol):
@@ -62,6 +64,7 @@ class _Priced(Protocol):
         *,
         cache_read_tokens: int = ...,
         cache_write_tokens: int = ...,
+        cache_write_1h_tokens: int = ...,
     ) -> float: ...
 
 
@@ -146,6 +149,7 @@ class JudgeCheck:
                 completion.output_tokens,
                 cache_read_tokens=completion.cache_read_tokens,
                 cache_write_tokens=completion.cache_write_tokens,
+                cache_write_1h_tokens=completion.cache_write_1h_tokens,
             )
             if self.price is not None
             else 0.0

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import get_args
+from urllib.parse import urlsplit
 
 from firstpass.checks import CheckDef, field_path, parse_checks
 from firstpass.config import _fields as f
@@ -33,6 +34,7 @@ from firstpass.config._model import (
     REPLICA_RULE,
     REQUEST_MODES,
     BudgetsConfig,
+    CacheMarks,
     ClientKey,
     Config,
     ElasticConfig,
@@ -65,7 +67,9 @@ _SERVER_KEYS = (
     "idle_timeout_s",
 )  # fmt: skip
 _CLIENT_KEY_KEYS = ("name", "key_env", "routes", "daily_usd")
-_BUDGETS_KEYS = ("per_request_usd", "daily_usd", "on_exhausted", "default_max_tokens")
+_BUDGETS_KEYS = (
+    "per_request_usd", "daily_usd", "on_exhausted", "default_max_tokens", "image_tokens",
+)  # fmt: skip
 _SANDBOX_KEYS = (
     "concurrency", "wall_s", "cpu_s", "memory_mb", "scratch_mb", "site_packages", "max_queue",
     "slot_timeout_s",
@@ -79,7 +83,7 @@ _PROVIDER_COMMON = (
     "honours_n", "max_concurrency",
 )  # fmt: skip
 _PROVIDER_ONLY: dict[ProviderKind, tuple[str, ...]] = {
-    "openai": ("base_url", "api_key_env"),
+    "openai": ("base_url", "api_key_env", "cache_marks"),
     "anthropic": ("base_url", "api_key_env"),
     "replay": ("samples", "seed"),
 }
@@ -91,6 +95,7 @@ _REVISION_KEYS = ("max_revisions", "max_cost_usd", "feedback_chars", "gate_reaso
 _CHECKS_KEYS = ("visible", "hidden", "setup", "entry_point")
 _PRICE_KEYS = (
     "model", "input_per_mtok", "output_per_mtok", "cache_read_per_mtok", "cache_write_per_mtok",
+    "cache_write_1h_per_mtok",
 )  # fmt: skip
 _OBSERVABILITY_KEYS = ("metrics", "request_log")
 
@@ -327,6 +332,7 @@ def _budgets(table: Mapping[str, object] | None) -> BudgetsConfig | None:
         default_max_tokens=f.get_int(
             table, "default_max_tokens", p, d.default_max_tokens, lo=1, hi=10_000_000
         ),
+        image_tokens=f.get_int(table, "image_tokens", p, d.image_tokens, lo=0, hi=10_000_000),
     )
 
 
@@ -439,6 +445,7 @@ def _providers(
             )
         seen[pid] = i
         base_url = api_key_env = api_key = samples = None
+        cache_marks: CacheMarks = "forward"
         seed = 0
         honours_n = f.get_bool(table, "honours_n", p, kind != "anthropic")
         if kind in ("openai", "anthropic"):
@@ -449,9 +456,15 @@ def _providers(
                 base_url = f.get_str(table, "base_url", p)
             if not base_url.startswith(("http://", "https://")):
                 raise ConfigError(f"{p}.base_url", f'expected an http(s) URL, got "{base_url}"')
+            if kind == "anthropic":
+                _check_anthropic_root(base_url, f"{p}.base_url")
             api_key_env = f.get_str(table, "api_key_env", p, None)
             if api_key_env is not None:
                 api_key = _env_secret(env, api_key_env, f"{p}.api_key_env")
+            if kind == "openai":
+                cache_marks = f.get_choice(
+                    table, "cache_marks", p, get_args(CacheMarks), _cache_marks_default(base_url)
+                )
             if kind == "anthropic" and honours_n:
                 raise ConfigError(
                     f"{p}.honours_n",
@@ -484,9 +497,41 @@ def _providers(
                 max_concurrency=f.get_int(table, "max_concurrency", p, 64, lo=1),
                 samples=samples,
                 seed=seed,
+                cache_marks=cache_marks,
             )
         )
     return tuple(out)
+
+
+#: hosts that refuse ``cache_control`` in a chat body (OpenAI's own API and Azure OpenAI:
+#: their caching is automatic, and newer models answer a mark with 400 "Unknown parameter")
+_MARKLESS_HOSTS = ("api.openai.com", ".openai.azure.com")
+
+
+def _cache_marks_default(base_url: str) -> CacheMarks:
+    """``drop`` for OpenAI's own hosts, ``forward`` for the rest (OpenRouter, LiteLLM and
+    Anthropic-compatible gateways honour the marks)."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    markless = any(host == h or (h.startswith(".") and host.endswith(h)) for h in _MARKLESS_HOSTS)
+    return "drop" if markless else "forward"
+
+
+def _check_anthropic_root(base_url: str, key_path: str) -> None:
+    """An anthropic ``base_url`` is the API root ``/v1/messages`` is appended to: a query or
+    fragment would end up before that path, and a URL of the endpoint itself would get it twice."""
+    parts = urlsplit(base_url)
+    if parts.query or parts.fragment or "?" in base_url or "#" in base_url:
+        raise ConfigError(
+            key_path,
+            f'"{base_url}" carries a query or fragment: give the API root alone '
+            '("https://api.anthropic.com"); /v1/messages is appended to it',
+        )
+    if parts.path.rstrip("/").endswith("/messages"):
+        raise ConfigError(
+            key_path,
+            f'"{base_url}" is the Messages endpoint itself: give the API root '
+            '("https://api.anthropic.com" or ".../v1"); /v1/messages is appended to it',
+        )
 
 
 def _known(providers: tuple[ProviderConfig, ...]) -> str:
@@ -521,12 +566,13 @@ def _prices(
             output_per_mtok=f.get_float(table, "output_per_mtok", p, lo=0.0),
             cache_read_per_mtok=_optional_price(table, "cache_read_per_mtok", p),
             cache_write_per_mtok=_optional_price(table, "cache_write_per_mtok", p),
+            cache_write_1h_per_mtok=_optional_price(table, "cache_write_1h_per_mtok", p),
         )
     return prices
 
 
 def _optional_price(table: Mapping[str, object], key: str, p: str) -> float | None:
-    """A cache price, or None (absent: the input price applies)."""
+    """A cache price, or None (absent: its default applies, see ``Price``)."""
     return f.get_float(table, key, p, lo=0.0) if key in table else None
 
 

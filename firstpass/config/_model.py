@@ -40,6 +40,8 @@ REPLICA_RULE = (
 )
 ProviderKind = Literal["openai", "anthropic", "replay"]
 OnExhausted = Literal["unverified", "error"]
+#: ``[[provider]] cache_marks``
+CacheMarks = Literal["forward", "drop"]
 #: what a route does with a turn that ends in tool calls (docs/config.md, ``tool_turns``)
 ToolTurns = Literal["pass", "verify"]
 OnBudgetExhausted = Literal["serve_best_verified", "error"]
@@ -207,6 +209,13 @@ class BudgetsConfig:
     on_exhausted: OnBudgetExhausted = "serve_best_verified"
     #: the output tokens assumed for a call whose request sets no ``max_tokens``
     default_max_tokens: int = 4096
+    #: the input tokens a hold assumes for each image part (billed by its pixels, which a URL
+    #: does not carry): the most any published model bills one image, OpenAI's gpt-4o-mini,
+    #: 2,833 + 5,667 per 512-px tile, at most 8 tiles (platform.openai.com/docs/guides/
+    #: images-vision, "Calculating costs"); gpt-4o's is 1,445, the patch-billed gpt-4.1/o4-mini
+    #: family at most 3,779, Claude's about 1,600 and at most 4,784 on its high-resolution
+    #: models (docs.anthropic.com, "Vision"). Lower it to the ladder's own worst model
+    image_tokens: int = 48_169
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,6 +237,9 @@ class ProviderConfig:
     max_concurrency: int = 64
     samples: Path | None = None
     seed: int = 0
+    #: what an OpenAI-compatible provider does with prompt-cache marks (``cache_control``) in
+    #: a chat body: send them (OpenRouter, LiteLLM honour them) or take them out (OpenAI)
+    cache_marks: CacheMarks = "forward"
 
     @functools.cached_property
     def endpoint(self) -> str:
@@ -281,6 +293,32 @@ class Price:
     #: (Anthropic ``cache_creation_input_tokens``, dearer than input there)
     cache_read_per_mtok: float | None = None
     cache_write_per_mtok: float | None = None
+    #: the price of a write to a 1-hour cache entry (Anthropic's ``ttl: "1h"``; only tokens an
+    #: upstream reports as 1-hour writes are priced at it). None: twice the input price, which is
+    #: Anthropic's published multiplier for every model (5-minute writes 1.25x, reads 0.1x),
+    #: when the model prices cache writes (``cache_write_per_mtok`` set: an Anthropic model);
+    #: else the input price, like every cache price left out
+    cache_write_1h_per_mtok: float | None = None
+
+    @property
+    def write_1h_per_mtok(self) -> float:
+        """The 1-hour cache write price in effect (see ``cache_write_1h_per_mtok``)."""
+        if self.cache_write_1h_per_mtok is not None:
+            return self.cache_write_1h_per_mtok
+        if self.cache_write_per_mtok is not None:
+            return max(2.0 * self.input_per_mtok, self.cache_write_per_mtok)
+        return self.input_per_mtok
+
+    @property
+    def dearest_input_per_mtok(self) -> float:
+        """The most one prompt token can cost (plain, cache read, 5-minute or 1-hour write):
+        what a budget hold prices every prompt token at."""
+        return max(
+            self.input_per_mtok,
+            self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok,
+            self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok,
+            self.write_1h_per_mtok,
+        )
 
     def cost(
         self,
@@ -289,11 +327,14 @@ class Price:
         *,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        cache_write_1h_tokens: int = 0,
     ) -> float:
         """USD for one call that used these token counts; ``input_tokens`` counts every prompt
-        token, cached ones included (the cache counts are parts of it, priced apart)."""
+        token, cached ones included (the cache counts are parts of it, priced apart), and
+        ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written for an hour."""
         read = min(cache_read_tokens, input_tokens)
         write = min(cache_write_tokens, input_tokens - read)
+        write_1h = min(cache_write_1h_tokens, write)
         plain = input_tokens - read - write
         read_price = (
             self.input_per_mtok if self.cache_read_per_mtok is None else self.cache_read_per_mtok
@@ -304,7 +345,8 @@ class Price:
         return (
             plain * self.input_per_mtok
             + read * read_price
-            + write * write_price
+            + (write - write_1h) * write_price
+            + write_1h * self.write_1h_per_mtok
             + output_tokens * self.output_per_mtok
         ) / 1e6
 

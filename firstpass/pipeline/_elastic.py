@@ -189,11 +189,12 @@ class ElasticRunner:
         # a sample that ended in tool calls is not an answer: it never counts as a pass, nor is
         # it ever a candidate to serve (its check records still say what the checks made of
         # its text)
-        tool_turns = req.route.tool_turns == "pass"
-        passed = [
-            bool(r.passed) and not (tool_turns and completion.is_tool_turn(i))
-            for i, r in enumerate(results)
-        ]
+        tool_samples = frozenset(
+            i
+            for i in range(len(results))
+            if req.route.tool_turns == "pass" and completion.is_tool_turn(i)
+        )
+        passed = [bool(r.passed) and i not in tool_samples for i, r in enumerate(results)]
         c = sum(passed)
         if behavioural:
             # no probe input: every output vector is the empty one, so all passing samples agree
@@ -276,6 +277,7 @@ class ElasticRunner:
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,
+            tool_samples=tool_samples,
         )
         return probe, None
 
@@ -567,7 +569,10 @@ class ElasticRunner:
 
         result = await self.steps.run_ladder(req, state, rung_runner=run_rung)
         # rungs elastic would reach that the cascade did not: probed for their labels only
+        # (none past a tool turn: elastic, reaching that rung, would have met one as well)
         index = max(a.rung for a in state.attempts) + 1
+        if state.tool_turn is not None:
+            index = len(req.route.ladder)
         stopped: BudgetExhausted | None = None
         try:
             while index < len(req.route.ladder) and reach.get(index):
@@ -605,13 +610,17 @@ class ElasticRunner:
         rung = req.route.ladder[index]
         elastic_here = bool(reach.get(index))
         if not (elastic_here and rung.k):
-            if state is not None:
-                await self.steps.attempt_rung(req, state, index)
-                attempt = state.attempts[-1]
-            else:  # a plain rung elastic would try: its verdict decides whether elastic goes on
-                scratch = LadderState()
-                await self.steps.attempt_rung(req, scratch, index, purpose="label")
-                attempt = scratch.attempts[-1]
+            target = state if state is not None else LadderState()
+            # on ``state``: the cascade's attempt; on a scratch state: a plain rung elastic
+            # would try, whose verdict decides whether elastic goes on
+            await self.steps.attempt_rung(
+                req, target, index, purpose="attempt" if state is not None else "label"
+            )
+            if target.tool_turn is not None:
+                # a tool turn: served (the cascade's) or nothing to label (elastic's alone)
+                reach[index + 1] = False
+                return
+            attempt = target.attempts[-1]
             # enforce runs a rung without k the cascade way: it goes on when the attempt fails
             reach[index + 1] = elastic_here and not attempt.verified
             return

@@ -83,14 +83,18 @@ class Probe:
     scores: dict[str, float] | None = None
     clusters: tuple[int, ...] = ()
     inputs: ProbeInputs | None = None
+    #: the samples that ended in tool calls (route ``tool_turns = "pass"``): not answers, so
+    #: never a pass, a candidate, a label or what is served (sample 0 never is one here)
+    tool_samples: frozenset[int] = frozenset()
 
     @property
     def candidate(self) -> int:
-        """The sample elastic would serve or gate: the best passing one, else the best failing."""
+        """The sample elastic would serve or gate: the best passing one, else the best failing
+        answer (a sample that called a tool is neither)."""
         if self.order:
             return self.order[0]
         return max(
-            range(len(self.visible)),
+            (i for i in range(len(self.visible)) if i not in self.tool_samples),
             key=lambda i: (share(self.visible[i]), -i),
         )
 
@@ -231,6 +235,7 @@ def sample_view(completion: Completion, i: int, *, keep_raw: bool = False) -> Co
         input_tokens=completion.input_tokens // max(1, completion.calls),
         cache_read_tokens=completion.cache_read_tokens // max(1, completion.calls),
         cache_write_tokens=completion.cache_write_tokens // max(1, completion.calls),
+        cache_write_1h_tokens=completion.cache_write_1h_tokens // max(1, completion.calls),
         output_tokens=completion.output_tokens // n,
         calls=1,
         raw=None,

@@ -20,6 +20,8 @@ def request_regime(receipt: Receipt) -> str | None:
     ``None`` for a request refused before it ran (mode ``rejected``): it has no regime."""
     if receipt.mode == "rejected":
         return None
+    if receipt.decision.action == "tool_turn":  # whatever a probe of a lower rung decided
+        return "tool_turn"
     probe = receipt.probe
     if probe is not None and probe.drawn:
         return str(probe.regime)

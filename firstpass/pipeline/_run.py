@@ -67,14 +67,16 @@ def route_checks(
     """Each route's ``visible_checks`` and ``gate_checks``, runnable (validated at load)."""
 
     budgeted = counts_spend(config.budgets, config.server.client_key)
-    default_max_tokens = (config.budgets or BudgetsConfig()).default_max_tokens
+    budgets = config.budgets or BudgetsConfig()
 
     def judge(label: str) -> JudgeBinding:
         provider, model = label.split("/", 1)
         price = config.prices.get(label)
         grader: Grader = providers[provider]
         if budgeted:  # the judge's calls count against the request's budgets too
-            grader = BudgetedGrader(providers[provider], price, default_max_tokens)
+            grader = BudgetedGrader(
+                providers[provider], price, budgets.default_max_tokens, budgets.image_tokens
+            )
         return JudgeBinding(grader=grader, model=model, price=price)
 
     return {

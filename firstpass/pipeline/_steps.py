@@ -23,7 +23,12 @@ from firstpass.budgets import Hold
 from firstpass.checks import CheckResult, run_all
 from firstpass.config import BudgetsConfig, Config, Rung, probe_output_cap
 from firstpass.errors import BudgetExhausted, FirstpassError, RequestError, UpstreamError
-from firstpass.pipeline._budget import STAGE_REFUSALS, settled_usd, worst_case_usd
+from firstpass.pipeline._budget import (
+    STAGE_REFUSALS,
+    settled_usd,
+    spent_before_failure,
+    worst_case_usd,
+)
 from firstpass.pipeline._regime import request_regime
 from firstpass.pipeline._seams import SandboxRunner, SandboxVerdict
 from firstpass.pipeline._state import (
@@ -108,6 +113,8 @@ class Steps:
         budgets = config.budgets or BudgetsConfig()
         #: output tokens a call's worst case assumes when the request sets no max_tokens
         self.default_max_tokens = budgets.default_max_tokens
+        #: input tokens a call's worst case assumes for each image it sends
+        self.image_tokens = budgets.image_tokens
         #: the ``max_tokens`` added to a call that sets none (None: spend is not counted)
         self.added_cap = probe_output_cap(config.budgets, config.server.client_key)
 
@@ -191,9 +198,11 @@ class Steps:
             state.attempts.append(Attempt(rung=index, upstream_failed=True))
             state.answers.append(None)
             return
-        if purpose == "attempt" and self.is_tool_turn(req, completion):
+        if self.is_tool_turn(req, completion):
+            # not a final answer: the cascade serves it (``run_ladder``); a label run has
+            # nothing to label
             state.tool_turn = Answer(rung_index=index, rung=rung, completion=completion)
-            req.trace.step(f"tool_turn:{index}")
+            req.trace.step(f"tool_turn:{index}" if purpose == "attempt" else f"{purpose}:tool_turn")
             return
         label = None if purpose == "attempt" else purpose
         visible, gate = await self.check(req, index, 0, completion.texts[0], purpose=label)
@@ -324,6 +333,12 @@ class Steps:
                     entry.error, entry.passed = str(error), False
                     loop.stopped = "upstream_error"
                     return
+                if self.is_tool_turn(req, completion):
+                    # asked for the corrected answer, it called a tool: no answer to check,
+                    # and never one to serve as verified; the ladder goes on from here
+                    entry.passed, entry.cost_usd = False, usd(req.trace.cost_usd - cost_before)
+                    loop.stopped = "tool_turn"
+                    return
                 current = completion.texts[0]
                 visible, gate = await self.check(req, index, 0, current, purpose=f"revision:{n}")
             except asyncio.CancelledError:
@@ -424,8 +439,18 @@ class Steps:
             raise
         except UpstreamError as exc:
             ms = (time.perf_counter() - t0) * 1000.0
+            # calls of an n request that answered before one failed were billed: count them
+            partial = spent_before_failure(exc)
+            if hold is not None and partial is not None:
+                spent = settled_usd(self.config.price(rung.name), partial, hold.amount)
             req.trace.call(
-                rung_index=rung_index, rung=rung, purpose=purpose, n=n, latency_ms=ms, error=exc
+                rung_index=rung_index,
+                rung=rung,
+                purpose=purpose,
+                n=n,
+                latency_ms=ms,
+                completion=partial,
+                error=exc,
             )
             req.trace.step(f"upstream_error:{rung_index}")
             log.warning(
@@ -472,6 +497,7 @@ class Steps:
             self.default_max_tokens,
             input_tokens=req.trace.prompt_tokens(rung_index) if same_prompt else None,
             calls=calls,
+            image_tokens=self.image_tokens,
         )
         try:
             return await req.budget.reserve(need)

@@ -17,6 +17,7 @@ from typing import Literal
 from firstpass import __version__
 from firstpass.config import Config, RouteConfig, Rung
 from firstpass.errors import UpstreamError
+from firstpass.pipeline._budget import call_cost_usd
 from firstpass.pipeline._seams import StageVerdict
 from firstpass.providers import Completion
 from firstpass.receipts import (
@@ -68,13 +69,18 @@ class Served:
     @property
     def answer(self) -> str:
         """The answer as receipts hash and store it: its text, and its tool calls when it made
-        any (as Chat Completions spells them, in canonical JSON), so two tool turns that
+        any, in canonical JSON: as the upstream's message carried them (``tool_calls``, or a
+        legacy ``function_call``), else as Chat Completions spells them; two tool turns that
         call different tools never share a hash."""
         calls = self.completion.calls_of(0)
         if not calls:
             return self.text
+        raw = self.completion.raw_calls_of(0)
+        shown: dict[str, object] = (
+            dict(raw) if raw is not None else {"tool_calls": [c.to_chat() for c in calls]}
+        )
         return json.dumps(
-            {"content": self.text, "tool_calls": [c.to_chat() for c in calls]},
+            {"content": self.text, **shown},
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=False,
@@ -171,6 +177,9 @@ class Trace:
     spend: _Spend = field(default_factory=_Spend)
     #: input tokens of the first call that answered (per call): prices the estimates
     input_tokens_seen: int | None = None
+    #: of those, read from / written to the provider's prompt cache (per call, the same call):
+    #: the top-rung estimate prices them as the request's own calls were priced
+    cache_tokens_seen: tuple[int, int] = (0, 0)
     #: what a runner has learned so far (``learned``): the receipt of an ending that cuts the
     #: request short (the deadline, a cancellation, no sandbox slot, a bug of ours) still
     #: carries it, so a label known before the cut reaches the monitor and calibration. Labels
@@ -216,19 +225,21 @@ class Trace:
         completion: Completion | None = None,
         error: UpstreamError | None = None,
     ) -> float:
-        """Record one logical upstream request; returns its cost in USD."""
+        """Record one logical upstream request; returns its cost in USD. Both ``completion``
+        and ``error``: the request failed after some of its calls answered (``n`` by
+        concurrent calls); those were billed, so their tokens and cost are recorded with it."""
         self.spend.upstream_ms += latency_ms
         cost = 0.0
         if completion is not None:
-            cost = self.config.price(rung.name).cost(
-                completion.input_tokens,
-                completion.output_tokens,
-                cache_read_tokens=completion.cache_read_tokens,
-                cache_write_tokens=completion.cache_write_tokens,
-            )
+            cost = call_cost_usd(self.config.price(rung.name), completion)
             if self.input_tokens_seen is None:
-                self.input_tokens_seen = completion.input_tokens // max(1, completion.calls)
-        answered = completion is not None
+                calls = max(1, completion.calls)
+                self.input_tokens_seen = completion.input_tokens // calls
+                self.cache_tokens_seen = (
+                    completion.cache_read_tokens // calls,
+                    completion.cache_write_tokens // calls,
+                )
+        answered = completion is not None and error is None
         entry = UpstreamCall(
             rung=rung_index,
             provider=rung.provider,
@@ -237,13 +248,16 @@ class Trace:
             n=n,
             latency_ms=_round(latency_ms),
             calls=completion.calls if completion else 0,
-            attempts=completion.attempts if completion else error.attempts if error else 0,
-            status=completion.status if completion else error.status if error else None,
+            attempts=(completion.attempts if completion else 0) + (error.attempts if error else 0),
+            status=error.status if error else completion.status if completion else None,
             input_tokens=completion.input_tokens if completion else 0,
             output_tokens=completion.output_tokens if completion else 0,
-            cost_usd=usd(cost) if answered else 0.0,
+            cost_usd=usd(cost),
             cache_read_tokens=(completion.cache_read_tokens or UNSET) if completion else UNSET,
             cache_write_tokens=(completion.cache_write_tokens or UNSET) if completion else UNSET,
+            cache_write_1h_tokens=(
+                (completion.cache_write_1h_tokens or UNSET) if completion else UNSET
+            ),
             error=None if answered else valid_text(str(error), ERROR_CHARS) if error else "unknown",
         )
         self.upstream_calls.append(entry)
@@ -391,7 +405,7 @@ class Trace:
             answered = [c for c in self.upstream_calls if c.calls]
             out = answered[-1].output_tokens // max(1, answered[-1].n) if answered else 0
         top = self.route.ladder[-1]
-        return self.config.price(top.name).cost(self.input_tokens_seen, out)
+        return self._priced(top, out)
 
     def estimate_call_cost(self, rung: Rung) -> float:
         """One call to ``rung`` priced with this request's tokens (input seen, mean output seen)."""
@@ -400,7 +414,19 @@ class Trace:
         answered = [c for c in self.upstream_calls if c.calls]
         outputs = sum(c.output_tokens for c in answered)
         choices = sum(c.n for c in answered) or 1
-        return self.config.price(rung.name).cost(self.input_tokens_seen, outputs // choices)
+        return self._priced(rung, outputs // choices)
+
+    def _priced(self, rung: Rung, output_tokens: int) -> float:
+        """One call to ``rung`` with the input seen (its cached parts at the rung's cache
+        prices, as the request's own calls were billed) and ``output_tokens``."""
+        assert self.input_tokens_seen is not None
+        read, write = self.cache_tokens_seen
+        return self.config.price(rung.name).cost(
+            self.input_tokens_seen,
+            output_tokens,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+        )
 
     def elapsed_ms(self) -> float:
         assert self.started is not None  # set in __post_init__

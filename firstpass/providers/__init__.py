@@ -11,7 +11,6 @@ from __future__ import annotations
 from firstpass.providers._anthropic import AnthropicProvider, messages_url
 from firstpass.providers._anthropic_wire import messages_body
 from firstpass.providers._base import (
-    TOOL_FINISH_REASONS,
     Completion,
     Provider,
     ToolCall,
@@ -31,7 +30,6 @@ from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_r
 
 __all__ = [
     "KINDS",
-    "TOOL_FINISH_REASONS",
     "AnthropicProvider",
     "Completion",
     "OpenAIProvider",

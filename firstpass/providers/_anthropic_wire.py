@@ -104,8 +104,12 @@ _TRANSLATED: Final = frozenset(
         "top_k",
         "user",
         "safety_identifier",
+        "cache_control",
     }
 )
+
+#: the most blocks Anthropic lets carry ``cache_control`` in one request
+MAX_BREAKPOINTS: Final = 4
 
 _IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _DATA_URL: Final = re.compile(r"^data:([^;,]+);base64,(.*)$", re.DOTALL)
@@ -181,7 +185,49 @@ def messages_body(
     user = body.get("user", body.get("safety_identifier"))
     if isinstance(user, str) and user:
         out["metadata"] = {"user_id": user}
+    mark = _mark(body.get("cache_control"), "cache_control")
+    if mark is not None:  # automatic caching (the OpenRouter spelling is Anthropic's own)
+        out["cache_control"] = mark
+    _check_breakpoints(body)
     return out
+
+
+def _mark(raw: object, where: str) -> dict[str, JSON] | None:
+    """A ``cache_control`` mark (an object, e.g. ``{"type": "ephemeral"}``), carried as it
+    came; None when absent."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise _invalid(where, 'expected an object such as {"type": "ephemeral"}')
+    return raw
+
+
+def _check_breakpoints(body: Mapping[str, object]) -> None:
+    """At most ``MAX_BREAKPOINTS`` marked blocks (Anthropic refuses more), counted in the
+    order Anthropic reads the prompt: tools, then messages; a tool message's marks become one
+    (on its ``tool_result``)."""
+    marks: list[str] = []
+    tools = body.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        if isinstance(tool, dict) and tool.get("cache_control") is not None:
+            marks.append(f"tools[{i}].cache_control")
+    messages = body.get("messages")
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        if not isinstance(message, dict):
+            continue
+        found: list[str] = []
+        for key in ("content", "tool_calls"):
+            items = message.get(key)
+            for j, item in enumerate(items if isinstance(items, list) else []):
+                if isinstance(item, dict) and item.get("cache_control") is not None:
+                    found.append(f"messages[{i}].{key}[{j}].cache_control")
+        marks.extend(found[-1:] if message.get("role") == "tool" else found)
+    if len(marks) > MAX_BREAKPOINTS:
+        raise _invalid(
+            marks[MAX_BREAKPOINTS],
+            f"the Messages API allows at most {MAX_BREAKPOINTS} cache_control breakpoints; "
+            f"this is breakpoint {MAX_BREAKPOINTS + 1}",
+        )
 
 
 def _number(body: Mapping[str, object], key: str) -> float | None:
@@ -293,13 +339,14 @@ def _part(part: object, where: str, *, images: bool) -> dict[str, JSON] | None:
         if not text:
             return None
         block: dict[str, JSON] = {"type": "text", "text": text}
-        cache = part.get("cache_control")
-        if isinstance(cache, dict):
-            block["cache_control"] = cache
-        return block
-    if kind == "image_url" and images:
-        return _image(part.get("image_url"), f"{where}.image_url")
-    raise _unsupported(f"{where}.type", f"a content part of type {json.dumps(kind)} here")
+    elif kind == "image_url" and images:
+        block = _image(part.get("image_url"), f"{where}.image_url")
+    else:
+        raise _unsupported(f"{where}.type", f"a content part of type {json.dumps(kind)} here")
+    mark = _mark(part.get("cache_control"), f"{where}.cache_control")
+    if mark is not None:
+        block["cache_control"] = mark
+    return block
 
 
 def _image(image: JSON, where: str) -> dict[str, JSON]:
@@ -355,14 +402,17 @@ def _assistant_blocks(message: Mapping[str, JSON], where: str) -> list[dict[str,
             raise _invalid(f"{at}.function.name", "expected a string")
         if not isinstance(call_id, str) or not call_id:
             raise _invalid(f"{at}.id", "expected a string")
-        out.append(
-            {
-                "type": "tool_use",
-                "id": call_id,
-                "name": str(function["name"]),
-                "input": _arguments(function.get("arguments"), f"{at}.function.arguments"),
-            }
-        )
+        use: dict[str, JSON] = {
+            "type": "tool_use",
+            "id": call_id,
+            "name": str(function["name"]),
+            "input": _arguments(function.get("arguments"), f"{at}.function.arguments"),
+        }
+        assert isinstance(call, dict)  # call_id came from it
+        mark = _mark(call.get("cache_control"), f"{at}.cache_control")
+        if mark is not None:
+            use["cache_control"] = mark
+        out.append(use)
     return out
 
 
@@ -384,20 +434,32 @@ def _arguments(raw: JSON, where: str) -> JSON:
 
 
 def _tool_result(message: Mapping[str, JSON], where: str) -> dict[str, JSON]:
+    """A tool message as a ``tool_result``. A part's ``cache_control`` mark moves to the
+    ``tool_result`` itself (the last mark, if several): Anthropic refuses marks inside one,
+    and the breakpoint ends where the result ends either way."""
     call_id = message.get("tool_call_id")
     if not isinstance(call_id, str) or not call_id:
         raise _invalid(f"{where}.tool_call_id", "expected a string")
     block: dict[str, JSON] = {"type": "tool_result", "tool_use_id": call_id}
     content = message.get("content")
+    mark: dict[str, JSON] | None = None
     if isinstance(content, str):
         if content:
             block["content"] = content
     elif isinstance(content, list):
+        for j, part in enumerate(content):  # an empty text part may hold the mark too
+            if isinstance(part, dict):
+                at = f"{where}.content[{j}].cache_control"
+                mark = _mark(part.get("cache_control"), at) or mark
         parts = _user_blocks(content, f"{where}.content")
+        for part in parts:
+            part.pop("cache_control", None)
         if parts:
             block["content"] = list(parts)
     elif content is not None:
         raise _invalid(f"{where}.content", "expected a string or an array of content parts")
+    if mark is not None:
+        block["cache_control"] = mark
     return block
 
 
@@ -426,6 +488,9 @@ def _tools(raw: object) -> list[JSON]:
         if isinstance(description, str) and description:
             item["description"] = description
         item["input_schema"] = schema
+        mark = _mark(tool.get("cache_control"), f"{where}.cache_control")
+        if mark is not None:  # on the chat tool object, where OpenRouter and LiteLLM put it
+            item["cache_control"] = mark
         out.append(item)
     return out
 
@@ -464,7 +529,9 @@ def _tool_choice(raw: object, parallel: object, has_tools: bool) -> JSON:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParsedMessage:
     """A Messages response in Chat Completions' terms. ``input_tokens`` counts every prompt
-    token: Anthropic's ``input_tokens`` leaves out the cached ones, which are added back."""
+    token: Anthropic's ``input_tokens`` leaves out the cached ones, which are added back.
+    ``cache_write_1h_tokens`` is the part of the cache writes made to 1-hour entries
+    (``usage.cache_creation.ephemeral_1h_input_tokens``), billed dearer than 5-minute ones."""
 
     id: str
     model: str | None
@@ -475,6 +542,7 @@ class ParsedMessage:
     output_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
+    cache_write_1h_tokens: int = 0
 
 
 def parse_message(obj: JSON) -> ParsedMessage:
@@ -508,6 +576,11 @@ def parse_message(obj: JSON) -> ParsedMessage:
     usage = usage if isinstance(usage, dict) else {}
     read = _count(usage.get("cache_read_input_tokens"))
     write = _count(usage.get("cache_creation_input_tokens"))
+    by_ttl = usage.get("cache_creation")
+    by_ttl = by_ttl if isinstance(by_ttl, dict) else {}
+    write_1h = _count(by_ttl.get("ephemeral_1h_input_tokens"))
+    # the breakdown is of the total; a total short of it (a proxy that dropped it) takes the sum
+    write = max(write, write_1h + _count(by_ttl.get("ephemeral_5m_input_tokens")))
     message_id = obj.get("id")
     model = obj.get("model")
     return ParsedMessage(
@@ -520,6 +593,7 @@ def parse_message(obj: JSON) -> ParsedMessage:
         output_tokens=_count(usage.get("output_tokens")),
         cache_read_tokens=read,
         cache_write_tokens=write,
+        cache_write_1h_tokens=write_1h,
     )
 
 

@@ -8,11 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from firstpass._json import JSON
 
-__all__ = ["TOOL_FINISH_REASONS", "Completion", "Provider", "ToolCall", "merge_completions"]
-
-#: the finish reasons that end a turn in tool calls (OpenAI's ``tool_calls`` and its legacy
-#: ``function_call``; the Anthropic provider maps ``stop_reason: "tool_use"`` to ``tool_calls``)
-TOOL_FINISH_REASONS = frozenset({"tool_calls", "function_call"})
+__all__ = ["Completion", "Provider", "ToolCall", "merge_completions"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,6 +57,9 @@ class Completion:
     #: of ``input_tokens``: read from the provider's prompt cache / written to it
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    #: of ``cache_write_tokens``: written to a 1-hour cache entry (Anthropic's ``ttl: "1h"``,
+    #: billed dearer than a 5-minute write; ``usage.cache_creation.ephemeral_1h_input_tokens``)
+    cache_write_1h_tokens: int = 0
 
     @property
     def n(self) -> int:
@@ -71,12 +70,41 @@ class Completion:
         """Choice ``index``'s tool calls (empty when it called none)."""
         return self.tool_calls[index] if index < len(self.tool_calls) else ()
 
+    def message_of(self, index: int = 0) -> dict[str, JSON] | None:
+        """Choice ``index``'s message as the upstream sent it (None: no upstream JSON kept, as
+        for replay or a probe sample): for the fields Firstpass does not model, a
+        ``refusal`` above all."""
+        listed = self.raw.get("choices") if self.raw is not None else None
+        if not isinstance(listed, list) or index >= len(listed):
+            return None
+        choice = listed[index]
+        message = choice.get("message") if isinstance(choice, dict) else None
+        return message if isinstance(message, dict) else None
+
+    def raw_calls_of(self, index: int = 0) -> dict[str, JSON] | None:
+        """Choice ``index``'s tool calls exactly as the upstream sent them: ``{"tool_calls":
+        [...]}`` and/or ``{"function_call": {...}}`` (legacy) from its message; None when it
+        made none or its JSON was not kept (then ``calls_of`` is all there is)."""
+        if not self.calls_of(index):
+            return None
+        message = self.message_of(index)
+        if message is None:
+            return None
+        found = {k: message[k] for k in ("tool_calls", "function_call") if message.get(k)}
+        return found or None
+
+    def refusal_of(self, index: int = 0) -> str | None:
+        """The refusal the upstream gave instead of an answer (OpenAI's ``message.refusal``)."""
+        message = self.message_of(index)
+        refusal = message.get("refusal") if message is not None else None
+        return refusal if isinstance(refusal, str) and refusal else None
+
     def is_tool_turn(self, index: int = 0) -> bool:
         """Whether choice ``index`` ends its turn in tool calls (the client runs the tools
-        and comes back) rather than with a final answer: it holds tool calls, or its
-        finish reason says so."""
-        reason = self.finish_reasons[index] if index < len(self.finish_reasons) else None
-        return bool(self.calls_of(index)) or reason in TOOL_FINISH_REASONS
+        and comes back) rather than with a final answer: it holds tool calls. A finish
+        reason of ``tool_calls`` without any is not one: such an answer has nothing for a
+        client to run, and is checked like any final answer."""
+        return bool(self.calls_of(index))
 
 
 @runtime_checkable
@@ -158,4 +186,5 @@ def merge_completions(parts: Sequence[Completion], *, latency_ms: float) -> Comp
         tool_calls=tuple(p.calls_of(i) for p in parts for i in range(p.n)),
         cache_read_tokens=sum(p.cache_read_tokens for p in parts),
         cache_write_tokens=sum(p.cache_write_tokens for p in parts),
+        cache_write_1h_tokens=sum(p.cache_write_1h_tokens for p in parts),
     )

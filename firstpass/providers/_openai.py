@@ -1,31 +1,29 @@
 """The client for any OpenAI-compatible ``/chat/completions`` (OpenAI, vLLM, Ollama, Groq...).
 
-One shared ``aiohttp.ClientSession`` (the server's) carries every call, so connections are pooled.
-Each HTTP attempt has its own timeout and holds one slot of the provider's concurrency bound; the
-backoff sleeps between attempts hold none. The API key only ever goes into the ``Authorization``
-header: error messages are built from statuses and the upstream's own message, scrubbed of it.
+Only what is OpenAI's own lives here: the request body and headers, reading a ``chat.completion``
+and an error body, and topping up an upstream that returns fewer choices than asked. Retries,
+timeouts, the concurrency bound and the shared session are :class:`HttpProvider`'s (``_http``).
+The API key only ever goes into the ``Authorization`` header: error messages are built from
+statuses and the upstream's own message, scrubbed of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
+import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, TypeGuard, cast
 
-import aiohttp
 import structlog
-from multidict import CIMultiDict
-from yarl import URL
 
 from firstpass._json import JSON
-from firstpass.errors import ConfigError, UpstreamError, UpstreamTimeout
+from firstpass.errors import ConfigError, UpstreamError
 from firstpass.providers._base import Completion, ToolCall, merge_completions
+from firstpass.providers._http import Answer, HttpProvider, gather_all, require_http_url
 from firstpass.providers._prompt import message_text
-from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_retry_after
 
 if TYPE_CHECKING:
     from firstpass.config import ProviderConfig
@@ -56,34 +54,44 @@ def upstream_body(model: str, body: Mapping[str, object], n: int) -> dict[str, o
     return payload
 
 
+def without_cache_marks(payload: dict[str, object]) -> dict[str, object]:
+    """``payload`` without prompt-cache marks, for an upstream that refuses them: the
+    top-level ``cache_control``, and any on a tool, a tool call or a message's content part
+    (where the Messages dialect and Anthropic-style clients put them)."""
+
+    def unmarked(items: object) -> object:
+        if not isinstance(items, list):
+            return items
+        return [
+            {k: v for k, v in item.items() if k != "cache_control"}
+            if isinstance(item, dict)
+            else item
+            for item in items
+        ]
+
+    out = {k: v for k, v in payload.items() if k != "cache_control"}
+    if "tools" in out:
+        out["tools"] = unmarked(out["tools"])
+    messages = out.get("messages")
+    if isinstance(messages, list):
+        out["messages"] = [
+            {
+                **message,
+                **{k: unmarked(message[k]) for k in ("content", "tool_calls") if k in message},
+            }
+            if isinstance(message, dict)
+            else message
+            for message in messages
+        ]
+    return out
+
+
 class _Malformed(Exception):
     """A 2xx response we cannot use (not JSON, no choices); retried like a 5xx."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Failure:
-    """One failed attempt, kept so the final error can say what happened last."""
-
-    message: str
-    status: int | None
-    timeout: bool = False
-    retry_after_s: float | None = None
-    cause: BaseException | None = None
-
-
 def _objects(items: list[JSON]) -> TypeGuard[list[dict[str, JSON]]]:
     return all(isinstance(c, dict) for c in items)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Parsed:
-    texts: tuple[str, ...]
-    reasons: tuple[str | None, ...]
-    tool_calls: tuple[tuple[ToolCall, ...], ...]
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    obj: dict[str, JSON]
 
 
 def tool_calls_of(message: JSON) -> tuple[ToolCall, ...]:
@@ -101,7 +109,9 @@ def tool_calls_of(message: JSON) -> tuple[ToolCall, ...]:
         call_id = item.get("id") if isinstance(item, dict) else None
         found.append(
             ToolCall(
-                id=call_id if isinstance(call_id, str) else f"call_{len(found)}",
+                # an upstream that gave no id (or an empty one) gets one unique to this call:
+                # ``call_0`` on every turn would collide in the client's conversation
+                id=call_id if isinstance(call_id, str) and call_id else _new_call_id(),
                 name=str(function["name"]),
                 arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
             )
@@ -111,7 +121,7 @@ def tool_calls_of(message: JSON) -> tuple[ToolCall, ...]:
         arguments = legacy.get("arguments")
         found.append(
             ToolCall(
-                id="call_0",
+                id=_new_call_id(),
                 name=str(legacy["name"]),
                 arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
             )
@@ -119,9 +129,14 @@ def tool_calls_of(message: JSON) -> tuple[ToolCall, ...]:
     return tuple(found)
 
 
-def _parse_completion(obj: JSON, n: int) -> _Parsed:
-    """Texts, finish reasons, tool calls, usage, and the response with its choices list cut
-    to at most ``n``."""
+def _new_call_id() -> str:
+    """An id for a tool call whose upstream gave none, unique across turns."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+def _parse_completion(obj: JSON, n: int) -> Answer:
+    """Texts, finish reasons, tool calls, usage (cached tokens at most the prompt's), and the
+    response with its choices list cut to at most ``n``."""
     if not isinstance(obj, dict):
         raise _Malformed(f"expected a JSON object, got {type(obj).__name__}")
     listed = obj.get("choices")
@@ -148,14 +163,15 @@ def _parse_completion(obj: JSON, n: int) -> _Parsed:
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     kept: list[JSON] = list(choices)
-    return _Parsed(
+    input_tokens = _count(usage.get("prompt_tokens"))
+    return Answer(
         texts=tuple(texts),
-        reasons=tuple(reasons),
+        finish_reasons=tuple(reasons),
         tool_calls=tuple(calls) if any(calls) else (),
-        input_tokens=_count(usage.get("prompt_tokens")),
+        input_tokens=input_tokens,
         output_tokens=_count(usage.get("completion_tokens")),
-        cache_read_tokens=_count(cached),
-        obj=obj if len(kept) == len(listed) else {**obj, "choices": kept},
+        cache_read_tokens=min(_count(cached), input_tokens),
+        raw=obj if len(kept) == len(listed) else {**obj, "choices": kept},
     )
 
 
@@ -184,94 +200,35 @@ def _error_detail(raw: bytes) -> str:
     return text or "(empty body)"
 
 
-class OpenAIProvider:
+class OpenAIProvider(HttpProvider):
     """An OpenAI-compatible chat-completions upstream with retries and a concurrency bound."""
 
-    def __init__(
-        self,
-        cfg: ProviderConfig,
-        *,
-        session: aiohttp.ClientSession | None,
-        rng: random.Random | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
+    malformed = _Malformed
+
+    @classmethod
+    def _endpoint(cls, cfg: ProviderConfig) -> tuple[str, dict[str, str]]:
         if not cfg.base_url:
             raise ConfigError(
                 "provider.base_url", f"provider {cfg.id!r}: required for kind 'openai'"
             )
-        if not cfg.base_url.startswith(("http://", "https://")):
-            raise ConfigError(
-                "provider.base_url",
-                f"provider {cfg.id!r}: {cfg.base_url!r} is not an http:// or https:// URL",
-            )
-        if cfg.max_concurrency < 1:
-            raise ConfigError("provider.max_concurrency", f"provider {cfg.id!r}: must be >= 1")
-        self._cfg = cfg
-        # parsed once: aiohttp re-parses a str URL on every request
-        self._url = URL(cfg.base_url.rstrip("/") + "/chat/completions")
-        # a ready multidict: aiohttp would build one from a plain dict on every request
-        self._headers: CIMultiDict[str] = CIMultiDict(
-            {"Content-Type": "application/json", "Accept": "application/json"}
-        )
+        require_http_url(cfg, cfg.base_url)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if cfg.api_key:
-            self._headers["Authorization"] = f"Bearer {cfg.api_key}"
-        self._timeout = aiohttp.ClientTimeout(
-            total=cfg.timeout_s, sock_connect=cfg.connect_timeout_s
-        )
-        self._policy = RetryPolicy(
-            retries=cfg.retries, base_s=cfg.backoff_base_s, max_s=cfg.backoff_max_s
-        )
-        self._semaphore = asyncio.BoundedSemaphore(cfg.max_concurrency)
-        self._session = session
-        self._owns_session = session is None
-        self._rng = rng if rng is not None else random.Random()
-        self._sleep = sleep
-
-    @property
-    def id(self) -> str:
-        return self._cfg.id
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        return cfg.base_url.rstrip("/") + "/chat/completions", headers
 
     @property
     def honours_n(self) -> bool:
         return self._cfg.honours_n
 
-    @property
-    def policy(self) -> RetryPolicy:
-        """The retry policy built from the config."""
-        return self._policy
-
-    async def start(self) -> None:
-        """Open a session of our own if none was given (a server always gives one)."""
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._cfg.max_concurrency)
-            self._session = aiohttp.ClientSession(connector=connector)
-
-    async def aclose(self) -> None:
-        """Close the session only if we opened it."""
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def complete(
-        self,
-        model: str,
-        body: Mapping[str, object],
-        *,
-        n: int = 1,
-        request_key: str | None = None,
-    ) -> Completion:
-        """``n`` choices from ``model``: one call if ``n`` is honoured, else ``n`` concurrent calls.
-
-        ``request_key`` is ignored here (it only selects recorded samples in replay).
-        """
-        del request_key
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+    async def _complete(self, model: str, body: Mapping[str, object], n: int) -> Completion:
+        """One call if ``n`` is honoured (topped up if it returns fewer), else ``n`` concurrent
+        calls."""
         if self._session is None:
             await self.start()
         started = time.perf_counter()
         if n == 1 or self.honours_n:
-            first = await self._call(model, body, n, started=started)
+            first = await self._ask(model, body, n, started=started)
             missing = n - first.n
             if missing <= 0:
                 return first  # its latency is already counted from ``started``
@@ -283,135 +240,50 @@ class OpenAIProvider:
                 got=first.n,
                 hint="set honours_n = false for this provider",
             )
-            extra = await _gather_all([self._call(model, body, 1) for _ in range(missing)])
+            try:
+                extra = await self._ask_all(model, body, missing)
+            except UpstreamError as exc:  # the first call answered and was billed: count it
+                exc.partial = merge_completions(
+                    [first, *([exc.partial] if isinstance(exc.partial, Completion) else [])],
+                    latency_ms=(time.perf_counter() - started) * 1000.0,
+                )
+                raise
             merged = merge_completions(
                 [first, *extra], latency_ms=(time.perf_counter() - started) * 1000.0
             )
             return replace(merged, topped_up=missing)
-        parts = await _gather_all([self._call(model, body, 1) for _ in range(n)])
+        parts = await self._ask_all(model, body, n)
         return merge_completions(parts, latency_ms=(time.perf_counter() - started) * 1000.0)
 
-    async def _call(
-        self, model: str, body: Mapping[str, object], n: int, *, started: float | None = None
-    ) -> Completion:
-        """One logical HTTP call asking for ``n`` choices, retried per the policy.
-
-        Its ``latency_ms`` runs from ``started`` (default: now), retries included.
-        """
-        if started is None:
-            started = time.perf_counter()
-        data = json.dumps(upstream_body(model, body, n), ensure_ascii=False).encode("utf-8")
-        attempt = 0
-        while True:
-            attempt += 1
-            outcome = await self._attempt(data, model, n, attempt, started)
-            if isinstance(outcome, Completion):
-                return outcome
-            if attempt >= self._policy.max_attempts:
-                break
-            delay = self._policy.delay_s(
-                attempt, draw=self._rng.random(), retry_after_s=outcome.retry_after_s
-            )
-            log.info(
-                "retrying upstream call",
-                provider=self.id,
-                model=model,
-                attempt=attempt,
-                status=outcome.status,
-                reason=outcome.message,
-                delay_s=round(delay, 3),
-            )
-            await self._sleep(delay)
-        error_type = UpstreamTimeout if outcome.timeout else UpstreamError
-        raise error_type(
-            f"provider {self.id!r}: model {model!r} failed after {attempt} attempt"
-            f"{'s' if attempt != 1 else ''}: {self._scrub(outcome.message)}",
-            provider=self.id,
-            status=outcome.status,
-            attempts=attempt,
-        ) from outcome.cause
-
-    async def _attempt(
-        self, data: bytes, model: str, n: int, attempt: int, started: float
-    ) -> Completion | _Failure:
-        """One HTTP attempt: the completion, a retryable failure, or a raised non-retryable one.
-
-        ``started`` is when the logical call began: a completion's latency counts from there.
-        """
-        try:
-            async with self._semaphore:
-                status, headers, raw = await self._post(data)
-        except TimeoutError as exc:  # aiohttp's total and connect timeouts both land here
-            return _Failure(
-                message=f"no response within {self._cfg.timeout_s:g}s",
-                status=None,
-                timeout=True,
-                cause=exc,
-            )
-        except (aiohttp.ClientError, OSError) as exc:  # refused, reset, cut mid-body
-            return _Failure(
-                message=f"connection failed ({type(exc).__name__}: {exc})", status=None, cause=exc
-            )
-        if 200 <= status <= 299:
-            try:
-                parsed = _parse_completion(json.loads(raw), n)
-            except (ValueError, _Malformed) as exc:
-                return _Failure(
-                    message=f"unusable response (HTTP {status}): {exc}", status=status, cause=exc
-                )
-            return Completion(
-                texts=parsed.texts,
-                finish_reasons=parsed.reasons,
-                tool_calls=parsed.tool_calls,
-                input_tokens=parsed.input_tokens,
-                output_tokens=parsed.output_tokens,
-                cache_read_tokens=min(parsed.cache_read_tokens, parsed.input_tokens),
-                latency_ms=(time.perf_counter() - started) * 1000.0,  # retries included
-                attempts=attempt,
-                status=status,
-                calls=1,
-                model=model,
-                raw=parsed.obj,
-            )
-        detail = self._scrub(_error_detail(raw))
-        if not is_retryable_status(status):
-            raise UpstreamError(
-                f"provider {self.id!r}: upstream answered HTTP {status} for model {model!r} "
-                f"(not retried): {detail}",
-                provider=self.id,
-                status=status,
-                attempts=attempt,
-            )
-        return _Failure(
-            message=f"HTTP {status}: {detail}",
-            status=status,
-            retry_after_s=parse_retry_after(
-                headers.get("Retry-After"), value_ms=headers.get("retry-after-ms")
-            ),
+    async def _ask_all(self, model: str, body: Mapping[str, object], k: int) -> list[Completion]:
+        """``k`` concurrent one-choice calls (``gather_all``: a failure raises with what the
+        others spent)."""
+        give_up = asyncio.Event()
+        return await gather_all(
+            [self._ask(model, body, 1, give_up=give_up) for _ in range(k)], give_up=give_up
         )
 
-    async def _post(self, data: bytes) -> tuple[int, Mapping[str, str], bytes]:
-        """One HTTP attempt: status, headers and the whole body (read under the same timeout)."""
-        assert self._session is not None
-        async with self._session.post(
-            self._url, data=data, headers=self._headers, timeout=self._timeout
-        ) as response:
-            raw = await response.read()
-            return response.status, response.headers, raw
+    async def _ask(
+        self,
+        model: str,
+        body: Mapping[str, object],
+        n: int,
+        *,
+        started: float | None = None,
+        give_up: asyncio.Event | None = None,
+    ) -> Completion:
+        """One logical call for ``n`` choices; its latency runs from ``started`` (default: now)."""
+        if started is None:
+            started = time.perf_counter()
+        payload = upstream_body(model, body, n)
+        if self._cfg.cache_marks == "drop":
+            payload = without_cache_marks(payload)
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        return await self._call(data, model, n, started=started, give_up=give_up)
 
-    def _scrub(self, text: str) -> str:
-        """``text`` with the API key masked, in case an upstream echoes it back."""
-        key = self._cfg.api_key
-        return text.replace(key, "***") if key else text
+    def _answer(self, obj: JSON, *, model: str, n: int) -> Answer:
+        del model
+        return _parse_completion(obj, n)
 
-
-async def _gather_all(coros: list[Awaitable[Completion]]) -> list[Completion]:
-    """Run calls concurrently, results in order; a failure cancels the rest and is raised."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    def _error_detail(self, raw: bytes) -> str:
+        return _error_detail(raw)

@@ -103,7 +103,13 @@ Verification = Literal["verified", "unverified", "unchecked", "gate_skipped"]
 Stage = Literal["visible", "gate"]
 #: why a revision loop stopped (None: its last revision passed)
 RevisionStop = Literal[
-    "max_revisions", "not_revisable", "deadline", "budget", "upstream_error", "interrupted"
+    "max_revisions",
+    "not_revisable",
+    "deadline",
+    "budget",
+    "upstream_error",
+    "interrupted",
+    "tool_turn",
 ]
 #: a check's verdict before ``on_abstain`` is applied
 Verdict = Literal["pass", "fail", "abstain"]
@@ -152,6 +158,9 @@ class UpstreamCall(_Part):
     #: apart, ``[[prices]] cache_read_per_mtok``/``cache_write_per_mtok``); unset when none
     cache_read_tokens: int | UnsetType = UNSET
     cache_write_tokens: int | UnsetType = UNSET
+    #: of ``cache_write_tokens``: written to a 1-hour cache entry (Anthropic ``ttl: "1h"``,
+    #: priced at ``[[price]] cache_write_1h_per_mtok``); unset when none
+    cache_write_1h_tokens: int | UnsetType = UNSET
 
 
 class DroppedCase(_Part):

@@ -197,10 +197,12 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if ring:
         # Anthropic's clients send ``x-api-key``; OpenAI's (and Anthropic's ``auth_token``)
         # a bearer token
+        # either header may carry the key: a client that sends both (an Anthropic SDK with a
+        # key and an auth token) is let in by whichever is one of this server's keys
         api_key = request.headers.get("x-api-key")
         if api_key is not None:
             key = ring.match_token(api_key)
-        else:
+        if key is None:
             key = ring.match(request.headers.get("Authorization", ""))
         if key is None:
             raise RequestError(
@@ -278,7 +280,8 @@ async def read_json(request: web.Request) -> JSON:
         ) from exc
     except RecursionError:  # ~1,000 nested arrays in 2 KB: a 400 like any other bad body
         raise RequestError(
-            "the request body nests too deeply to be a chat request", code="invalid_json"
+            "the request body nests too deeply to be read (over Python's JSON nesting limit)",
+            code="invalid_json",
         ) from None
     except ValueError as exc:  # an integer of more than 4,300 digits
         raise RequestError(

@@ -66,6 +66,7 @@ _ANTHROPIC_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     408: "timeout_error",
+    504: "timeout_error",
     413: "request_too_large",
     415: "invalid_request_error",
     422: "invalid_request_error",
@@ -83,8 +84,12 @@ _DIALECT_PATHS: dict[str, Dialect] = {
 
 
 def dialect_of(request: web.Request) -> Dialect:
-    """The API a request speaks, from its path: its errors and receipt say so."""
-    return _DIALECT_PATHS.get(request.path, "chat")
+    """The API a request speaks, from its path (``/v1/messages/count_tokens``, which Firstpass
+    does not serve, still gets Anthropic's 404): its errors and receipt say so."""
+    found = _DIALECT_PATHS.get(request.path)
+    if found is not None:
+        return found
+    return "messages" if request.path.startswith("/v1/messages/") else "chat"
 
 
 def error_body(
@@ -139,6 +144,13 @@ def request_error_for(exc: BaseException) -> RequestError:
     if isinstance(exc, RequestError):
         return exc
     if isinstance(exc, UpstreamError):
+        if exc.http_status < 500:  # the upstream refused the request itself
+            return RequestError(
+                str(exc),
+                status=exc.http_status,
+                code="upstream_rejected_request",
+                type="invalid_request_error",
+            )
         kind = "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
         return RequestError(str(exc), status=exc.http_status, code=kind, type=kind)
     if isinstance(exc, SandboxBusy):  # no sandbox slot in time: the client may retry

@@ -68,9 +68,12 @@ class Codec(Protocol):
         """The served answer as the dialect's server-sent events, whole."""
         ...
 
-    def error_events(self, err: RequestError, found: dict[str, JSON]) -> Iterator[bytes]:
+    def error_events(
+        self, err: RequestError, found: dict[str, JSON], chat: ChatRequest
+    ) -> Iterator[bytes]:
         """The events of an error decided after a keep-alive went out (the status is 200 by
-        then); ``found``: the response's ``firstpass`` object, with the receipt's id."""
+        then); ``found``: the response's ``firstpass`` object, with the receipt's id;
+        ``chat``: the request, for a dialect whose error echoes its settings."""
         ...
 
     def keepalive(self) -> bytes:
@@ -118,7 +121,9 @@ class ChatCodec:
     def events(self, outcome: Outcome, chat: ChatRequest) -> Iterator[bytes]:
         return sse_chunks(outcome, include_usage=chat.include_usage)
 
-    def error_events(self, err: RequestError, found: dict[str, JSON]) -> Iterator[bytes]:
+    def error_events(
+        self, err: RequestError, found: dict[str, JSON], chat: ChatRequest
+    ) -> Iterator[bytes]:
         yield sse_error(str(err), type=err.type, code=err.code, firstpass=found)
         yield b"data: [DONE]\n\n"
 
@@ -221,7 +226,7 @@ async def _stream(
             found = summary_json(outcome)
             if outcome.receipted:
                 found.setdefault("receipt_id", outcome.receipt_id)
-            for event in codec.error_events(err, found):
+            for event in codec.error_events(err, found, chat):
                 await response.write(event)
         else:
             for chunk in codec.events(outcome, chat):

@@ -15,7 +15,9 @@ ends the answer, with the receipt's id.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping
+from typing import NoReturn
 
 from firstpass._json import JSON
 from firstpass.admission import ChatRequest, SpecParser, parse_messages_body
@@ -37,12 +39,11 @@ __all__ = [
     "tool_input",
 ]
 
-#: chat finish reasons as Anthropic's stop reasons (an unknown or missing one: ``end_turn``)
+#: chat finish reasons as Anthropic's stop reasons (an unknown or missing one: ``end_turn``);
+#: ``tool_calls`` is not here: ``tool_use`` is said by the message's blocks, not the upstream
 _STOP_REASONS = {
     "stop": "end_turn",
     "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "function_call": "tool_use",
     "content_filter": "refusal",
 }
 #: where a ``tool_use`` block keeps arguments that were not a JSON object
@@ -50,26 +51,52 @@ RAW_ARGUMENTS_KEY = "_firstpass_raw_arguments"
 
 
 def stop_reason(finish: str | None, *, called: bool) -> str:
-    """Anthropic's ``stop_reason`` for a chat ``finish_reason``; a message that calls tools
-    stops for ``tool_use`` whatever the upstream said."""
+    """Anthropic's ``stop_reason`` for a chat ``finish_reason``: ``tool_use`` exactly when the
+    message holds ``tool_use`` blocks (whatever the upstream said), since a client that reads
+    ``tool_use`` looks for a call to run; a ``tool_calls`` finish without calls ends the turn."""
     if called:
         return "tool_use"
     return _STOP_REASONS.get(finish or "stop", "end_turn")
 
 
+def _not_json(constant: str) -> NoReturn:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float, refusing one that overflows (``1e999``): it would render as
+    ``Infinity``, which is not JSON."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` has no lone surrogate (a JSON ``"\\ud800"``): the anthropic SDK's
+    stream accumulator refuses one in a tool's input."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def tool_input(arguments: str) -> dict[str, JSON]:
     """A tool call's arguments as ``tool_use.input`` (an object): empty text is ``{}``; text
-    that is not a JSON object is kept whole under ``_firstpass_raw_arguments``, so the client
-    sees what the model wrote instead of an empty call."""
+    that is not a strict JSON object (broken, not an object, ``NaN``/``Infinity`` or a number
+    out of float range, a lone surrogate, too deeply nested) is kept whole under
+    ``_firstpass_raw_arguments``, so the client sees what the model wrote instead of an empty
+    call or a body that is not JSON (a lone surrogate in it as its ``\\u`` escape)."""
     if not arguments.strip():
         return {}
     try:
-        parsed = json.loads(arguments)
-    except ValueError:
+        parsed = json.loads(arguments, parse_float=_finite, parse_constant=_not_json)
+    except (ValueError, RecursionError):
         parsed = None
-    if isinstance(parsed, dict):
+    if isinstance(parsed, dict) and _utf8(json.dumps(parsed, ensure_ascii=False)):
         return parsed
-    return {RAW_ARGUMENTS_KEY: arguments}
+    return {RAW_ARGUMENTS_KEY: arguments.encode(errors="backslashreplace").decode()}
 
 
 def _answer(outcome: Outcome) -> tuple[str, tuple[ToolCall, ...], str]:
@@ -130,7 +157,9 @@ def message_body(outcome: Outcome) -> dict[str, JSON]:
 
 
 def _event(kind: str, data: Mapping[str, object]) -> bytes:
-    body = json.dumps({"type": kind, **data}, separators=(",", ":"), ensure_ascii=False)
+    # ASCII, as the plain body is: text may hold lone surrogates (a JSON ``"\ud800"``
+    # upstream), which have no UTF-8 encoding but do have a JSON escape
+    body = json.dumps({"type": kind, **data}, separators=(",", ":"))
     return f"event: {kind}\ndata: {body}\n\n".encode()
 
 
@@ -161,9 +190,9 @@ def message_events(outcome: Outcome) -> Iterator[bytes]:
     for call in calls:
         block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
         yield _event("content_block_start", {"index": index, "content_block": block})
-        parsed = tool_input(call.arguments)
-        raw = call.arguments if parsed and RAW_ARGUMENTS_KEY not in parsed else json.dumps(parsed)
-        for piece in pieces(raw):
+        # the JSON text of the input the plain message holds, not the upstream's text: the
+        # accumulated message then equals the plain one whatever the upstream wrote
+        for piece in pieces(json.dumps(tool_input(call.arguments))):
             yield _event(
                 "content_block_delta",
                 {"index": index, "delta": {"type": "input_json_delta", "partial_json": piece}},
@@ -195,7 +224,9 @@ class MessagesCodec:
     def events(self, outcome: Outcome, chat: ChatRequest) -> Iterator[bytes]:
         return message_events(outcome)
 
-    def error_events(self, err: RequestError, found: dict[str, JSON]) -> Iterator[bytes]:
+    def error_events(
+        self, err: RequestError, found: dict[str, JSON], chat: ChatRequest
+    ) -> Iterator[bytes]:
         """Anthropic's ``error`` event (the anthropic SDK raises it as an ``APIStatusError``),
         its error type from the status the error would have had."""
         body = error_body(

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 
 from firstpass._json import JSON
 from firstpass.pipeline import Outcome
-from firstpass.providers import ToolCall
+from firstpass.providers import Completion, ToolCall
 
 __all__ = [
     "completion_body",
@@ -57,13 +57,13 @@ def upstream_json(outcome: Outcome) -> dict[str, JSON] | None:
     return None
 
 
-def _message(text: str, calls: tuple[ToolCall, ...]) -> dict[str, JSON]:
+def _message(text: str, calls: tuple[ToolCall, ...], refusal: str | None) -> dict[str, JSON]:
     """An assistant message: its text, and its tool calls when it made any (content is null
-    for a message of tool calls only, as OpenAI sends it)."""
+    for a message of tool calls only, or of a refusal, as OpenAI sends them)."""
     message: dict[str, JSON] = {
         "role": "assistant",
-        "content": text if text or not calls else None,
-        "refusal": None,
+        "content": text if text or not (calls or refusal) else None,
+        "refusal": refusal,
     }
     if calls:
         message["tool_calls"] = [call.to_chat() for call in calls]
@@ -89,7 +89,9 @@ def completion_body(outcome: Outcome) -> dict[str, JSON]:
         "choices": [
             {
                 "index": 0,
-                "message": _message(served.text, served.completion.calls_of(0)),
+                "message": _message(
+                    served.text, served.completion.calls_of(0), served.completion.refusal_of(0)
+                ),
                 "logprobs": None,
                 "finish_reason": finish or "stop",
             }
@@ -115,6 +117,34 @@ def pieces(text: str, size: int = 24) -> Iterator[str]:
                 end = space
         yield text[start:end]
         start = end
+
+
+def _call_deltas(
+    completion: Completion, index: int, calls: tuple[ToolCall, ...]
+) -> Iterator[dict[str, object]]:
+    """Choice ``index``'s tool calls as deltas: the upstream's own items when its JSON was
+    kept (each whole, with its ``index``; a legacy ``function_call`` as one), so a streamed
+    tool turn carries exactly what a plain one does; else each ``ToolCall`` whole."""
+    raw = completion.raw_calls_of(index)
+    if raw is None:
+        for position, call in enumerate(calls):
+            yield {"tool_calls": [{"index": position, **call.to_chat()}]}
+        return
+    listed = raw.get("tool_calls")
+    for position, item in enumerate(listed if isinstance(listed, list) else []):
+        if isinstance(item, dict):
+            yield {"tool_calls": [_streamable({"index": position, **item})]}
+    if "function_call" in raw:
+        yield {"function_call": raw["function_call"]}
+
+
+def _streamable(item: dict[str, JSON]) -> dict[str, JSON]:
+    """A tool call item as a delta may carry it: ``arguments`` as text (a stream's clients
+    append argument pieces as strings; an upstream that sent an object gets it as JSON)."""
+    function = item.get("function")
+    if isinstance(function, dict) and not isinstance(function.get("arguments", ""), str):
+        item = {**item, "function": {**function, "arguments": json.dumps(function["arguments"])}}
+    return item
 
 
 def sse_chunks(outcome: Outcome, *, include_usage: bool) -> Iterator[bytes]:
@@ -152,9 +182,8 @@ def sse_chunks(outcome: Outcome, *, include_usage: bool) -> Iterator[bytes]:
         yield _event(chunk({"role": "assistant", "content": "" if text or not calls else None}))
         for piece in pieces(text):
             yield _event(chunk({"content": piece}))
-        for position, call in enumerate(calls):
-            item = {"index": position, **call.to_chat()}
-            yield _event(chunk({"tool_calls": [item]}))
+        for delta in _call_deltas(completion, index, calls):
+            yield _event(chunk(delta))
         finish = (reasons[index] if index < len(reasons) else None) or "stop"
         last = chunk({}, finish)
         if index == len(texts) - 1:

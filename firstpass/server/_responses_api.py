@@ -26,7 +26,7 @@ from firstpass.pipeline import Outcome
 from firstpass.providers import ToolCall
 from firstpass.receipts import Dialect
 from firstpass.server._handlers import dialect_handler
-from firstpass.server._responses import pieces, summary_json, usage_of
+from firstpass.server._responses import pieces, summary_json, upstream_json, usage_of
 
 __all__ = ["ResponsesCodec", "ResponsesRequest", "response_body", "response_events", "responses"]
 
@@ -58,6 +58,9 @@ def _echo(body: Mapping[str, JSON]) -> dict[str, JSON]:
         "text": text if isinstance(text, Mapping) and text else {"format": {"type": "text"}},
         "reasoning": body.get("reasoning"),
         "user": body.get("user"),
+        "safety_identifier": body.get("safety_identifier"),
+        "prompt_cache_key": body.get("prompt_cache_key"),
+        "service_tier": body.get("service_tier"),
         "truncation": "disabled",
         "store": False,
         "background": False,
@@ -82,10 +85,13 @@ class ResponsesCodec:
     def events(self, outcome: Outcome, chat: ChatRequest) -> Iterator[bytes]:
         return response_events(outcome, chat)
 
-    def error_events(self, err: RequestError, found: dict[str, JSON]) -> Iterator[bytes]:
+    def error_events(
+        self, err: RequestError, found: dict[str, JSON], chat: ChatRequest
+    ) -> Iterator[bytes]:
         """An ``error`` event, then ``response.failed``. The error event also carries an
         ``error`` object (OpenAI's error shape), which is what makes the openai SDK raise
-        ``APIError`` on it, as it does for Chat Completions' error chunk."""
+        ``APIError`` on it, as it does for Chat Completions' error chunk. ``chat``: the
+        request, whose settings (and model) the failed response echoes."""
         error: dict[str, JSON] = {
             "message": str(err),
             "type": err.type,
@@ -104,15 +110,20 @@ class ResponsesCodec:
             event["firstpass"] = found
         yield _sse(event)
         receipt = found.get("receipt_id")
-        model = found.get("served_model")
         failed: dict[str, JSON] = {
             **_base(
                 f"resp_{receipt}" if isinstance(receipt, str) else "resp_unreceipted",
-                model if isinstance(model, str) else "",
-                _echo({}),
+                # nothing was served: the model asked for, as OpenAI's failed response has it
+                chat.model if chat is not None else "",
+                _echo_of(chat),
             ),
             "status": "failed",
-            "error": {"code": err.code or err.type, "message": str(err)},
+            # the Responses API's own codes are a closed list (the SDK's ``ResponseError``);
+            # Firstpass's code is in the error event just before
+            "error": {
+                "code": "rate_limit_exceeded" if err.status == 429 else "server_error",
+                "message": str(err),
+            },
             "output": [],
             "firstpass": found,
         }
@@ -142,13 +153,30 @@ def _base(response_id: str, model: str, echo: dict[str, JSON]) -> dict[str, JSON
     }
 
 
-def _message_item(item_id: str, text: str, status: str) -> dict[str, JSON]:
+def _text_part(text: str) -> dict[str, JSON]:
+    return {"type": "output_text", "text": text, "annotations": []}
+
+
+def _refusal_part(refusal: str) -> dict[str, JSON]:
+    return {"type": "refusal", "refusal": refusal}
+
+
+def _message_item(
+    item_id: str, text: str, status: str, refusal: str | None = None
+) -> dict[str, JSON]:
+    """The assistant's message: its text, and the refusal the upstream gave (OpenAI's
+    ``message.refusal``) as a ``refusal`` part, the text part only beside text then."""
+    content: list[JSON] = []
+    if text or refusal is None:
+        content.append(_text_part(text))
+    if refusal is not None:
+        content.append(_refusal_part(refusal))
     return {
         "type": "message",
         "id": item_id,
         "status": status,
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
+        "content": content,
     }
 
 
@@ -198,26 +226,45 @@ class _Answer:
         assert served is not None
         completion = served.completion
         self.receipt_id = outcome.receipt_id
-        self.model = served.model
+        # the model as the upstream named it, as Chat Completions' ``model`` states it
+        raw = upstream_json(outcome)
+        named = raw.get("model") if raw is not None else None
+        self.model = named if isinstance(named, str) else served.model
+        named_tier = raw.get("service_tier") if raw is not None else None
+        #: the tier the upstream says it served with (None: as the request asked)
+        self.service_tier = named_tier if isinstance(named_tier, str) else None
         self.text = served.text
+        self.refusal = completion.refusal_of(0)
         # the served choice's tool calls and finish reason, as Chat Completions renders them
         self.calls = completion.calls_of(0)
         reason = completion.finish_reasons[0] if completion.finish_reasons else None
         self.incomplete = _INCOMPLETE.get(reason or "")
+        #: the response's status, and its last item's: an answer cut short (at the token
+        #: limit) was cut in its last item, text or call; the items before it are whole
         self.status = "incomplete" if self.incomplete else "completed"
         self.message_id = f"msg_{outcome.receipt_id}"
-        #: a message item when there is text, or nothing else to say
-        self.has_message = bool(self.text) or not self.calls
+        #: a message item when there is text or a refusal, or nothing else to say
+        self.has_message = bool(self.text) or self.refusal is not None or not self.calls
 
     def call_id(self, index: int) -> str:
         return f"fc_{self.receipt_id}_{index}"
 
+    def message_status(self) -> str:
+        return "completed" if self.calls else self.status
+
+    def call_status(self, index: int) -> str:
+        return self.status if index == len(self.calls) - 1 else "completed"
+
     def output(self) -> list[JSON]:
         items: list[JSON] = []
         if self.has_message:
-            items.append(_message_item(self.message_id, self.text, self.status))
+            items.append(
+                _message_item(self.message_id, self.text, self.message_status(), self.refusal)
+            )
         for index, call in enumerate(self.calls):
-            items.append(_call_item(self.call_id(index), call, "completed", call.arguments))
+            items.append(
+                _call_item(self.call_id(index), call, self.call_status(index), call.arguments)
+            )
         return items
 
 
@@ -226,6 +273,8 @@ def response_body(outcome: Outcome, chat: ChatRequest | None = None) -> dict[str
     request, whose settings it echoes (None: OpenAI's defaults)."""
     answer = _Answer(outcome)
     body = _base(f"resp_{outcome.receipt_id}", answer.model, _echo_of(chat))
+    if answer.service_tier is not None:
+        body["service_tier"] = answer.service_tier
     body["status"] = answer.status
     if answer.incomplete is not None:
         body["incomplete_details"] = {"reason": answer.incomplete}
@@ -264,14 +313,27 @@ def response_events(outcome: Outcome, chat: ChatRequest | None = None) -> Iterat
         item_id = answer.message_id
         added = {**_message_item(item_id, "", "in_progress"), "content": []}
         yield event("response.output_item.added", output_index=index, item=added)
-        part: dict[str, JSON] = {"type": "output_text", "text": "", "annotations": []}
-        where: dict[str, JSON] = {"item_id": item_id, "output_index": index, "content_index": 0}
-        yield event("response.content_part.added", **where, part=part)
-        for piece in pieces(answer.text):
-            yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
-        yield event("response.output_text.done", **where, text=answer.text, logprobs=[])
-        yield event("response.content_part.done", **where, part={**part, "text": answer.text})
-        item = _message_item(item_id, answer.text, answer.status)
+        item = _message_item(item_id, answer.text, answer.message_status(), answer.refusal)
+        parts = item["content"]
+        assert isinstance(parts, list)
+        for content_index, part in enumerate(parts):
+            assert isinstance(part, dict)
+            where: dict[str, JSON] = {
+                "item_id": item_id,
+                "output_index": index,
+                "content_index": content_index,
+            }
+            if part["type"] == "refusal":
+                yield event("response.content_part.added", **where, part=_refusal_part(""))
+                for piece in pieces(answer.refusal or ""):
+                    yield event("response.refusal.delta", **where, delta=piece)
+                yield event("response.refusal.done", **where, refusal=answer.refusal or "")
+            else:
+                yield event("response.content_part.added", **where, part=_text_part(""))
+                for piece in pieces(answer.text):
+                    yield event("response.output_text.delta", **where, delta=piece, logprobs=[])
+                yield event("response.output_text.done", **where, text=answer.text, logprobs=[])
+            yield event("response.content_part.done", **where, part=part)
         yield event("response.output_item.done", output_index=index, item=item)
         index += 1
     for position, call in enumerate(answer.calls):
@@ -286,7 +348,7 @@ def response_events(outcome: Outcome, chat: ChatRequest | None = None) -> Iterat
             name=call.name,
             arguments=call.arguments,
         )
-        item = _call_item(item_id, call, "completed", call.arguments)
+        item = _call_item(item_id, call, answer.call_status(position), call.arguments)
         yield event("response.output_item.done", output_index=index, item=item)
         index += 1
     last = "response.incomplete" if answer.incomplete is not None else "response.completed"
