@@ -113,3 +113,21 @@ def test_the_top_rung_estimate_prices_cached_tokens_as_the_request_was_billed(
     (receipt,) = stack.receipts_list()
     top = (100 * 3.00 + 20_000 * 0.30 + 100 * 15.00) / 1e6
     assert receipt["cost"]["top_rung_usd"] == pytest.approx(top)
+
+
+@pytest.mark.e2e
+def test_a_chat_client_sees_the_cached_part_of_its_prompt_in_usage(live_stack: Any) -> None:
+    """A verified answer's usage carries ``prompt_tokens_details.cached_tokens`` as OpenAI
+    reports it (the Responses and Messages answers carry theirs), so a client pricing its own
+    usage does not count cached tokens at the full price."""
+    stack = live_stack(prices_extra=CACHED_PRICES)
+    stack.stub.script(Reply.ok(GOOD, usage=(1000, 50), cached_tokens=800), model=CHEAP)
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0)
+    answer = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "write add"}],
+        extra_body={"firstpass": TESTS},
+    )
+    assert answer.usage is not None and answer.usage.prompt_tokens == 1000
+    details = answer.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens == 800

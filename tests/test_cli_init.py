@@ -20,7 +20,11 @@ from tests.cli_process import serving
 pytestmark = pytest.mark.e2e
 
 FIRSTPASS = f"{shlex.quote(sys.executable)} -m firstpass"
-FAKE_KEYS = {"OPENAI_API_KEY": "sk-test", "GROQ_API_KEY": "gsk-test"}
+FAKE_KEYS = {
+    "OPENAI_API_KEY": "sk-test",
+    "GROQ_API_KEY": "gsk-test",
+    "ANTHROPIC_API_KEY": "sk-ant-test",
+}
 
 _EXAMPLE = re.compile(r"^# ---- example: (.*?) -+\n(.*?)^# ---- end -+$", re.M | re.S)
 
@@ -167,7 +171,7 @@ def test_init_creates_missing_directories_as_keygen_does(
     assert load_config(tmp_path / written, env={}).routes[0].name == "demo"
 
 
-@pytest.mark.parametrize("name", ["OpenAI", "vLLM", "Ollama", "Groq"])
+@pytest.mark.parametrize("name", ["OpenAI", "Anthropic", "vLLM", "Ollama", "Groq"])
 def test_each_provider_example_in_the_starter_is_valid_once_uncommented(
     tmp_path: Path, name: str
 ) -> None:
@@ -190,7 +194,7 @@ def test_the_starter_examples_load_together_and_say_which_model_a_client_sends(
     assert firstpass("init", tmp_path).returncode == 0
     text = (tmp_path / "firstpass.toml").read_text()
     names = [m.group(1) for m in _EXAMPLE.finditer(text)]
-    assert len(names) == 4
+    assert len(names) == 5
     (tmp_path / "firstpass.toml").write_text(uncommented(text, names))
 
     config = load_config(tmp_path / "firstpass.toml", env=FAKE_KEYS)

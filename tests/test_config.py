@@ -49,7 +49,11 @@ REPLAY: _Context = {
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TOML = REPO / "firstpass.toml"
-FAKE_KEYS = {"OPENAI_API_KEY": "sk-test-not-a-key", "GROQ_API_KEY": "gsk-test-not-a-key"}
+FAKE_KEYS = {
+    "OPENAI_API_KEY": "sk-test-not-a-key",
+    "GROQ_API_KEY": "gsk-test-not-a-key",
+    "ANTHROPIC_API_KEY": "sk-ant-test-not-a-key",
+}
 _EXAMPLE = re.compile(r"^# ---- example: (.*?) -+\n(.*?)^# ---- end -+$", re.M | re.S)
 
 
@@ -126,11 +130,11 @@ def test_default_toml_labels_demo_prices_as_made_up() -> None:
 
 
 def test_default_toml_shows_every_promised_example() -> None:
-    """Commented examples exist for elastic, OpenAI, vLLM, Ollama, Groq, route checks and listed
-    checks with revision."""
+    """Commented examples exist for elastic, OpenAI, Anthropic, vLLM, Ollama, Groq, route checks
+    and listed checks with revision."""
     names = set(example_blocks())
     assert names == {
-        "elastic verification", "OpenAI", "a local vLLM server", "Ollama", "Groq",
+        "elastic verification", "OpenAI", "Anthropic", "a local vLLM server", "Ollama", "Groq",
         "a route with its own checks", "a route with listed checks and revision",
     }  # fmt: skip
     assert 'base_url = "http://127.0.0.1:11434/v1"' in example_blocks()["Ollama"]
@@ -180,7 +184,10 @@ def test_each_example_block_is_valid_once_uncommented(name: str, tmp_path: Path)
 def test_all_example_blocks_together_are_valid(tmp_path: Path) -> None:
     """The examples do not clash with each other (ids, route names, models)."""
     config = with_examples(tmp_path, list(example_blocks()), FAKE_KEYS)
-    assert [p.id for p in config.providers] == ["replay", "openai", "vllm", "ollama", "groq"]
+    assert [p.id for p in config.providers] == [
+        "replay", "openai", "claude", "vllm", "ollama", "groq",
+    ]  # fmt: skip
+    assert config.provider("claude").honours_n is False
     assert config.provider("ollama").honours_n is False
     assert config.route_for("gpt-4o").name == "code"  # type: ignore[union-attr]
 

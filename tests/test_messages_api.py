@@ -382,6 +382,13 @@ def test_finish_reasons_map_to_anthropics_stop_reasons(finish: str | None, reaso
     assert stop_reason("stop", called=True) == "tool_use"
 
 
+def test_a_tool_call_cut_at_the_token_limit_is_max_tokens_not_tool_use() -> None:
+    """A call whose answer hit the limit may have half its arguments: Anthropic's clients are
+    told ``max_tokens`` (raise the limit), as the other APIs say ``length``/``incomplete``,
+    never ``tool_use`` (run the call)."""
+    assert stop_reason("length", called=True) == "max_tokens"
+
+
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [

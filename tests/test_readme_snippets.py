@@ -45,6 +45,7 @@ RUN = {
     "demo",
     "quickstart-serve",
     "quickstart-python",
+    "quickstart-apis",
     "receipts",
     "init",
     "check",
@@ -239,6 +240,24 @@ def test_quickstart_serves_a_verified_answer_and_its_receipt_checks_out(clone: P
     receipt = json.loads(shown.stdout)
     assert receipt["id"] == receipt_id
     assert receipt["decision"]["action"] == "served"
+
+
+def test_the_quickstart_task_is_served_alike_through_responses_and_messages(clone: Path) -> None:
+    """The README's Responses and Messages snippet, run as printed against the Quickstart's
+    server with the real openai and anthropic SDKs, prints the verdict the chat request gets,
+    and the receipts record each API."""
+    (serve,) = commands(snippet("quickstart-serve"))
+    code = snippet("quickstart-apis").text
+    assert code.count(PORT_IN_README) == 2, "each client names the port"
+    with serving(serve, clone) as server:
+        script = code.replace(PORT_IN_README, f"127.0.0.1:{server.port}")
+        (clone / "quickstart_apis.py").write_text(script)
+        result = run(".venv/bin/python quickstart_apis.py", clone)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["responses served verified", "messages served verified"]
+    receipts = [json.loads(line) for line in (clone / "receipts.jsonl").read_text().splitlines()]
+    dialects = [r["request"]["dialect"] for r in receipts if "request" in r]
+    assert dialects == ["responses", "messages"]
 
 
 @pytest.mark.e2e

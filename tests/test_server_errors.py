@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import aiohttp
+import anthropic
 import openai
 import pytest
 
@@ -531,3 +532,23 @@ def test_a_large_chat_body_is_parsed_off_the_event_loop(
         assert status == 200, answer
     loop_thread = stack._thread.name
     assert threads[0] == loop_thread and threads[1] != loop_thread
+
+
+@pytest.mark.e2e
+def test_a_base_url_one_v1_off_gets_a_404_saying_which_path_it_meant(live_stack: Any) -> None:
+    """The anthropic SDK given ``.../v1`` asks for /v1/v1/messages (Anthropic's 404 shape, the
+    hint to use the root); the openai SDK given the root asks for /responses (the hint to end
+    its base_url in /v1)."""
+    stack = live_stack()
+    root = stack.base_url.removesuffix("/v1")
+    with pytest.raises(anthropic.NotFoundError) as messages:
+        anthropic.Anthropic(base_url=stack.base_url, api_key="x", max_retries=0).messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "x"}]
+        )
+    assert "did you mean /v1/messages" in str(messages.value)
+    assert messages.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError) as responses:
+        openai.OpenAI(base_url=root, api_key="x", max_retries=0).responses.create(
+            model=MODEL, input="x"
+        )
+    assert "did you mean /v1/responses" in str(responses.value)

@@ -108,7 +108,9 @@ def test_replicas_racing_a_cap_on_leases_never_settle_past_it(pg_database: str) 
     asyncio.run(run())
     spent, held = _table(dsn)
     key_spent, key_held = _table(dsn, "key", "capped")
-    assert on_lease > 100  # the calls really went through leases
+    # the calls really went through leases (how many depends on timing: under load more are
+    # refused while others' leases are reclaimed, so a fixed count near the unloaded one fails)
+    assert on_lease > 20
     assert spent <= daily + 1e-9 and key_spent <= key_cap + 1e-9
     assert spent > daily - biggest  # approached, not refused early
     assert spent == pytest.approx(settled["all"], abs=1e-6)

@@ -4,7 +4,7 @@ The starter serves the bundled demo data set through the ``replay`` provider, so
 serve`` answers at once, with no network and no keys, wherever Firstpass is installed. The demo
 samples ship as package data; relative paths in a config resolve against the config's directory,
 so the starter names the installed sample file by its absolute path, resolved here. Commented
-blocks show OpenAI, vLLM, Ollama and Groq upstreams, each valid once uncommented.
+blocks show OpenAI, Anthropic, vLLM, Ollama and Groq upstreams, each valid once uncommented.
 
 The file is written atomically (a temporary file in the same directory, then a rename) and never
 over an existing file unless ``--force`` is given.
@@ -34,8 +34,8 @@ def register(sub: Subparsers) -> None:
         "init",
         help="write a starter firstpass.toml (offline demo route + commented provider examples)",
         description="Write a starter config that `firstpass serve` runs as is: a replay route on "
-        "the bundled demo set (offline, no keys) and commented OpenAI, vLLM, Ollama and Groq "
-        "blocks to switch to. Refuses to overwrite an existing file without --force.",
+        "the bundled demo set (offline, no keys) and commented OpenAI, Anthropic, vLLM, Ollama "
+        "and Groq blocks to switch to. Refuses to overwrite an existing file without --force.",
     )
     p.add_argument(
         "--path",
@@ -139,9 +139,11 @@ def _run(args: argparse.Namespace) -> int:
     if shown != DEFAULT_PATH.absolute() or os.environ.get(ENV_CONFIG, "").strip():
         serve += f" --config {shlex.quote(str(target))}"
     print(f"wrote {shown}: a replay route on the bundled demo set (offline, no keys) and")
-    print("commented OpenAI, vLLM, Ollama and Groq blocks; edit it to point at your models.")
+    print("commented OpenAI, Anthropic, vLLM, Ollama and Groq blocks; edit it to point at your")
+    print("models.")
     print(f"next: {serve}")
-    print('then send model "firstpass-demo" to http://127.0.0.1:8787/v1 (README: Quickstart)')
+    print('then send model "firstpass-demo" to http://127.0.0.1:8787/v1 (README: Quickstart);')
+    print("the Anthropic SDK takes the root, http://127.0.0.1:8787 (POST /v1/messages)")
     return 0
 
 
@@ -229,6 +231,34 @@ output_per_mtok = 10.00
 # model = "openai/gpt-4o"
 # input_per_mtok = 2.50
 # output_per_mtok = 10.00
+# ---- end ----------------------------------------------------------------------------------
+
+# ---- example: Anthropic (needs ANTHROPIC_API_KEY) -------------------------------------------
+## Claude through the Messages API; prices (and prompt-cache prices) as published by Anthropic
+## at the time of writing. A client sends model "claude-code" through any of the three APIs:
+## POST /v1/chat/completions, /v1/responses or /v1/messages (docs/api-messages.md).
+# [[provider]]
+# id = "claude"
+# kind = "anthropic"
+# api_key_env = "ANTHROPIC_API_KEY"
+#
+# [[route]]
+# name = "claude-code"
+# ladder = ["claude/claude-haiku-4-5", "claude/claude-sonnet-4-5"]
+#
+# [[price]]
+# model = "claude/claude-haiku-4-5"
+# input_per_mtok = 1.00
+# output_per_mtok = 5.00
+# cache_read_per_mtok = 0.10
+# cache_write_per_mtok = 1.25
+#
+# [[price]]
+# model = "claude/claude-sonnet-4-5"
+# input_per_mtok = 3.00
+# output_per_mtok = 15.00
+# cache_read_per_mtok = 0.30
+# cache_write_per_mtok = 3.75
 # ---- end ----------------------------------------------------------------------------------
 
 # ---- example: a local vLLM server (`vllm serve Qwen/Qwen2.5-Coder-7B-Instruct`) ------------

@@ -85,11 +85,13 @@ _DIALECT_PATHS: dict[str, Dialect] = {
 
 def dialect_of(request: web.Request) -> Dialect:
     """The API a request speaks, from its path (``/v1/messages/count_tokens``, which Firstpass
-    does not serve, still gets Anthropic's 404): its errors and receipt say so."""
+    does not serve, or ``/v1/v1/messages``, still gets Anthropic's 404): its errors and receipt
+    say so."""
     found = _DIALECT_PATHS.get(request.path)
     if found is not None:
         return found
-    return "messages" if request.path.startswith("/v1/messages/") else "chat"
+    path = request.path
+    return "messages" if path.startswith("/v1/messages/") or path.endswith("/messages") else "chat"
 
 
 def error_body(
@@ -205,7 +207,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         message = {
-            404: f"no such endpoint: {request.method} {request.path}",
+            404: f"no such endpoint: {request.method} {request.path}{_path_hint(request.path)}",
             405: f"method {request.method} is not allowed on {request.path}",
         }.get(exc.status, exc.reason)
         return error_response(
@@ -225,6 +227,21 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if _debug(request):  # server.debug: name the exception, still never the traceback
             message += f" ({type(exc).__name__}: {exc})"
         return error_response(500, message, dialect=dialect_of(request))
+
+
+#: the API paths a client might reach by a base_url with one ``/v1`` too many or too few
+_API_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+
+
+def _path_hint(path: str) -> str:
+    """For a 404 one ``/v1`` away from an API path: which ``base_url`` reaches it (the openai
+    SDK takes ``.../v1``, the anthropic SDK the server's root)."""
+    for known in _API_PATHS:
+        if path == "/v1" + known:
+            return f" (did you mean {known}? the anthropic SDK's base_url is the server's root)"
+        if "/v1" + path == known:
+            return f" (did you mean {known}? the openai SDK's base_url ends in /v1)"
+    return ""
 
 
 def _debug(request: web.Request) -> bool:

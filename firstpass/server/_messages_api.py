@@ -53,7 +53,12 @@ RAW_ARGUMENTS_KEY = "_firstpass_raw_arguments"
 def stop_reason(finish: str | None, *, called: bool) -> str:
     """Anthropic's ``stop_reason`` for a chat ``finish_reason``: ``tool_use`` exactly when the
     message holds ``tool_use`` blocks (whatever the upstream said), since a client that reads
-    ``tool_use`` looks for a call to run; a ``tool_calls`` finish without calls ends the turn."""
+    ``tool_use`` looks for a call to run; a ``tool_calls`` finish without calls ends the turn.
+    An answer cut at the token limit is ``max_tokens`` even when it holds a call: its
+    arguments may be cut too, and Anthropic's clients are told to raise the limit, not to run
+    a half-written call."""
+    if finish == "length":
+        return "max_tokens"
     if called:
         return "tool_use"
     return _STOP_REASONS.get(finish or "stop", "end_turn")

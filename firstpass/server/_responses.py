@@ -31,19 +31,29 @@ def summary_json(outcome: Outcome) -> dict[str, JSON]:
     return outcome.summary.to_json() if outcome.summary is not None else {}
 
 
-def usage_of(outcome: Outcome) -> dict[str, int]:
-    """Usage of the served call, per answer (what an OpenAI client expects for one choice)."""
+def usage_of(outcome: Outcome) -> dict[str, JSON]:
+    """Usage of the served call, per answer (what an OpenAI client expects for one choice),
+    with the prompt's cached part as OpenAI reports it (``prompt_tokens_details``)."""
     served = outcome.served
     if served is None:
         return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     c = served.completion
-    prompt = c.input_tokens // max(1, c.calls)
-    completion = c.output_tokens // max(1, c.n)
-    return {
+    return _usage(
+        c.input_tokens // max(1, c.calls),
+        c.output_tokens // max(1, c.n),
+        c.cache_read_tokens // max(1, c.calls),
+    )
+
+
+def _usage(prompt: int, completion: int, cached: int) -> dict[str, JSON]:
+    usage: dict[str, JSON] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 def upstream_json(outcome: Outcome) -> dict[str, JSON] | None:
@@ -192,11 +202,9 @@ def sse_chunks(outcome: Outcome, *, include_usage: bool) -> Iterator[bytes]:
     if include_usage:
         usage = usage_of(outcome)
         if outcome.action == "passthrough":
-            usage = {
-                "prompt_tokens": completion.input_tokens,
-                "completion_tokens": completion.output_tokens,
-                "total_tokens": completion.input_tokens + completion.output_tokens,
-            }
+            usage = _usage(
+                completion.input_tokens, completion.output_tokens, completion.cache_read_tokens
+            )
         yield _event({**base, "choices": [], "usage": usage})
     yield b"data: [DONE]\n\n"
 
