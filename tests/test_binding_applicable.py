@@ -54,6 +54,10 @@ DRAW = RequestDraw(temperature=0.7, top_p=None, gate_hidden_tests=True)
         ("the request's own checks come first",
          dataclasses.replace(DRAW, request_checks=("request:x",), unbound=("seed",)),
          "this request adds visible checks (request:x)"),
+        ("a capped draw is voided by an uncapped certificate",
+         dataclasses.replace(DRAW, output_cap=1024),
+         "this request's output cap is max_tokens 1024; the certificate cal_0123456789abcdef "
+         "was computed with none (no max_tokens)"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )  # fmt: skip
@@ -69,6 +73,37 @@ def test_each_thing_a_certificate_rests_on_voids_it_for_the_request(
     else:
         assert (got.lam, got.certificate) == (None, None), case
         assert got.problem is not None and got.problem.startswith(problem), case
+
+
+CAPPED_CERT = dataclasses.replace(CERT, output_cap=1024)
+
+
+@pytest.mark.parametrize(
+    ("case", "cap", "problem"),
+    [
+        ("the certificate's own cap", 1024, None),
+        ("another cap", 2048,
+         "this request's output cap is max_tokens 2048; the certificate cal_0123456789abcdef "
+         "was computed with max_tokens 1024"),
+        ("no cap at all", None,
+         "this request's output cap is none (no max_tokens); the certificate "
+         "cal_0123456789abcdef was computed with max_tokens 1024"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)  # fmt: skip
+def test_a_certificate_computed_with_a_cap_covers_only_draws_under_that_cap(
+    case: str, cap: int | None, problem: str | None
+) -> None:
+    """The cap a probe was sent with is bound like its temperature: another voids it."""
+    draw = dataclasses.replace(DRAW, output_cap=cap)
+    got = applicable(
+        lam=0.8, licence=Licence(certificate=CAPPED_CERT), draw=draw, enforce=True,
+        shadow_lambda=0.6,
+    )  # fmt: skip
+    if problem is None:
+        assert (got.lam, got.certificate, got.problem) == (0.8, CAPPED_CERT, None), case
+    else:
+        assert (got.lam, got.certificate, got.problem) == (None, None, problem), case
 
 
 def test_a_voided_shadow_request_is_labelled_at_the_hand_set_lambda() -> None:
@@ -103,6 +138,20 @@ POLICY = Policy(
          "calibration", "does not record its endpoint"),
         ("an older certificate: no gate", dataclasses.replace(CERT, gate=None), POLICY,
          "calibration", "does not record its gate"),
+        # no request here is drawn uncapped: its own cap, else the budgets', goes with it
+        ("uncapped certificate, the budgets add a cap", CERT,
+         dataclasses.replace(POLICY, output_cap=16), "output_cap",
+         "max_tokens = 16 here (the budgets' default_max_tokens, added when a request sets "
+         "none; else the request's own cap), but the certificate was computed on samples sent "
+         "with none: no request here is drawn as its rows were"),
+        # a request that sends the certificate's cap itself is drawn as its rows were: the
+        # rest gate, per request (``applicable``)
+        ("capped certificate, the budgets add another", dataclasses.replace(CERT, output_cap=16),
+         dataclasses.replace(POLICY, output_cap=32), None, ""),
+        ("capped certificate, no budgets", dataclasses.replace(CERT, output_cap=16), POLICY,
+         None, ""),
+        ("capped certificate, the budgets add the same", dataclasses.replace(CERT, output_cap=16),
+         dataclasses.replace(POLICY, output_cap=16), None, ""),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )  # fmt: skip
@@ -119,26 +168,58 @@ def test_a_running_policy_that_differs_from_the_certificate_names_the_key(
         assert got[2].startswith("Calibrate again with this version"), case
 
 
+def _body(*names: str, **values: object) -> dict[str, object]:
+    """A body that sends ``names`` (any value) and ``values``."""
+    return {**dict.fromkeys(names, "x"), **values}
+
+
 @pytest.mark.parametrize(
     ("sent", "unbound"),
     [
-        (["messages", "model", "stream", "n", "temperature", "top_p"], ()),
-        # a cap changes which answers skip (long right ones stop, short wrong ones do not)
-        (["messages", "max_tokens", "max_completion_tokens"],
-         ("max_completion_tokens", "max_tokens")),
-        (["messages", "user", "metadata", "logprobs", "top_logprobs", "store"], ()),
-        (["messages", "top_k", "seed", "logit_bias"], ("logit_bias", "seed", "top_k")),
-        (["messages", "response_format", "tools", "tool_choice", "stop"],
+        (_body("messages", "model", "stream", "n", "temperature", "top_p"), ()),
+        (_body("messages", "user", "metadata", "logprobs", "top_logprobs", "store"), ()),
+        (_body("messages", "top_k", "seed", "logit_bias"), ("logit_bias", "seed", "top_k")),
+        (_body("messages", "response_format", "tools", "tool_choice", "stop"),
          ("response_format", "stop", "tool_choice", "tools")),
-        (["messages", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_p"],
+        (_body("messages", "frequency_penalty", "presence_penalty", "repetition_penalty",
+               "min_p"),
          ("frequency_penalty", "min_p", "presence_penalty", "repetition_penalty")),
-        (["messages", "some_vendor_knob"], ("some_vendor_knob",)),
+        (_body("messages", "some_vendor_knob"), ("some_vendor_knob",)),
     ],
 )  # fmt: skip
-def test_only_listed_fields_leave_the_draw_alone(sent: list[str], unbound: tuple[str, ...]) -> None:
+def test_only_listed_fields_leave_the_draw_alone(
+    sent: dict[str, object], unbound: tuple[str, ...]
+) -> None:
     """Default-deny: every field not in SKIP_SAFE_FIELDS is unbound, sorted."""
     assert unbound_fields(sent) == unbound
     assert not set(unbound) & SKIP_SAFE_FIELDS
+
+
+@pytest.mark.parametrize(
+    ("case", "sent", "unbound", "cap"),
+    [
+        ("max_tokens", _body("messages", max_tokens=1024), (), 1024),
+        ("max_completion_tokens", _body("messages", max_completion_tokens=1024), (), 1024),
+        ("both, one value", _body("messages", max_tokens=1024, max_completion_tokens=1024), (),
+         1024),
+        ("null is no cap", _body("messages", max_tokens=None), (), None),
+        # which one an upstream honours is its choice: no one cap to bind
+        ("both, different values",
+         _body("messages", max_tokens=1024, max_completion_tokens=2048),
+         ("max_completion_tokens", "max_tokens"), None),
+        ("not an integer", _body("messages", max_tokens=1024.0), ("max_tokens",), None),
+        ("a boolean", _body("messages", max_tokens=True), ("max_tokens",), None),
+        ("zero", _body("messages", max_completion_tokens=0), ("max_completion_tokens",), None),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)  # fmt: skip
+def test_an_output_cap_is_bound_when_the_request_sets_one_value(
+    case: str, sent: dict[str, object], unbound: tuple[str, ...], cap: int | None
+) -> None:
+    """One cap is bound (the probe records it, certificates compare it); two that differ, or a
+    value that is no cap, stay unbound, so no certificate covers the draw."""
+    assert unbound_fields(sent) == unbound, case
+    assert RequestDraw.cap_of(sent) == cap, case
 
 
 @pytest.mark.parametrize(

@@ -97,8 +97,8 @@ def test_a_request_the_certificate_covers_skips_the_gate(enforced: Any) -> None:
         ({"response_format": {"type": "text"}}, "response_format"),
         ({"presence_penalty": 1.5}, "presence_penalty"),
         ({"vendor_greedy": True}, "vendor_greedy"),
-        ({"max_tokens": 64}, "max_tokens"),
-        ({"max_completion_tokens": 64}, "max_completion_tokens"),
+        # two caps that differ: which one the upstream honours is its choice
+        ({"max_tokens": 64, "max_completion_tokens": 128}, "max_completion_tokens, max_tokens"),
         ({"top_k": 1, "min_p": 0.5}, "min_p, top_k"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
@@ -186,34 +186,67 @@ def test_the_same_model_behind_another_base_url_fails_the_start(
 CAPPED = {"budgets": {"default_max_tokens": 16}}
 
 
-@pytest.mark.parametrize(
-    ("calibrated_with", "enforced_with"),
-    [(None, CAPPED), (CAPPED, None), (CAPPED, {"budgets": {"default_max_tokens": 32}})],
-    ids=["budgets-added", "budgets-removed", "cap-changed"],
-)
-def test_a_budget_output_cap_other_than_the_calibrated_one_fails_the_start(
-    live_stack: Any,
-    tmp_path: Path,
-    calibrated_with: dict[str, Any] | None,
-    enforced_with: dict[str, Any] | None,
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_request_s_own_cap_gates_under_an_uncapped_certificate_and_is_named(
+    enforced: Any, field: str
 ) -> None:
-    """A budget sends max_tokens = default_max_tokens on calls that set none, which changes
-    which answers pass: a certificate computed under another cap (or none) fails the start
-    naming budgets.default_max_tokens; shadow runs on, the rung labelled uncertified."""
-    shadow, cal = calibrated(live_stack, tmp_path, tables=calibrated_with)
+    """A cap is bound, not unbound: the probe records it, and a certificate computed on
+    uncapped samples does not cover it (a cap changes which answers pass), so it gates."""
+    cap: dict[str, Any] = {field: 64}
+    fp = _ask(enforced, None, **cap).parse().model_extra["firstpass"]
+    assert fp["verification"] != "gate_skipped"
+    (receipt,) = enforced.receipts_list()
+    probe = receipt["probe"]
+    assert probe["pass_count"] == 5 and probe["certificate"] is None
+    assert "unbound_fields" not in probe and probe["output_cap"] == 64
+    assert probe["uncertified_because"].startswith(
+        "this request's output cap is max_tokens 64; the certificate"
+    )
+
+
+def test_an_uncapped_certificate_fails_the_start_where_the_budgets_cap_every_probe(
+    live_stack: Any, tmp_path: Path
+) -> None:
+    """A budget sends max_tokens = default_max_tokens on calls that set none, and a request
+    that sets one is capped by it: no request is drawn as an uncapped certificate's rows were,
+    so the start fails naming budgets.default_max_tokens; shadow runs on, labelled uncertified."""
+    shadow, cal = calibrated(live_stack, tmp_path)
     with pytest.raises(ConfigError) as info:
-        stack_config(
-            shadow.stub.url, tmp_path / "r.jsonl", elastic=_enforce(cal), tables=enforced_with
-        )
+        stack_config(shadow.stub.url, tmp_path / "r.jsonl", elastic=_enforce(cal), tables=CAPPED)
     assert info.value.key_path == "budgets.default_max_tokens"
-    assert "max_tokens" in str(info.value)
+    assert "max_tokens = 16 here" in str(info.value) and "sent with none" in str(info.value)
     config = stack_config(
         shadow.stub.url, tmp_path / "r.jsonl", elastic={**_enforce(cal), "mode": "shadow"},
-        tables=enforced_with,
+        tables=CAPPED,
     )  # fmt: skip
     assert config.elastic is not None
     licence = config.elastic.licence("code", 0)
     assert licence.certificate is None and "max_tokens" in (licence.problem or "")
+
+
+@pytest.mark.parametrize(
+    "enforced_with",
+    [None, {"budgets": {"default_max_tokens": 32}}],
+    ids=["budgets-removed", "cap-changed"],
+)
+def test_a_capped_certificate_starts_under_another_budget_cap_and_binds_per_request(
+    live_stack: Any, tmp_path: Path, enforced_with: dict[str, Any] | None
+) -> None:
+    """Calibrated on probes the budget capped at 16: under another cap (or none) it is still in
+    force, since a request that sends max_tokens = 16 itself is drawn as its rows were; that
+    one skips, a request drawn under the budget's cap (or none) gates, saying why."""
+    shadow, cal = calibrated(live_stack, tmp_path, tables=CAPPED)
+    stack = live_stack(elastic=_enforce(cal), upstream=shadow.stub.url, tables=enforced_with)
+    shadow.stub.responder = _answers(GOOD)
+    assert _ask(stack, max_tokens=16).parse().model_extra["firstpass"]["verification"] == (
+        "gate_skipped"
+    )
+    assert _ask(stack).parse().model_extra["firstpass"]["verification"] != "gate_skipped"
+    capped, other = stack.receipts_list()
+    assert capped["probe"]["output_cap"] == 16 and capped["probe"]["certificate"] is not None
+    sent = (enforced_with or {}).get("budgets", {}).get("default_max_tokens")
+    assert other["probe"].get("output_cap") == sent and other["probe"]["certificate"] is None
+    assert other["probe"]["uncertified_because"].endswith("was computed with max_tokens 16")
 
 
 def test_a_certificate_calibrated_under_the_same_output_cap_skips(

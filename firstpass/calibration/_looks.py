@@ -136,6 +136,7 @@ class Scope:
     replicas: tuple[str, ...] = ()  # --replica
     model: str | None = None  # --model
     temperature: float | None = None  # --temperature
+    output_cap: str | None = None  # --output-cap, as given (written only when given)
     use_feedback: bool = False
     holdout: float | None = None
     seed: int | None = None  # only with a holdout (it draws nothing otherwise)
@@ -156,6 +157,8 @@ class Scope:
             "replicas": list(self.replicas),
             "model": self.model,
             "temperature": self.temperature,
+            # only when given: a ledger line from before the flag reads the same as before
+            **({"output_cap": self.output_cap} if self.output_cap is not None else {}),
             "use_feedback": self.use_feedback,
             "holdout": self.holdout,
             "seed": self.seed,

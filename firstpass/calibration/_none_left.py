@@ -1,21 +1,24 @@
 """Why a calibration has no rows left, in words that say what to do.
 
 ``read_receipts`` raises this when nothing is left to calibrate on. Labelled shadow receipts that
-a flag filtered out (``--route``, ``--since``/``--until``, ``--model``/``--temperature``) are
+a flag filtered out (``--route``, ``--since``/``--until``, ``--model``/``--temperature``,
+``--output-cap``) are
 not a log without shadow labels: the message names the flag, what the log holds instead, and
 how to ask for it. Only when no labelled receipt was there at all does it say to collect some.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from firstpass.calibration._window import NO_TIME, OTHER_ROUTE, OUTSIDE
 
-__all__ = ["OTHER_DRAW", "nothing_left"]
+__all__ = ["OTHER_CAP", "OTHER_DRAW", "caps_listed", "nothing_left"]
 
 #: the skip reason of a row ``--model``/``--temperature`` left out
 OTHER_DRAW = "drawn from another model or temperature (--model/--temperature)"
+#: the skip reason of a row ``--output-cap`` left out
+OTHER_CAP = "drawn under another output cap (--output-cap)"
 #: at most this many route names or models are listed
 _SHOWN = 10
 
@@ -27,10 +30,12 @@ def nothing_left(
     route: str | None,
     other_routes: Mapping[str | None, int],
     drawn: Sequence[tuple[str | None, float | None]],
+    caps: Sequence[int | None] = (),
 ) -> str:
     """The message for ``files`` when no row is left: ``skipped`` counts every line left out by
     reason, ``other_routes`` the labelled rows ``--route`` left out by their route, ``drawn``
-    the (model, temperature) pairs of the rows there were before ``--model``/``--temperature``.
+    the (model, temperature) pairs of the rows there were before ``--model``/``--temperature``,
+    ``caps`` their output caps before ``--output-cap``.
     """
     why = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items())) or "no lines"
     parts = []
@@ -58,6 +63,13 @@ def nothing_left(
             f"{_listed(pairs)}; pass one of these with "
             "--model/--temperature, or leave them out"
         )
+    n_cap = skipped.get(OTHER_CAP, 0)
+    if n_cap:
+        seen = caps_listed(caps)
+        parts.append(
+            f"{_receipts(n_cap)} drawn under another output cap: the log has "
+            f"{_listed(seen)}; pass one of these with --output-cap, or leave it out"
+        )
     if not parts:
         return (
             f"no labelled shadow receipts in {files} ({why}); "
@@ -67,6 +79,12 @@ def nothing_left(
         f"no labelled shadow receipts left to calibrate on in {files}: the flags left out "
         f"every one: {'; '.join(parts)} (all lines: {why})"
     )
+
+
+def caps_listed(caps: Iterable[int | None]) -> list[str]:
+    """Output caps as ``--output-cap`` takes them, once each, smallest first, ``none`` last."""
+    ordered = sorted(set(caps), key=lambda cap: (cap is None, cap or 0))
+    return ["none" if cap is None else str(cap) for cap in ordered]
 
 
 def _receipts(n: int) -> str:

@@ -8,7 +8,7 @@ import stat
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import msgspec
 import numpy as np
@@ -32,7 +32,7 @@ from firstpass.calibration._lines import (
     nonblank,
     parse_chunk,
 )
-from firstpass.calibration._none_left import OTHER_DRAW, nothing_left
+from firstpass.calibration._none_left import OTHER_CAP, OTHER_DRAW, caps_listed, nothing_left
 from firstpass.calibration._onepass import LogRows, Pool, scan_log
 from firstpass.calibration._rows import (
     NOT_A_REQUEST,
@@ -54,6 +54,11 @@ if TYPE_CHECKING:
 __all__ = ["ReadOptions", "read_receipts"]
 
 
+#: ``--output-cap``: keep the rows drawn under this cap, or (``"none"``) under none; None: no
+#: filter (a route whose rows mix caps is then refused)
+OutputCap = int | Literal["none"] | None
+
+
 class ReadOptions(TypedDict, total=False):
     """``read_receipts``' keyword arguments, as a caller gathers them to pass on."""
 
@@ -62,6 +67,7 @@ class ReadOptions(TypedDict, total=False):
     rung: int
     model: str | None
     temperature: float | None
+    output_cap: OutputCap
     progress: Progress | None
     window: RowWindow | None
     checkpoint_key: Ed25519PublicKey | None
@@ -104,6 +110,7 @@ def read_receipts(
     rung: int = 0,
     model: str | None = None,
     temperature: float | None = None,
+    output_cap: OutputCap = None,
     progress: Progress | None = None,
     window: RowWindow | None = None,
     checkpoint_key: Ed25519PublicKey | None = None,
@@ -117,7 +124,9 @@ def read_receipts(
     labels belong to that score's candidate, which may be another sample. So is a higher rung
     whose receipts were collected under different lower-rung policies (``given``), and a route
     whose rows were drawn from several models or temperatures, unless ``model`` and
-    ``temperature`` pick one (the other rows are counted as skipped).
+    ``temperature`` pick one (the other rows are counted as skipped). Likewise a route whose
+    rows were drawn under several output caps, unless ``output_cap`` picks one (an integer, or
+    ``"none"`` for the rows drawn uncapped).
 
     A broken chain raises ``CalibrationError`` unless ``allow_unverified``; then every line that
     parses is used and ``source.chain_problems`` says what was wrong. Receipts that are not
@@ -229,8 +238,11 @@ def read_receipts(
             cols = (cols[0], relabelled, cols[2], cols[3], cols[4], cols[5])
     keys = tuple(routes.names)
     drawn = [(key[1], key[2]) for key in keys]
+    caps = [key[7] for key in keys]
     if cols is not None and (model is not None or temperature is not None):
         cols, keys = _only_drawn_with(cols, keys, model, temperature, skipped)
+    if cols is not None and output_cap is not None:
+        cols, keys = _only_capped(cols, keys, output_cap, skipped)
     if cols is None or not cols[0].size:
         raise CalibrationError(
             nothing_left(
@@ -239,6 +251,7 @@ def read_receipts(
                 route=window.route if window is not None else None,
                 other_routes=other_routes,
                 drawn=drawn,
+                caps=caps,
             )
         )
     source = Source(
@@ -293,13 +306,38 @@ def _only_drawn_with(
         if (model is None or key[1] == model)
         and (temperature is None or key[2] == float(temperature))
     ]
+    return _keep(cols, keys, keep, OTHER_DRAW, skipped)
+
+
+def _only_capped(
+    cols: Columns,
+    keys: tuple[ContextKey, ...],
+    output_cap: int | Literal["none"],
+    skipped: dict[str, int],
+) -> tuple[Columns, tuple[ContextKey, ...]]:
+    """Keep the rows drawn under ``output_cap`` (``"none"``: uncapped), count the rest as
+    skipped, and renumber the slice keys that remain."""
+    cap = None if output_cap == "none" else output_cap
+    keep = [i for i, key in enumerate(keys) if key[7] == cap]
+    return _keep(cols, keys, keep, OTHER_CAP, skipped)
+
+
+def _keep(
+    cols: Columns,
+    keys: tuple[ContextKey, ...],
+    keep: list[int],
+    reason: str,
+    skipped: dict[str, int],
+) -> tuple[Columns, tuple[ContextKey, ...]]:
+    """The rows of the slice keys ``keep`` (indices into ``keys``), renumbered; the others are
+    counted as skipped for ``reason``."""
     codes = np.full(len(keys), -1, dtype=np.int64)
     codes[keep] = np.arange(len(keep), dtype=np.int64)
     mapped = codes[cols[4]]
     mask = mapped >= 0
     dropped = int((~mask).sum())
     if dropped:
-        skipped[OTHER_DRAW] = skipped.get(OTHER_DRAW, 0) + dropped
+        skipped[reason] = skipped.get(reason, 0) + dropped
     score, failed, k, c, _, level_set = cols
     out = (score[mask], failed[mask], k[mask], c[mask], mapped[mask], level_set[mask])
     return out, tuple(keys[i] for i in keep)
@@ -314,11 +352,12 @@ def _split_context(
     labelled in (``ContextKey``): split them into the routes, each route's one context, the one
     lower-rung policy, and each key's route (its index in the routes).
 
-    A route whose rows mix models, sampling settings, endpoints, output caps, visible checks or
-    gate checks is refused (a certified rate is one model's at one setting, scored one way and
-    judged by one gate), and so is a higher rung whose rows were collected under different
-    lower-rung policies (they reached the rung by different rules: no one population). Whether
-    the gate included the requests' hidden tests may differ: the context lists the values seen.
+    A route whose rows mix models, sampling settings, endpoints, output caps (``--output-cap``
+    keeps one), visible checks or gate checks is refused (a certified rate is one model's at one
+    setting, scored one way and judged by one gate), and so is a higher rung whose rows were
+    collected under different lower-rung policies (they reached the rung by different rules: no
+    one population). Whether the gate included the requests' hidden tests may differ: the
+    context lists the values seen.
     """
     order: dict[str | None, int] = {}
     drawn: dict[str | None, set[tuple[str | None, float | None, float | None]]] = {}
@@ -364,13 +403,14 @@ def _split_context(
                 "upstream's. Calibrate the receipts of one (a log per endpoint)"
             )
         if len(caps[route]) > 1:
-            shown = ", ".join(sorted("none" if c is None else str(c) for c in caps[route]))
+            listed = caps_listed(caps[route])
             raise CalibrationError(
                 f"route {route!r} rung {rung}: the receipts were drawn under {len(caps[route])} "
-                f"output caps (max_tokens the proxy added: {shown}; [budgets] "
-                "default_max_tokens, or budgets added or removed, while they were collected); "
-                "a cap changes which answers pass, so a certified failure rate holds under one. "
-                "Calibrate the receipts written since the last change (--since)"
+                f"output caps ({', '.join(listed)}: the max_tokens or max_completion_tokens the "
+                "requests sent, else the [budgets] default_max_tokens the proxy added); a cap "
+                "changes which answers pass, so a certified failure rate holds under one, and "
+                "covers only the requests drawn under it. Calibrate one of them: --output-cap "
+                f"{listed[0]} keeps only the rows drawn under that cap"
             )
         seen = drawn[route]
         if len(seen) > 1:

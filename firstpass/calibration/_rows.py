@@ -56,13 +56,13 @@ NULL_UNKNOWN_SKIP = (
     '(probe.vacuous_visible = "unknown")'
 )
 
-#: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON, the
-#: route's listed visible checks' digest, the endpoint drawn from, the output cap the proxy
-#: added (``probe.output_cap``; None: none), the route's gate checks' digest, whether the gate
-#: included the request's hidden tests); the parts after the route are the context its
-#: certificate records. All but the last must be one per route (the last is gathered: a
-#: certificate lists which values its rows had). None in the endpoint, the gate checks or the
-#: last: the receipt predates them (such rows certify nothing enforce can bind)
+#: a row's slice key: (route, rung model, temperature, top_p, given as canonical JSON, the route's
+#: listed visible checks' digest, the endpoint drawn from, the output cap the probe's call was sent
+#: with (``probe.output_cap``; None: none), the route's gate checks' digest, whether the gate
+#: included the request's hidden tests); the parts after the route are the context its certificate
+#: records. All but the last must be one per route (the last is gathered: a certificate lists which
+#: values its rows had). None in the endpoint, the gate checks or the last: the receipt predates
+#: them (such rows certify nothing enforce can bind)
 ContextKey = tuple[
     str | None,
     str | None,

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from firstpass._console import quiet_broken_pipe
 from firstpass.errors import CalibrationError, FirstpassError, ReceiptError
@@ -167,6 +167,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="T",
         help="study: the temperature the study's samples were drawn at; receipts: keep only "
         "rows drawn at it",
+    )
+    parser.add_argument(
+        "--output-cap",
+        metavar="N|none",
+        help="receipts: keep only rows whose probes were sent with this output cap (the "
+        "max_tokens or max_completion_tokens the request sent, else the budgets' "
+        "default_max_tokens; none: uncapped). A certificate covers only requests drawn under "
+        "its cap",
     )
     parser.add_argument(
         "--endpoint",
@@ -378,6 +386,7 @@ def _scope(
         return when.strftime("%Y-%m-%dT%H:%M:%S") + micro + "Z"
 
     newest = dict(zip(labelled.route_names, labelled.data_until, strict=False))
+    cap = _output_cap(getattr(args, "output_cap", None)) if args.study is None else None
     return Scope(
         since=utc("since"),
         until=utc("until"),
@@ -385,6 +394,7 @@ def _scope(
         replicas=tuple(sorted(getattr(args, "replica", None) or ())),
         model=args.model,
         temperature=args.temperature,
+        output_cap=None if cap is None else str(cap),
         use_feedback=bool(getattr(args, "use_feedback", False)),
         holdout=settings.holdout,
         seed=settings.seed if settings.holdout is not None else None,
@@ -484,6 +494,21 @@ def _prefetch_statistics() -> None:
 _prefetching = threading.Event()
 
 
+def _output_cap(text: str | None) -> int | Literal["none"] | None:
+    """``--output-cap``: a positive integer, or ``none`` (the rows drawn uncapped)."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value == "none":
+        return "none"
+    if value.isascii() and value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise CalibrationError(
+        f"--output-cap: {text!r} is neither a positive integer (the max_tokens the probes were "
+        "sent with) nor none (sent uncapped)"
+    )
+
+
 def _progress_and_prefetch(path: str, lines: int) -> None:
     _prefetch_statistics()
     _progress(path, lines)
@@ -511,9 +536,10 @@ def run(args: argparse.Namespace) -> int:
             raise CalibrationError("--rung applies to receipts; a study file has one rung")
         if getattr(args, "use_feedback", False):
             raise CalibrationError("--use-feedback applies to receipts, not to a study file")
-        for flag in ("route", "since", "until", "replica"):
+        for flag in ("route", "since", "until", "replica", "output_cap"):
             if getattr(args, flag, None) is not None:
-                raise CalibrationError(f"--{flag} applies to receipts, not to a study file")
+                shown = flag.replace("_", "-")
+                raise CalibrationError(f"--{shown} applies to receipts, not to a study file")
         labelled = data_mod.read_study(args.study, progress=_progress)
         if args.model is not None or args.temperature is not None:
             contexts = tuple(
@@ -541,6 +567,7 @@ def run(args: argparse.Namespace) -> int:
             "rung": args.rung,
             "model": args.model,
             "temperature": args.temperature,
+            "output_cap": _output_cap(getattr(args, "output_cap", None)),
             "progress": _progress_and_prefetch,
             "checkpoint_key": checkpoint_key,
             "use_feedback": bool(getattr(args, "use_feedback", False)),

@@ -12,7 +12,7 @@ Pure: table-tested in tests/test_applicability.py and tests/test_binding_applica
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from firstpass.config._certificate import Certificate, Licence
@@ -44,11 +44,16 @@ NULL_UNKNOWN = "unknown"
 #: - ``logprobs``, ``top_logprobs``: report the draw, do not change it;
 #: - ``temperature``, ``top_p``: bound by the certificate itself (``Certificate.samples_like``).
 #:
-#: ``max_tokens`` and ``max_completion_tokens`` are not listed: a cap cuts long answers, which
-#: then fail the visible tests and stop skipping, while short wrong answers still skip, so the
-#: failure rate among the skips that remain rises (a cap changes which requests skip, not only
-#: how many). A budget's ``default_max_tokens`` applies to every request alike, calibration's
-#: shadow traffic included, and is not the request's field.
+#: ``max_tokens`` and ``max_completion_tokens`` are not listed, yet they are bound: a cap cuts
+#: long answers, which then fail the visible tests and stop skipping, while short wrong answers
+#: still skip, so the failure rate among the skips that remain rises (a cap changes which
+#: requests skip, not only how many). A probe records the one cap its call was sent with
+#: (``probe.output_cap``: the request's own, else the one the budgets add), a certificate the
+#: cap its rows were drawn under, and ``applicable`` lets only a draw under that same cap skip
+#: (``RequestDraw.output_cap``), as it does for temperature. So ``unbound_fields`` leaves them
+#: out when they set one cap (``RequestDraw.cap_of``); a body whose two fields set different
+#: caps (or a value that is not an integer ≥ 1) keeps them unbound: which one an upstream
+#: honours is its own choice.
 SKIP_SAFE_FIELDS: frozenset[str] = frozenset(
     {
         "messages", "model", "n", "stream", "stream_options", "firstpass",
@@ -59,9 +64,35 @@ SKIP_SAFE_FIELDS: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
-def unbound_fields(sent: Iterable[str]) -> tuple[str, ...]:
-    """The fields of a body sent upstream that no certificate binds (sorted, for the receipt)."""
-    return tuple(sorted({name for name in sent if name not in SKIP_SAFE_FIELDS}))
+#: the body fields that cap how many tokens a draw may produce
+CAP_FIELDS: tuple[str, ...] = ("max_tokens", "max_completion_tokens")
+
+
+def _own_cap(body: Mapping[str, object]) -> int | None:
+    """The one output cap ``body`` sets itself; None when it sets none, two that differ, or
+    one that is not an integer ≥ 1 (``null`` is no cap: the proxy treats it as unset)."""
+    caps: set[int] = set()
+    for name in CAP_FIELDS:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return None
+        caps.add(value)
+    return caps.pop() if len(caps) == 1 else None
+
+
+def unbound_fields(sent: Mapping[str, object]) -> tuple[str, ...]:
+    """The fields of a body sent upstream that no certificate binds (sorted, for the receipt).
+
+    The cap fields are bound when they set one cap (the probe records it, certificates bind
+    it) or none at all (every one absent or null).
+    """
+    capped = any(sent.get(name) is not None for name in CAP_FIELDS)
+    bound = SKIP_SAFE_FIELDS | (
+        frozenset(CAP_FIELDS) if not capped or _own_cap(sent) is not None else frozenset()
+    )
+    return tuple(sorted({name for name in sent if name not in bound}))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,6 +101,10 @@ class RequestDraw:
 
     temperature: float | None
     top_p: float | None
+    #: the output cap the probe's call was sent with (``probe.output_cap``: the request's own,
+    #: else the one the budgets add; None: none). Always compared: a cap changes which answers
+    #: pass
+    output_cap: int | None = None
     #: fields the request sends upstream that are not in ``SKIP_SAFE_FIELDS`` (``unbound_fields``)
     unbound: tuple[str, ...] = ()
     #: names of the visible checks the request added itself
@@ -89,6 +124,12 @@ class RequestDraw:
     #: whether this request's gate includes its own hidden tests (None: not known, not compared)
     gate_hidden_tests: bool | None = None
 
+    @staticmethod
+    def cap_of(body: Mapping[str, object]) -> int | None:
+        """The one output cap ``body`` sets itself (``max_tokens``, ``max_completion_tokens``);
+        None when it sets none, or not one value (then ``unbound_fields`` names the fields)."""
+        return _own_cap(body)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Applied:
@@ -103,6 +144,10 @@ def sampling_text(temperature: float | None, top_p: float | None) -> str:
     """A draw's settings as the refusal names them."""
     shown = "the provider's default" if temperature is None else f"{temperature:g}"
     return f"temperature {shown}" + ("" if top_p is None else f", top_p {top_p:g}")
+
+
+def _cap_text(cap: int | None) -> str:
+    return "none (no max_tokens)" if cap is None else f"max_tokens {cap}"
 
 
 def _hidden_text(value: bool) -> str:
@@ -152,6 +197,12 @@ def _void(cert: Certificate, draw: RequestDraw) -> str | None:
             f"this request samples at {sampling_text(draw.temperature, draw.top_p)}; the "
             f"certificate {cert.id} was computed at "
             f"{sampling_text(cert.temperature, cert.top_p)}"
+        )
+    if draw.output_cap != cert.output_cap:
+        # a cap changes which answers pass: the certified rate is another cap's
+        return (
+            f"this request's output cap is {_cap_text(draw.output_cap)}; the certificate "
+            f"{cert.id} was computed with {_cap_text(cert.output_cap)}"
         )
     gate, hidden = cert.gate, draw.gate_hidden_tests
     if hidden is not None and gate is not None and hidden not in gate.hidden_tests:

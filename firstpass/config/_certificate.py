@@ -161,8 +161,9 @@ class Certificate:
     #: labelled them; None: not recorded (an older firstpass, or receipts from before them)
     endpoint: str | None = None
     gate: GateContext | None = None
-    #: the output cap the proxy added to the probes' calls (a budget's ``default_max_tokens``,
-    #: sent when the request sets no max_tokens): it changes which answers pass. None: none
+    #: the output cap the probes' calls were sent with (``probe.output_cap``: the request's own
+    #: max_tokens or max_completion_tokens, else a budget's ``default_max_tokens``): it changes
+    #: which answers pass, so only a request drawn under the same cap is covered. None: none
     #: (also a file from before it was recorded)
     output_cap: int | None = None
     #: the ``time`` of the oldest and of the newest receipt row it was computed from (ISO 8601
@@ -553,8 +554,10 @@ class Policy:
     #: digest (``RouteConfig.gate_checks_digest``)
     endpoint: str | None = None
     gate_checks: str | None = None
-    #: the ``max_tokens`` the proxy adds to a probe's call: ``[budgets] default_max_tokens``
-    #: when any budget is configured (None: none)
+    #: the ``max_tokens`` the proxy adds to a probe's call that sets none: ``[budgets]
+    #: default_max_tokens`` when any budget is configured (None: none). Only a certificate
+    #: computed uncapped is refused against it (no request here is drawn uncapped); one
+    #: computed with a cap covers the requests drawn with that cap (``applicable``)
     output_cap: int | None = None
 
 
@@ -622,6 +625,16 @@ def _show(value: object) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
+def _uncapped(added: object) -> str:
+    """Why a certificate computed uncapped covers nothing where the budgets add ``added``."""
+    return (
+        f"the probes are sent with max_tokens = {_show(added)} here (the budgets' "
+        "default_max_tokens, added when a request sets none; else the request's own cap), but "
+        "the certificate was computed on samples sent with none: no request here is drawn as "
+        "its rows were (a cap changes which answers pass)"
+    )
+
+
 def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
     """The first way the running policy differs from the certificate's context: the key, what
     differs (both values), and what to do."""
@@ -651,6 +664,12 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
         ("gate_checks", p.gate_checks, None if cert.gate is None else cert.gate.checks),
     ]
     for key, mine, theirs in pairs:
+        if key == "output_cap":
+            if theirs is None and mine is not None:
+                return key, _uncapped(mine), _RECALIBRATE
+            # computed with a cap C, it stays in force whatever the budgets add: a request
+            # that sends C itself is drawn as its rows were, the rest gate (``applicable``)
+            continue
         if mine != theirs:
             what = f"{key} = {_show(mine)} here, but it was computed for {key} = {_show(theirs)}"
             advice = _RECALIBRATE
@@ -670,13 +689,6 @@ def _mismatch(cert: Certificate, p: Policy) -> tuple[str, str, str] | None:
                 what = (
                     f"the rung's provider serves from {_show(mine)} here, but the certificate "
                     f"was computed on samples from {_show(theirs)}"
-                )
-            if key == "output_cap":
-                what = (
-                    f"the probes are sent with max_tokens = {_show(mine)} here (the budgets' "
-                    "default_max_tokens, added when a request sets none), but the certificate "
-                    f"was computed on samples sent with {_show(theirs)}: a cap changes which "
-                    "answers pass"
                 )
             if key == "model" and theirs is None:
                 advice = (

@@ -199,8 +199,9 @@ def bind_licences(
     variable that overrode it), for the error when nothing is certified. ``receipts_key``:
     ``[receipts] signing_key``, whose public half is a trusted signer of calibration files.
     ``providers``: the configured upstreams, whose endpoints the certificates are bound to.
-    ``output_cap``: the ``max_tokens`` a probe's call gets from the budgets
-    (``probe_output_cap``), which the certificates are bound to as well.
+    ``output_cap``: the ``max_tokens`` a probe's call that sets none gets from the budgets
+    (``probe_output_cap``): a certificate computed uncapped is refused under it (no request
+    would be drawn uncapped); one computed with a cap is bound per request (``applicable``).
     """
     if elastic is None:
         return None
@@ -266,8 +267,8 @@ def counts_spend(budgets: BudgetsConfig | None, keys: Sequence[ClientKey]) -> bo
     """Whether spend is counted at all: a [budgets] table, or a client key's ``daily_usd``.
 
     The one rule behind the ledger (``firstpass.budgets.ledger_for``), the output cap a call
-    gets (``probe_output_cap``) and the cap certificates are bound to: were they decided apart,
-    a probe could be sent under a cap its certificate does not name."""
+    gets (``probe_output_cap``) and the cap its probe records: were they decided apart, a probe
+    could be sent under a cap its certificate does not name."""
     return budgets is not None or any(k.daily_usd is not None for k in keys)
 
 

@@ -213,6 +213,8 @@ class ElasticRunner:
         # decided from the body as the provider puts it on the wire, so the list of fields a
         # skip tolerates and what is sent cannot drift apart
         unbound = unbound_fields(upstream_body(rung.model, req.body, k))
+        # the cap the probe's call went with (its own, else the budgets'): bound like temperature
+        cap = self.steps.sent_cap(req.body)
         route = req.route
         hidden = req.checks.hidden is not None
         # where the request's hidden tests are the gate, a request without visible tests is
@@ -224,6 +226,7 @@ class ElasticRunner:
             draw=RequestDraw(
                 temperature=temperature,
                 top_p=top_p,
+                output_cap=cap,
                 unbound=unbound,
                 request_checks=req.checks.from_request,
                 # on a route with operator gate checks only the operator's visible checks
@@ -273,7 +276,7 @@ class ElasticRunner:
             vacuous_visible=vacuous,
             no_visible_tests=no_visible,
             # a probe's body is the request's (``call`` only sets temperature, drops seed)
-            output_cap=self.steps.output_cap(req.body),
+            output_cap=cap,
             scores=scores,
             clusters=cluster_sizes(passed, keys) if behavioural else (),
             inputs=inputs,

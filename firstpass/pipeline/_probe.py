@@ -76,8 +76,10 @@ class Probe:
     vacuous_visible: str | None = None
     #: no visible tests where the request's hidden tests are the gate (``RequestDraw``)
     no_visible_tests: bool = False
-    #: the ``max_tokens`` the proxy added to the probe's call (``Steps.output_cap``; None: none);
-    #: kept on the probe so that every record of it names it, however the request ends
+    #: the output cap the probe's call was sent with (``Steps.sent_cap``: the request's own
+    #: max_tokens or max_completion_tokens, else the one the budgets add; None: none, or two
+    #: that differ, which ``unbound_fields`` then names); kept on the probe so that every record
+    #: of it names it, however the request ends
     output_cap: int | None = None
     # behavioural scores only (None with the default pass_share: the receipt stays as it was)
     scores: dict[str, float] | None = None

@@ -21,7 +21,7 @@ import structlog
 from firstpass._json import JSON
 from firstpass.budgets import Hold
 from firstpass.checks import CheckResult, run_all
-from firstpass.config import BudgetsConfig, Config, Rung, probe_output_cap
+from firstpass.config import BudgetsConfig, Config, RequestDraw, Rung, probe_output_cap
 from firstpass.errors import BudgetExhausted, FirstpassError, RequestError, UpstreamError
 from firstpass.pipeline._budget import (
     STAGE_REFUSALS,
@@ -397,6 +397,18 @@ class Steps:
         """
         if _bounds_output(body):
             return None
+        return self.added_cap
+
+    def sent_cap(self, body: Mapping[str, JSON]) -> int | None:
+        """The output cap a call with ``body`` is sent with: the request's own (``max_tokens``
+        or ``max_completion_tokens``), else the one the proxy adds (``output_cap``).
+
+        What the probe records (``Probe.output_cap``) and a certificate must match
+        (``applicable``). None: no cap, or two fields that differ (``unbound_fields`` names
+        them, so no certificate covers the draw).
+        """
+        if _bounds_output(body):
+            return RequestDraw.cap_of(body)
         return self.added_cap
 
     async def call(

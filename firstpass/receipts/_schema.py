@@ -293,9 +293,10 @@ class ProbeRecord(_Part):
     request_checks: list[str] | UnsetType = UNSET
     #: the upstream the samples came from (the rung's provider base URL, no credentials)
     endpoint: str | UnsetType = UNSET
-    #: the output-token cap the samples were asked for on the proxy's own account (a budget's
-    #: ``default_max_tokens``, injected when the request set none): it shapes which answers
-    #: pass, so certificates bind it; absent: none was added
+    #: the output cap the probe's call was sent with: the request's own ``max_tokens`` or
+    #: ``max_completion_tokens``, else a budget's ``default_max_tokens``; it shapes which
+    #: answers pass, so certificates bind it; absent: none, or two fields that differ (then in
+    #: ``unbound_fields``)
     output_cap: int | UnsetType = UNSET
     #: what "failure" meant: the route's gate checks' digest, and whether the request's hidden
     #: tests were part of the gate
