@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from firstpass._json import JSON
 from firstpass.config import (
     SKIP_SAFE_FIELDS,
     Certificate,
@@ -16,9 +17,12 @@ from firstpass.config import (
     ProviderConfig,
     RequestDraw,
     applicable,
+    config_from_dict,
     unbound_fields,
 )
 from firstpass.config._certificate import Policy, _mismatch
+from firstpass.pipeline._steps import Steps
+from firstpass.providers import ANTHROPIC_DEFAULT_MAX_TOKENS
 from tests.test_applicability import CERT as BASE
 
 #: the applicability tests' certificate, with what this version binds besides
@@ -240,3 +244,43 @@ def test_an_endpoint_is_the_base_url_without_credentials_query_or_fragment(
 def test_a_replay_provider_is_named_by_its_sample_file() -> None:
     provider = ProviderConfig(id="r", kind="replay", samples=Path("/data/mbpp-qwen.jsonl"))
     assert provider.endpoint == "replay:mbpp-qwen.jsonl"
+
+
+def test_an_anthropic_endpoint_is_never_the_openai_one_at_the_same_url() -> None:
+    """One gateway URL can serve /chat/completions and /messages: the two APIs draw
+    differently (the Messages API always caps output), so their certificates never bind
+    each other's upstream."""
+    url = "https://gateway.example/v1"
+    openai_kind = ProviderConfig(id="p", kind="openai", base_url=url).endpoint
+    anthropic_kind = ProviderConfig(id="p", kind="anthropic", base_url=url).endpoint
+    assert openai_kind == url and anthropic_kind == f"anthropic:{url}"
+
+
+def test_a_probe_to_an_anthropic_rung_records_the_cap_its_api_requires(tmp_path: Path) -> None:
+    """A request with no cap, no budgets: the Anthropic provider still sends its default
+    max_tokens, so that is the cap the probe records (a request that sends the same cap itself
+    is the same draw), never "uncapped"; an OpenAI-compatible rung records none."""
+    config = config_from_dict(
+        {
+            "provider": [
+                {"id": "claude", "kind": "anthropic", "api_key_env": "K"},
+                {"id": "oai", "kind": "openai", "base_url": "http://127.0.0.1:1/v1"},
+            ],
+            "route": [{"name": "r", "ladder": ["claude/haiku", "oai/m"]}],
+            "price": [
+                {"model": "claude/haiku", "input_per_mtok": 1, "output_per_mtok": 5},
+                {"model": "oai/m", "input_per_mtok": 1, "output_per_mtok": 5},
+            ],
+        },
+        base_dir=tmp_path,
+        env={"K": "secret"},
+    )
+    steps = Steps(config=config, providers={}, sandbox=None)  # type: ignore[arg-type]
+    claude, oai = config.routes[0].ladder
+    body: dict[str, JSON] = {"messages": [{"role": "user", "content": "x"}]}
+    assert steps.sent_cap(body, claude) == ANTHROPIC_DEFAULT_MAX_TOKENS
+    assert steps.sent_cap({**body, "max_tokens": ANTHROPIC_DEFAULT_MAX_TOKENS}, claude) == (
+        ANTHROPIC_DEFAULT_MAX_TOKENS
+    )
+    assert steps.sent_cap(body, oai) is None
+    assert steps.sent_cap({**body, "max_tokens": 64}, oai) == 64

@@ -74,3 +74,10 @@ def test_malformed_spec_error_names_the_field(obj: Any, field: str) -> None:
     assert info.value.field == field
     if field:
         assert str(info.value).startswith(f"{field}: ")
+
+
+def test_an_assert_nested_past_pythons_parser_is_a_spec_error_not_a_memory_error() -> None:
+    """100,000 unary minus signs make CPython's parser raise MemoryError: a client's test spec
+    must get its 400 naming the assert (it was a 500 through every API)."""
+    with pytest.raises(SpecError, match=r"asserts\[0\]: nests too deeply"):
+        parse_spec({"asserts": ["assert " + "-" * 100_000 + "1"]})

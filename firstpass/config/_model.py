@@ -244,8 +244,10 @@ class ProviderConfig:
     @functools.cached_property
     def endpoint(self) -> str:
         """Which upstream this is, as certificates bind it: the base URL without credentials,
-        query or fragment (scheme and host lower-cased, no trailing slash); a replay provider
-        is ``replay:<sample file name>``."""
+        query or fragment (scheme and host lower-cased, no trailing slash), prefixed
+        ``anthropic:`` for the Messages API (one gateway URL can serve both APIs, which draw
+        differently: a certificate of one never covers the other); a replay provider is
+        ``replay:<sample file name>``."""
         if self.kind == "replay" or self.base_url is None:
             return f"replay:{self.samples.name if self.samples is not None else ''}"
         parts = urllib.parse.urlsplit(self.base_url)
@@ -256,7 +258,8 @@ class ProviderConfig:
             port = f":{parts.port}" if parts.port is not None else ""
         except ValueError:  # not a number: kept as written (the call fails, not the binding)
             port = ":" + parts.netloc.rpartition(":")[2]
-        return f"{parts.scheme.lower()}://{host}{port}{parts.path.rstrip('/')}"
+        url = f"{parts.scheme.lower()}://{host}{port}{parts.path.rstrip('/')}"
+        return f"anthropic:{url}" if self.kind == "anthropic" else url
 
 
 @dataclass(frozen=True, kw_only=True)

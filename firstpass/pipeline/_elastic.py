@@ -214,7 +214,7 @@ class ElasticRunner:
         # skip tolerates and what is sent cannot drift apart
         unbound = unbound_fields(upstream_body(rung.model, req.body, k))
         # the cap the probe's call went with (its own, else the budgets'): bound like temperature
-        cap = self.steps.sent_cap(req.body)
+        cap = self.steps.sent_cap(req.body, rung)
         route = req.route
         hidden = req.checks.hidden is not None
         # where the request's hidden tests are the gate, a request without visible tests is

@@ -52,7 +52,7 @@ from firstpass.policy import (
     needs_gate,
     next_step,
 )
-from firstpass.providers import Completion, Provider
+from firstpass.providers import ANTHROPIC_DEFAULT_MAX_TOKENS, Completion, Provider
 from firstpass.receipts import (
     Action,
     AuditRecord,
@@ -399,9 +399,11 @@ class Steps:
             return None
         return self.added_cap
 
-    def sent_cap(self, body: Mapping[str, JSON]) -> int | None:
-        """The output cap a call with ``body`` is sent with: the request's own (``max_tokens``
-        or ``max_completion_tokens``), else the one the proxy adds (``output_cap``).
+    def sent_cap(self, body: Mapping[str, JSON], rung: Rung) -> int | None:
+        """The output cap a call with ``body`` to ``rung`` is sent with: the request's own
+        (``max_tokens`` or ``max_completion_tokens``), else the one the proxy adds
+        (``output_cap``), else the one the rung's API requires (an Anthropic provider sends
+        ``ANTHROPIC_DEFAULT_MAX_TOKENS``: "uncapped" is not what goes on its wire).
 
         What the probe records (``Probe.output_cap``) and a certificate must match
         (``applicable``). None: no cap, or two fields that differ (``unbound_fields`` names
@@ -409,7 +411,11 @@ class Steps:
         """
         if _bounds_output(body):
             return RequestDraw.cap_of(body)
-        return self.added_cap
+        if self.added_cap is not None:
+            return self.added_cap
+        if self.config.provider(rung.provider).kind == "anthropic":
+            return ANTHROPIC_DEFAULT_MAX_TOKENS
+        return None
 
     async def call(
         self,

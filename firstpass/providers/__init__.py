@@ -9,6 +9,7 @@ body, n=k)`` gives a :class:`Completion` with ``k`` texts or raises ``UpstreamEr
 from __future__ import annotations
 
 from firstpass.providers._anthropic import AnthropicProvider, messages_url
+from firstpass.providers._anthropic_wire import DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS
 from firstpass.providers._anthropic_wire import messages_body
 from firstpass.providers._base import (
     Completion,
@@ -29,6 +30,7 @@ from firstpass.providers._replay import (
 from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_retry_after
 
 __all__ = [
+    "ANTHROPIC_DEFAULT_MAX_TOKENS",
     "KINDS",
     "AnthropicProvider",
     "Completion",

@@ -294,7 +294,8 @@ class ProbeRecord(_Part):
     #: the upstream the samples came from (the rung's provider base URL, no credentials)
     endpoint: str | UnsetType = UNSET
     #: the output cap the probe's call was sent with: the request's own ``max_tokens`` or
-    #: ``max_completion_tokens``, else a budget's ``default_max_tokens``; it shapes which
+    #: ``max_completion_tokens``, else a budget's ``default_max_tokens``, else an Anthropic
+    #: rung's required default (what its provider sends); it shapes which
     #: answers pass, so certificates bind it; absent: none, or two fields that differ (then in
     #: ``unbound_fields``)
     output_cap: int | UnsetType = UNSET

@@ -202,11 +202,20 @@ def _code(obj: dict[str, object], key: str, default: str | None) -> str | None:
         return None
     if not isinstance(value, str):
         raise SpecError(key, f"must be Python source text, not {_kind(value)}")
-    try:
-        ast.parse(value)
-    except (SyntaxError, ValueError) as exc:
-        raise SpecError(key, f"is not valid Python: {exc}") from exc
+    _python(value, key)
     return value or None
+
+
+def _python(src: str, where: str) -> ast.Module:
+    """``src`` parsed, or a ``SpecError`` naming ``where``: not Python, or nested past what
+    CPython's parser can hold (``assert --...--1`` with 100,000 signs raises ``MemoryError``
+    there, which must be the client's 400, not a 500)."""
+    try:
+        return ast.parse(src)
+    except (SyntaxError, ValueError) as exc:
+        raise SpecError(where, f"is not valid Python: {exc}") from exc
+    except (MemoryError, RecursionError):
+        raise SpecError(where, "nests too deeply for Python's parser") from None
 
 
 def _ident(value: object, key: str) -> str | None:
@@ -225,10 +234,7 @@ def _asserts(value: object) -> tuple[str, ...]:
         where = f"asserts[{i}]"
         if not isinstance(src, str):
             raise SpecError(where, f"must be a string, not {_kind(src)}")
-        try:
-            body = ast.parse(src.strip()).body
-        except (SyntaxError, ValueError) as exc:
-            raise SpecError(where, f"is not valid Python: {exc}") from exc
+        body = _python(src.strip(), where).body
         if len(body) != 1 or not isinstance(body[0], ast.Assert):
             raise SpecError(where, "must be exactly one assert statement")
         out.append(src.strip())
