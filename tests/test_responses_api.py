@@ -485,14 +485,15 @@ def test_a_setting_the_upstream_would_refuse_is_a_400_naming_it_as_sent(
     assert info.value.param == param
 
 
-def test_a_too_deep_request_is_refused_as_a_responses_request() -> None:
-    """A check nested too deeply to parse is a 400 that speaks of the Responses request the
-    client sent, not of a chat request it never sent."""
+def test_a_too_deep_check_is_refused_naming_it_not_a_chat_request() -> None:
+    """A test nested too deeply for Python's parser is a 400 naming that test in the request
+    the client sent, never one about a chat request it never sent."""
     deep = {"tests": {"visible": ["assert " + "1+" * 100_000 + "1"]}, "entry_point": "f"}
     with pytest.raises(RequestError) as info:
         _parse(input="hi", firstpass=deep)
-    assert info.value.code == "invalid_json"
-    assert str(info.value) == "the request nests too deeply to be a Responses request"
+    assert info.value.code == "invalid_tests"
+    assert info.value.param == "firstpass.tests.visible.asserts[0]"
+    assert "nests too deeply" in str(info.value) and "chat" not in str(info.value)
 
 
 def _refused(text: str = "") -> Outcome:
