@@ -38,14 +38,17 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks.loadgen import LoadResult, run_load
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+
+T = TypeVar("T")
 
 ANSWER = "def add(a, b):\n    return a + b\n"
 CHECKS = {
@@ -76,6 +79,53 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"{url} did not become ready in {timeout} s")
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    """The environment a benchmark's processes run with: ours without any ``FIRSTPASS_``
+    override (a developer's shell must not change what is measured), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
+    env.update(extra)
+    return env
+
+
+def start_stub(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The 0 ms stub upstream (``tests.stub_upstream``) as its own process on ``port``."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.stub_upstream",
+            "--port",
+            str(port),
+            "--latency-ms",
+            "0",
+            "--answer",
+            ANSWER,
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate every process, then wait (kill what does not stop within 10 s)."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def loop_runner() -> Callable[[Coroutine[Any, Any, T]], T]:
+    """``uvloop.run`` where installed (the server runs on uvloop too), else ``asyncio.run``."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
 
 
 def write_config(
@@ -453,30 +503,13 @@ def observability_markdown(
 def run_observability(args: argparse.Namespace, argv: list[str]) -> int:
     """``--observability``: one stub, one proxy per variant, measured side by side."""
     stub_port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
-    env.update(FIRSTPASS_LOG_LEVEL="info", FIRSTPASS_LOG_FORMAT="json")
+    env = bench_env(FIRSTPASS_LOG_LEVEL="info", FIRSTPASS_LOG_FORMAT="json")
     procs: list[subprocess.Popen[bytes]] = []
     note = ""
     with tempfile.TemporaryDirectory(prefix="fp-observability-") as tmp_name:
         tmp = Path(tmp_name)
         try:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tests.stub_upstream",
-                        "--port",
-                        str(stub_port),
-                        "--latency-ms",
-                        "0",
-                        "--answer",
-                        ANSWER,
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                )
-            )
+            procs.append(start_stub(stub_port, env))
             key = tmp / "signing.key"
             made = subprocess.run(
                 [sys.executable, "-m", "firstpass", "keygen", "--out", str(key)],
@@ -522,12 +555,7 @@ def run_observability(args: argparse.Namespace, argv: list[str]) -> int:
                         raise
                     note = f"{name} skipped: {exc}"
                     del proxies[name]
-            try:
-                import uvloop
-
-                run = uvloop.run
-            except ImportError:
-                run = asyncio.run
+            run = loop_runner()
             rows = run(
                 measure_observability(
                     f"http://127.0.0.1:{stub_port}/v1/chat/completions",
@@ -542,13 +570,7 @@ def run_observability(args: argparse.Namespace, argv: list[str]) -> int:
             cpu = observe_cpu_us(sample)
             print("CPU per request (µs): " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
     md = observability_markdown(rows, argv, note, cpu)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
@@ -672,28 +694,11 @@ def dialects_markdown(rows: list[dict[str, Any]], argv: list[str]) -> str:
 def run_dialects(args: argparse.Namespace, argv: list[str]) -> int:
     """``--dialects``: one stub, one proxy, the pass-through path through each API."""
     stub_port, proxy_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
-    env["FIRSTPASS_LOG_LEVEL"] = "warning"
+    env = bench_env(FIRSTPASS_LOG_LEVEL="warning")
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="fp-dialects-") as tmp:
         try:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tests.stub_upstream",
-                        "--port",
-                        str(stub_port),
-                        "--latency-ms",
-                        "0",
-                        "--answer",
-                        ANSWER,
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                )
-            )
+            procs.append(start_stub(stub_port, env))
             cfg = write_config(Path(tmp), stub_port, proxy_port)
             procs.append(
                 subprocess.Popen(
@@ -704,12 +709,7 @@ def run_dialects(args: argparse.Namespace, argv: list[str]) -> int:
             )
             wait_ready(f"http://127.0.0.1:{stub_port}/v1/models")
             wait_ready(f"http://127.0.0.1:{proxy_port}/readyz")
-            try:
-                import uvloop
-
-                run = uvloop.run
-            except ImportError:
-                run = asyncio.run
+            run = loop_runner()
             rows = run(
                 measure_dialects(
                     f"http://127.0.0.1:{stub_port}/v1/chat/completions",
@@ -719,13 +719,7 @@ def run_dialects(args: argparse.Namespace, argv: list[str]) -> int:
                 )
             )
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
     md = dialects_markdown(rows, argv)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
@@ -827,28 +821,11 @@ def main(argv: list[str] | None = None) -> int:
         return run_dialects(args, argv)
 
     stub_port, proxy_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIRSTPASS_")}
-    env["FIRSTPASS_LOG_LEVEL"] = "warning"
+    env = bench_env(FIRSTPASS_LOG_LEVEL="warning")
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="fp-overhead-") as tmp:
         try:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "tests.stub_upstream",
-                        "--port",
-                        str(stub_port),
-                        "--latency-ms",
-                        "0",
-                        "--answer",
-                        ANSWER,
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                )
-            )
+            procs.append(start_stub(stub_port, env))
             cfg = write_config(Path(tmp), stub_port, proxy_port, args.workers)
             procs.append(
                 subprocess.Popen(
@@ -881,12 +858,7 @@ def main(argv: list[str] | None = None) -> int:
                     except (OSError, RuntimeError) as exc:
                         peer_note = f"the peer did not start: {exc}"
                         print(f"peer skipped: {peer_note}", file=sys.stderr)
-            try:
-                import uvloop
-
-                run = uvloop.run
-            except ImportError:
-                run = asyncio.run
+            run = loop_runner()
             rows = run(
                 measure(
                     f"http://127.0.0.1:{stub_port}/v1/chat/completions",
@@ -897,13 +869,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+            stop_all(procs)
     md = markdown(rows, argv, peer_note, args.workers)
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)

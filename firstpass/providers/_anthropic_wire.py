@@ -22,6 +22,7 @@ from typing import Final
 from firstpass._json import JSON
 from firstpass.errors import RequestError
 from firstpass.providers._base import ToolCall
+from firstpass.providers._http import body_text
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -635,7 +636,7 @@ def chat_completion(parsed: ParsedMessage, *, model: str, created: int) -> dict[
     }
 
 
-def error_detail(raw: bytes, *, limit: int = 300) -> str:
+def error_detail(raw: bytes) -> str:
     """An error body as ``<error.type>: <error.message>`` (Anthropic's shape:
     ``{"type": "error", "error": {"type", "message"}}``), else the start of the body."""
     try:
@@ -652,7 +653,4 @@ def error_detail(raw: bytes, *, limit: int = 300) -> str:
                 return kind
         if isinstance(obj.get("message"), str):
             return str(obj["message"])
-    text = raw.decode("utf-8", errors="replace").strip()
-    if len(text) > limit:
-        text = text[:limit] + "..."
-    return text or "(empty body)"
+    return body_text(raw)

@@ -39,9 +39,21 @@ from firstpass.providers._retry import RetryPolicy, is_retryable_status, parse_r
 if TYPE_CHECKING:
     from firstpass.config import ProviderConfig
 
-__all__ = ["Answer", "HttpProvider", "gather_all", "require_http_url"]
+__all__ = ["Answer", "HttpProvider", "body_text", "gather_all", "require_http_url"]
+
+#: how much of an error body that is not the API's error object goes into a message
+ERROR_SNIPPET_CHARS = 300
 
 log = structlog.get_logger("firstpass.providers")
+
+
+def body_text(raw: bytes) -> str:
+    """An error body that is not the API's own error object, as a message may quote it: its
+    start, decoded leniently (an upstream can answer a failure with megabytes of HTML)."""
+    text = raw.decode("utf-8", errors="replace").strip()
+    if len(text) > ERROR_SNIPPET_CHARS:
+        text = text[:ERROR_SNIPPET_CHARS] + "..."
+    return text or "(empty body)"
 
 
 def require_http_url(cfg: ProviderConfig, url: str) -> None:

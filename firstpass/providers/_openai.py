@@ -22,7 +22,13 @@ import structlog
 from firstpass._json import JSON
 from firstpass.errors import ConfigError, UpstreamError
 from firstpass.providers._base import Completion, ToolCall, merge_completions
-from firstpass.providers._http import Answer, HttpProvider, gather_all, require_http_url
+from firstpass.providers._http import (
+    Answer,
+    HttpProvider,
+    body_text,
+    gather_all,
+    require_http_url,
+)
 from firstpass.providers._prompt import message_text
 
 if TYPE_CHECKING:
@@ -35,9 +41,6 @@ log = structlog.get_logger("firstpass.providers")
 #: body keys never sent upstream: our own checks (hidden tests must not reach a model), and the
 #: streaming options, which OpenAI rejects on a non-streaming request
 _DROPPED_KEYS = frozenset({"firstpass", "stream_options", "n"})
-
-#: how much of a non-JSON error body goes into a message
-_ERROR_SNIPPET_CHARS = 300
 
 
 def upstream_body(model: str, body: Mapping[str, object], n: int) -> dict[str, object]:
@@ -194,10 +197,7 @@ def _error_detail(raw: bytes) -> str:
             return error
         if isinstance(obj.get("message"), str):
             return str(obj["message"])
-    text = raw.decode("utf-8", errors="replace").strip()
-    if len(text) > _ERROR_SNIPPET_CHARS:
-        text = text[:_ERROR_SNIPPET_CHARS] + "..."
-    return text or "(empty body)"
+    return body_text(raw)
 
 
 class OpenAIProvider(HttpProvider):
