@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from blockbuster import BlockBuster, blockbuster_ctx
 
-pytest_plugins = ["tests.stub_upstream", "tests.pg_server"]
+pytest_plugins = ["tests.stub_upstream", "tests.pg_server", "tests.live_model"]
 
 _SCRUB_PREFIXES = ("FIRSTPASS_", "OPENAI_", "ANTHROPIC_", "GROQ_", "TOGETHER_")
 

@@ -6,6 +6,7 @@ The converted 5-task data and the program cache are made once per module in a te
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -314,3 +315,79 @@ def test_guarantee_field_quick_calibrates_revokes_on_shift_and_stays_within_its_
     assert audited["audit_rate"] > 0 and plain["audit_rate"] == 0 and plain["audited"] == 0
     assert audited["gate_runs_per_1000"] >= plain["gate_runs_per_1000"]
     assert doc["cost"]["monitor"]["cpu_us_per_update"] > 0
+
+
+async def test_live_study_revises_with_feedback_retries_without_it_and_pairs_the_arms(
+    converted: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    """live_study through a real Firstpass against a scripted upstream that answers right only
+    when shown its own wrong answer and the feedback: the revision arms succeed, the no-revision
+    and retry-without-feedback arms fail on the same tasks (paired Δ +100 points, 2 wins), every
+    retry went out without feedback, and the probe lands every task in 0/k."""
+    from benchmarks import live_study
+    from tests.stub_upstream import Reply, StubUpstream
+
+    # two tasks whose reference answers the hidden tests deterministically (Mbpp/2's returns a
+    # tuple in set order, which string hashing changes from process to process)
+    rows = [r for r in _rows(converted / "tasks.jsonl") if r["task_id"] != "Mbpp/2"][:2]
+    task_ids = [r["task_id"] for r in rows]
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reference = {t.task_id: t.canonical_solution for t in datasets.load_mbppplus()}
+
+    def respond(body: dict[str, Any]) -> Reply:
+        msgs = body["messages"]
+        if any(m["role"] == "assistant" for m in msgs):  # a revision: shown its failure
+            prompt = msgs[0]["content"]
+            return Reply.ok(next(reference[t] for t in task_ids if prompts[t] == prompt))
+        return Reply.ok("def wrong():\n    return None\n")
+
+    prompts = {r["task_id"]: r["prompt"] for r in rows}
+    out = tmp_path / "live.md"
+    async with StubUpstream(responder=respond, honours_n=False, models=("m",)) as stub:
+        argv = [
+            "--base-url", stub.url, "--model", "m", "--honours-n", "no",
+            "--task-file", str(task_file), "--order", "file", "--tasks", "2",
+            "--k", "2", "--retries", "2", "--cache-dir", str(cache_dir), "--out", str(out),
+        ]  # fmt: skip
+        assert await asyncio.to_thread(live_study.main, argv) == 0
+        sent = [r.body for r in stub.completions]
+    doc = json.loads(out.with_suffix(".json").read_text())
+    arms = doc["summary"]["arms"]
+    assert {a: arms[a]["successes"] for a in live_study.ARMS} == {
+        "none": 0, "retry": 0, "revise1": 2, "revise2": 2,
+    }  # fmt: skip
+    for arm in ("revise1", "revise2"):
+        assert arms[arm]["d_success"] == 1.0 and arms[arm]["wins_losses"] == [2, 0]
+        assert arms[arm]["revisions"] == 1.0  # one revision, then it passed
+        assert arms[arm]["later_verified"] == arms[arm]["later_correct"] == 2
+        assert arms[arm]["tokens_out"] > 0 and arms[arm]["cost_usd"] > 0
+    assert arms["retry"]["requests"] == 2 * 3 and arms["retry"]["d_success"] == 0.0
+    assert arms["retry"]["later_verified"] == arms["none"]["later_verified"] == 0
+    without_feedback = [b for b in sent if len(b["messages"]) == 1]
+    with_feedback = [b for b in sent if len(b["messages"]) > 1]
+    # none/retry: 3 requests a task, revise1/2: a first answer each, probe: k = 2 samples
+    assert len(without_feedback) == 2 * (3 + 2 + 2) and len(with_feedback) == 2 * 2
+    probe = doc["summary"]["probe"]
+    assert probe["k"] == 2 and probe["rows"]["0/k"]["tasks"] == 2
+    md = out.read_text()
+    assert "Newcombe" in md and doc["meta"]["n_tasks"] == 2 and "m" in json.dumps(doc["meta"])
+    # the per-task records are enough to summarise the run again without the model
+    again = tmp_path / "again.md"
+    assert live_study.main(["--from-json", str(out.with_suffix(".json")), "--out", str(again)]) == 0
+    redone = json.loads(again.with_suffix(".json").read_text())
+    assert redone["summary"] == doc["summary"]
+    assert doc["meta"]["command"] in again.read_text()
+
+
+def test_live_study_paired_interval_reproduces_the_published_newcombe_example() -> None:
+    """The paired success interval is Newcombe's hybrid score interval: Fagerland, Lydersen and
+    Laake (2014) report −0.507 to −0.026 for 1 both / 1 first only / 7 second only / 12 neither,
+    and McNemar's exact p for 1 vs 7 discordant pairs is 0.0703."""
+    from benchmarks.live_study import mcnemar_exact, newcombe_paired
+
+    x = [True] * 2 + [False] * 19
+    y = [True, False] + [True] * 7 + [False] * 12
+    diff, lo, hi = newcombe_paired(x, y)
+    assert (round(diff, 4), round(lo, 3), round(hi, 3)) == (-0.2857, -0.507, -0.026)
+    assert round(mcnemar_exact(x, y), 4) == 0.0703

@@ -191,6 +191,47 @@ async def test_short_answers_from_an_n_honouring_provider_are_topped_up(
     assert (result.calls, result.topped_up) == (3, 2)
 
 
+async def test_a_model_seen_ignoring_n_gets_concurrent_calls_from_then_on(
+    session: aiohttp.ClientSession,
+) -> None:
+    """One choice for n = 3 (llama.cpp's server, Ollama) is learnt from the response: that call
+    is topped up, and the next request for 3 samples goes out as 3 one-choice calls at once."""
+    async with StubUpstream(honours_n=False) as stub:
+        provider = build_provider(config(stub.url, honours_n=True), session=session)
+
+        first = await provider.complete("m", BODY, n=3)
+        second = await provider.complete("m", BODY, n=3)
+        other = await provider.complete("other-model", BODY, n=2)
+
+    assert [r.n for r in stub.completions] == [3, 1, 1, 1, 1, 1, 2, 1]
+    assert (first.calls, first.topped_up) == (3, 2)
+    assert (second.n, second.calls, second.topped_up) == (3, 3, 0)
+    assert (other.calls, other.topped_up) == (2, 1), "learnt per model, not per provider"
+
+
+async def test_a_seeded_request_split_into_calls_gets_one_seed_per_call(
+    session: aiohttp.ClientSession,
+) -> None:
+    """k one-choice calls for a seeded request carry seed, seed+1, ...: the same seed on each
+    gave k copies of one sample on llama.cpp's server; a top-up continues the sequence."""
+    seeded = {**BODY, "seed": 7}
+    async with StubUpstream(honours_n=False) as stub:
+        split = build_provider(config(stub.url, honours_n=False), session=session)
+        topped = build_provider(config(stub.url, honours_n=True), session=session)
+
+        await split.complete("m", seeded, n=3)
+        await topped.complete("m", seeded, n=3)
+        await split.complete("m", BODY, n=2)
+        await split.complete("m", {**BODY, "seed": 2**63 - 1}, n=2)
+
+    seeds = [r.body.get("seed") for r in stub.completions]
+    assert sorted(seeds[8:]) == [0, 2**63 - 1], "the sequence wraps within int64, never past it"
+    seeds = seeds[:8]
+    assert sorted(seeds[:3]) == [7, 8, 9], "one seed per concurrent call"
+    assert seeds[3] == 7 and sorted(seeds[4:6]) == [8, 9], "the top-up continues the sequence"
+    assert seeds[6:] == [None, None], "no seed is invented for an unseeded request"
+
+
 async def test_more_choices_than_asked_are_cut_to_n(
     stub: StubUpstream, session: aiohttp.ClientSession
 ) -> None:

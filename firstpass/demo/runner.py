@@ -10,11 +10,12 @@ network, no API keys.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,7 +29,15 @@ from firstpass.config import Config, config_from_dict
 from firstpass.receipts import verify_chain
 from firstpass.server import serve_forever
 
-__all__ = ["API_PATHS", "DemoRow", "DemoTask", "demo_config", "load_demo_tasks", "run_demo"]
+__all__ = [
+    "API_PATHS",
+    "DemoRow",
+    "DemoTask",
+    "demo_config",
+    "load_demo_tasks",
+    "run_demo",
+    "serving_proxy",
+]
 
 #: the model name demo requests ask for; the demo route matches it
 DEMO_MODEL = "firstpass-demo"
@@ -183,9 +192,10 @@ def _row(task_id: str, status: int, body: _Response, headers: Mapping[str, str])
     )
 
 
-async def _run(
-    config: Config, tasks: Sequence[DemoTask], mode: str | None, out: TextIO, api: str = "chat"
-) -> list[DemoRow]:
+@contextlib.asynccontextmanager
+async def serving_proxy(config: Config) -> AsyncIterator[str]:
+    """The real proxy (what ``firstpass serve`` runs) on a free loopback port, stopped on exit;
+    yields its base URL. Start-up errors surface here."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -199,7 +209,23 @@ async def _run(
     if server in done:  # start-up failed: surface its error
         ready_wait.cancel()
         server.result()
-    base = f"http://127.0.0.1:{port}"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await server
+
+
+async def _run(
+    config: Config, tasks: Sequence[DemoTask], mode: str | None, out: TextIO, api: str = "chat"
+) -> list[DemoRow]:
+    async with serving_proxy(config) as base:
+        return await _send_all(base, tasks, mode, out, api)
+
+
+async def _send_all(
+    base: str, tasks: Sequence[DemoTask], mode: str | None, out: TextIO, api: str
+) -> list[DemoRow]:
     print(
         f"proxy listening on {base} (replay upstream, offline), asked at {API_PATHS[api]}", file=out
     )
@@ -212,29 +238,25 @@ async def _run(
     print(header, file=out)
     print("-" * len(header), file=out)
     rows: list[DemoRow] = []
-    try:
-        async with aiohttp.ClientSession() as session:
-            for task in tasks:
-                async with session.post(
-                    base + API_PATHS[api],
-                    json=_request_body(task, mode, api),
-                    headers={"anthropic-version": "2023-06-01"} if api == "messages" else None,
-                ) as resp:
-                    body = await resp.json()
-                    row = _row(task["task_id"], resp.status, body, resp.headers)
-                rows.append(row)
-                line = (
-                    f"{row.task_id:<9} {row.status:>6} {row.action:<21} {row.regime or '-':<9} "
-                    f"{row.served_model or '-':<20} {row.visible:>7} {row.gate:<8} "
-                    f"{row.cost_usd:>9.6f} {row.overhead_ms:>7.1f}"
-                )
-                if mode == "shadow":
-                    label = {True: "pass", False: "fail", None: "-"}[row.gate_label]
-                    line += f"  {row.counterfactual or '-':<20} {label:<5}"
-                print(line, file=out)
-    finally:
-        stop.set()
-        await server
+    async with aiohttp.ClientSession() as session:
+        for task in tasks:
+            async with session.post(
+                base + API_PATHS[api],
+                json=_request_body(task, mode, api),
+                headers={"anthropic-version": "2023-06-01"} if api == "messages" else None,
+            ) as resp:
+                body = await resp.json()
+                row = _row(task["task_id"], resp.status, body, resp.headers)
+            rows.append(row)
+            line = (
+                f"{row.task_id:<9} {row.status:>6} {row.action:<21} {row.regime or '-':<9} "
+                f"{row.served_model or '-':<20} {row.visible:>7} {row.gate:<8} "
+                f"{row.cost_usd:>9.6f} {row.overhead_ms:>7.1f}"
+            )
+            if mode == "shadow":
+                label = {True: "pass", False: "fail", None: "-"}[row.gate_label]
+                line += f"  {row.counterfactual or '-':<20} {label:<5}"
+            print(line, file=out)
     return rows
 
 

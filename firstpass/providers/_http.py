@@ -123,6 +123,8 @@ class HttpProvider(ABC):
         self._owns_session = session is None
         self._rng = rng if rng is not None else random.Random()
         self._sleep = sleep
+        #: models seen to answer ``n > 1`` with one choice (``OpenAIProvider.ignores_n``)
+        self._ignores_n: set[str] = set()
 
     @classmethod
     @abstractmethod

@@ -221,27 +221,44 @@ class OpenAIProvider(HttpProvider):
     def honours_n(self) -> bool:
         return self._cfg.honours_n
 
+    def ignores_n(self, model: str) -> bool:
+        """Whether ``model`` answered an ``n > 1`` call with one choice: learnt from its own
+        response (llama.cpp's server, Ollama), so later calls go straight to ``n`` concurrent
+        one-choice calls instead of paying a call that returns one sample first."""
+        return model in self._ignores_n
+
     async def _complete(self, model: str, body: Mapping[str, object], n: int) -> Completion:
         """One call if ``n`` is honoured (topped up if it returns fewer), else ``n`` concurrent
         calls."""
         if self._session is None:
             await self.start()
         started = time.perf_counter()
-        if n == 1 or self.honours_n:
+        if n == 1 or (self.honours_n and not self.ignores_n(model)):
             first = await self._ask(model, body, n, started=started)
             missing = n - first.n
             if missing <= 0:
                 return first  # its latency is already counted from ``started``
-            log.warning(
-                "upstream returned fewer choices than asked; topping up",
-                provider=self.id,
-                model=model,
-                asked=n,
-                got=first.n,
-                hint="set honours_n = false for this provider",
-            )
+            if first.n == 1 and model not in self._ignores_n:
+                self._ignores_n.add(model)  # one choice for n > 1: the server ignores n
+                log.warning(
+                    "upstream ignores n: one choice for n > 1; its later calls for n samples "
+                    "go out as n concurrent calls",
+                    provider=self.id,
+                    model=model,
+                    asked=n,
+                    hint="set honours_n = false for this provider to skip the first probe",
+                )
+            else:
+                log.warning(
+                    "upstream returned fewer choices than asked; topping up",
+                    provider=self.id,
+                    model=model,
+                    asked=n,
+                    got=first.n,
+                    hint="set honours_n = false for this provider",
+                )
             try:
-                extra = await self._ask_all(model, body, missing)
+                extra = await self._ask_all(model, body, missing, seed_offset=1)
             except UpstreamError as exc:  # the first call answered and was billed: count it
                 exc.partial = merge_completions(
                     [first, *([exc.partial] if isinstance(exc.partial, Completion) else [])],
@@ -255,12 +272,20 @@ class OpenAIProvider(HttpProvider):
         parts = await self._ask_all(model, body, n)
         return merge_completions(parts, latency_ms=(time.perf_counter() - started) * 1000.0)
 
-    async def _ask_all(self, model: str, body: Mapping[str, object], k: int) -> list[Completion]:
+    async def _ask_all(
+        self, model: str, body: Mapping[str, object], k: int, *, seed_offset: int = 0
+    ) -> list[Completion]:
         """``k`` concurrent one-choice calls (``gather_all``: a failure raises with what the
-        others spent)."""
+        others spent). A request's ``seed`` goes out as ``seed + i`` on call ``i``: one seed on
+        every call made k copies of one sample on llama.cpp's server (measured), where ``n``
+        with a seed gives n distinct, reproducible choices; distinct seeds keep both."""
         give_up = asyncio.Event()
+        seed = body.get("seed")
+        bodies = [body] * k
+        if type(seed) is int and (k > 1 or seed_offset):
+            bodies = [{**body, "seed": (seed + seed_offset + i) % 2**63} for i in range(k)]
         return await gather_all(
-            [self._ask(model, body, 1, give_up=give_up) for _ in range(k)], give_up=give_up
+            [self._ask(model, b, 1, give_up=give_up) for b in bodies], give_up=give_up
         )
 
     async def _ask(
