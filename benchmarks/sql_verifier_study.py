@@ -24,8 +24,14 @@ number-injection recall of ``numbers_in_evidence`` and its false alarms on the u
 answers under other number styles; and the cost of ``run_blocking`` per answer with reruns off
 (``rerun_ms`` 0.001) and on (the default 500 ms). Prints numbers only; never asserts times.
 
-    python -m benchmarks.sql_verifier_study [--data DIR] [--limit N] [--inject-share 0.3]
-        [--seed 0] [--json OUT]
+A fixed split of the 16 databases (``SPLIT``, chosen before anyone looked, by the parity of
+the first hex digit of sha256(db_id)): checks are tuned on ``tune`` and measured on ``report``;
+``--split all`` (the default) prints both halves side by side: hard-gate precision and recall,
+recall on wrong predictions that run, the cascade's headroom captured, and per check its fire
+rate, precision and lift.
+
+    python -m benchmarks.sql_verifier_study [--split tune|report|all] [--data DIR] [--limit N]
+        [--inject-share 0.3] [--seed 0] [--json OUT]
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ import sqlite3
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +74,21 @@ CASCADES = (("codex-few-shot", "dail-sql-gpt4"), ("gpt4-zero-shot", "din-sql-gpt
 CHECK_NAMES = tuple(name for name, _ in RULES)
 SEVERITY = dict(RULES)
 STYLES = ("round2", "thousands", "percent")
+#: the fixed split: tune on the first half, report on the second (272 and 458 questions)
+SPLIT: dict[str, frozenset[str]] = {
+    "tune": frozenset(
+        {
+            "battle_death", "concert_singer", "cre_Doc_Template_Mgt", "employee_hire_evaluation",
+            "poker_player", "real_estate_properties", "singer", "voter_1",
+        }
+    ),
+    "report": frozenset(
+        {
+            "car_1", "course_teach", "flight_2", "museum_visit", "network_1", "pets_1",
+            "student_transcripts_tracking", "tvshow",
+        }
+    ),
+}  # fmt: skip
 
 
 # -- running SQL ------------------------------------------------------------------------------
@@ -266,6 +287,8 @@ def study(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for line in (root / "questions.jsonl").read_text().splitlines()
         if line.strip()
     ]
+    if args.split != "all":
+        questions = [q for q in questions if q["db_id"] in SPLIT[args.split]]
     if args.limit:
         questions = questions[: args.limit]
     checkers: dict[str, tuple[SqlEvidenceCheck, SqlEvidenceCheck]] = {}
@@ -346,6 +369,33 @@ def study(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     out["reruns_change_verdict"] = sum(p["hard"] != p["hard_off"] for p in pairs)
     out["examples"] = examples(pairs)
     out["diagnostics"] = diagnostics(pairs)
+    out["split"] = args.split
+    out["halves"] = halves(pairs)
+    return out
+
+
+def halves(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The held-out-style metrics on each half of the split that this run covers."""
+    out: dict[str, Any] = {}
+    for name, dbs in SPLIT.items():
+        sub = [p for p in pairs if p["db"] in dbs]
+        if not sub:
+            continue
+        summary = summarise(sub)
+        ran = [p for p in sub if not p["failed"]]
+        cascade = cascades(sub).get("codex-few-shot -> dail-sql-gpt4", {})
+        out[name] = {
+            "pairs": len(sub),
+            "questions": len({p["idx"] for p in sub}),
+            "wrong": summary["wrong"],
+            "wrong_that_run": sum(not p["ok"] for p in ran),
+            "hard": summary["overall"]["hard"],
+            "hard_on_run": _rates([p["hard"] for p in ran], [not p["ok"] for p in ran]),
+            "any_on_run": _rates([p["any"] for p in ran], [not p["ok"] for p in ran]),
+            "headroom_captured": cascade.get("hard", {}).get("headroom_captured", math.nan),
+            "headroom_captured_any": cascade.get("any", {}).get("headroom_captured", math.nan),
+            "checks": summary["checks"],
+        }
     return out
 
 
@@ -547,7 +597,7 @@ def diagnostics(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 
     def own_key(reason: str) -> bool:
         m = re.search(r"names '(\w+)' \((\w+)\.(\w+)\)", reason)
-        return bool(m) and m.group(3).lower() in (f"{m.group(1)}_id", f"{m.group(1)}id")
+        return m is not None and m.group(3).lower() in (f"{m.group(1)}_id", f"{m.group(1)}id")
 
     return {
         "failed_to_run": sum(p["failed"] for p in pairs),
@@ -695,7 +745,45 @@ def report(doc: dict[str, Any]) -> str:
         f"{doc['reruns_change_verdict']} pairs",
     ]
     lines += ["", f"diagnostics: {doc['diagnostics']}"]
+    lines += ["", *halves_report(doc["halves"])]
     return "\n".join(lines)
+
+
+def halves_report(h: dict[str, Any]) -> list[str]:
+    """The two halves of the split side by side (a half this run did not cover is left out)."""
+    names = list(h)
+    if not names:
+        return []
+    head = " | ".join(f"{n} ({h[n]['questions']} q, {h[n]['pairs']} pairs)" for n in names)
+    lines = [
+        f"split halves: | metric | {head} |",
+        "|---|" + "---|" * len(names),
+    ]
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("wrong (of which run)", lambda r: f"{r['wrong']} ({r['wrong_that_run']})"),
+        ("hard-gate precision", lambda r: _f(r["hard"]["precision"])),
+        ("hard-gate recall of wrong", lambda r: _f(r["hard"]["recall"])),
+        ("hard-gate recall of wrong that run", lambda r: _f(r["hard_on_run"]["recall"])),
+        ("hard-gate precision on queries that run", lambda r: _f(r["hard_on_run"]["precision"])),
+        ("any-part recall of wrong that run", lambda r: _f(r["any_on_run"]["recall"])),
+        ("cascade codex-few-shot -> dail-sql-gpt4, headroom captured (hard)",
+         lambda r: _f(r["headroom_captured"])),
+        ("the same, gate = any part", lambda r: _f(r["headroom_captured_any"])),
+    ]  # fmt: skip
+    for label, cell in rows:
+        lines.append(f"| {label} | " + " | ".join(cell(h[n]) for n in names) + " |")
+    lines += [
+        "",
+        "| check | severity | " + " | ".join(f"{n}: fires, precision, lift" for n in names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for check in CHECK_NAMES:
+        cells = []
+        for n in names:
+            r = h[n]["checks"][check]
+            cells.append(f"{r['fires']}, {_f(r['precision'])}, {_x(r['lift'])}")
+        lines.append(f"| {check} | {SEVERITY[check]} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -704,6 +792,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--data",
         help="shared data directory (default $FIRSTPASS_DATA, else "
         "<repo>/../shared/data); reads <data>/spider",
+    )
+    p.add_argument(
+        "--split",
+        choices=("tune", "report", "all"),
+        default="all",
+        help="only the databases of one half of SPLIT (default: both, reported side by side)",
     )
     p.add_argument("--limit", type=int, default=None, help="only the first N questions")
     p.add_argument("--max-rows", type=int, default=10_000, help="rows kept per result")

@@ -322,13 +322,13 @@ def test_a_slow_query_is_not_rerun_and_the_sub_result_says_so(db: Path) -> None:
     failed(again, "rerun_matches", "when rerun")
 
 
-def test_a_query_without_a_time_is_not_rerun(db: Path) -> None:
-    p = part(
-        run(db, "How many?", "5", [ev(COUNT_SINGERS, [[5]], elapsed_ms=None)]), "rerun_matches"
-    )
-    assert p.passed and p.reasons == (
-        "skipped: query 0: not cheap (no recorded time; reruns at most 500 ms); it compiles",
-    )
+def test_a_query_without_a_time_is_rerun(db: Path) -> None:
+    """Nothing says it was slow (issue 29: forged rows without ``elapsed_ms`` once passed)."""
+    result = run(db, "How many?", "5", [ev(COUNT_SINGERS, [[5]], elapsed_ms=None)])
+    failed(result, "rerun_matches", "query 0 returned other values when rerun")
+    honest = run(db, "How many?", "4", [ev(COUNT_SINGERS, [[4]], elapsed_ms=None)])
+    assert part(honest, "rerun_matches").passed
+    assert not part(honest, "rerun_matches").reasons  # rerun, not skipped
 
 
 def test_a_truncated_result_is_not_rerun(db: Path) -> None:
@@ -404,15 +404,19 @@ def test_tolerant_numbers_through_the_check(db: Path) -> None:
     answer = "Over 4 concerts on 2021-03-04 the mean was 1,496.19 and the total 5,984.75."
     result = run(db, "What is the mean and total revenue?", answer, [ev(sql, rows)])
     passed(result, "numbers_in_evidence")
+    # (queries that read a table: a constant-only SELECT is no evidence since issue 29)
+    french = "SELECT avg(country = 'France') FROM singer"
     share = run(db, "What share of singers are French?", "50% of them, and −2 fewer than 4? No: 50%.",
-                [ev("SELECT 0.5", [[0.5]])])  # fmt: skip
+                [ev(french, [[0.5]])])  # fmt: skip
     failed(share, "numbers_in_evidence", "the answer states −2")
-    negative = run(db, "What is the change?", "It fell by −5.", [ev("SELECT -5", [[-5]])])
+    change = "SELECT min(age) - 32 FROM singer"
+    negative = run(db, "What is the change?", "It fell by −5.", [ev(change, [[-5]])])
     passed(negative, "numbers_in_evidence")
-    rounded = run(db, "What is pi?", "3.14", [ev("SELECT 3.14159", [[3.14159]])])
+    mean = "SELECT avg(revenue) FROM concert"
+    rounded = run(db, "What is the mean?", "1,496.19", [ev(mean, [[1496.1875]])])
     passed(rounded, "numbers_in_evidence")
-    wrong = run(db, "What is pi?", "3.15", [ev("SELECT 3.14159", [[3.14159]])])
-    failed(wrong, "numbers_in_evidence", "3.15")
+    wrong = run(db, "What is the mean?", "1,496.3", [ev(mean, [[1496.1875]])])
+    failed(wrong, "numbers_in_evidence", "1,496.3")
 
 
 # -- where evidence comes from --------------------------------------------------------------------

@@ -84,6 +84,7 @@ class FeedbackLabels:
             and type(candidate) is int
             and served.get("sample") == candidate
             and served.get("revision", 0) == 0
+            and not served.get("followup")  # a follow-up call's answer is not the sample
         )
 
     def apply(self, failed: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.bool_], dict[str, int]]:

@@ -51,7 +51,17 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "composite": ("checks", "mode"),
     "command": ("argv", "timeout_s", "cpu_s", "memory_mb"),
     "judge": ("model", "rubric", "min_score", "max_tokens"),
-    "sql_evidence": ("database", "tool", "argument", "rerun_ms", "budget_ms", "rerun"),
+    "sql_evidence": (
+        "database",
+        "tool",
+        "argument",
+        "rerun_ms",
+        "budget_ms",
+        "rerun",
+        "reask",
+        "self_check",
+        "reask_rows",
+    ),
 }
 _COMMON = ("kind", "name", "on_abstain", "severity")
 _REQUIRED = {
@@ -235,9 +245,24 @@ def checks_digest(defs: Sequence[CheckDef]) -> str | None:
     if not defs:
         return None
     canonical = json.dumps(
-        [d.raw for d in defs], sort_keys=True, separators=(",", ":"), default=str
+        [_verdict_options(d.raw) for d in defs], sort_keys=True, separators=(",", ":"), default=str
     )
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+#: options that change no verdict, left out of ``checks_digest``: an ``sql_evidence`` check's
+#: follow-up calls run after its verdict, on cascade attempts only, never on a probe's samples
+_NOT_VERDICT = {"sql_evidence": frozenset({"reask", "self_check", "reask_rows"})}
+
+
+def _verdict_options(raw: Mapping[str, object]) -> Mapping[str, object]:
+    """``raw`` without the options that change no verdict (composites' parts too)."""
+    dropped = _NOT_VERDICT.get(str(raw.get("kind")), frozenset())
+    out = {k: v for k, v in raw.items() if k not in dropped}
+    parts = out.get("checks")
+    if isinstance(parts, list):
+        out["checks"] = [_verdict_options(p) if isinstance(p, Mapping) else p for p in parts]
+    return out
 
 
 def build_check(defn: CheckDef, judges: JudgeResolver | None = None) -> Check:

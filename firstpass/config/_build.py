@@ -26,7 +26,7 @@ from firstpass.config._elastic import (
     build_elastic,
     probe_output_cap,
 )
-from firstpass.config._env import ENV_ELASTIC_MODE, apply_env
+from firstpass.config._env import ENV_ELASTIC_MODE, apply_env, sql_follow_up_switches
 from firstpass.config._model import (
     ANY_MODEL,
     MAX_K,
@@ -125,7 +125,8 @@ def config_from_dict(
     receipts = _receipts(f.get_table(data, "receipts", "", {}), base_dir)
     providers = _providers(f.get_tables(data, "provider", ""), base_dir, env)
     prices = _prices(f.get_tables(data, "price", ""), providers)
-    routes = _routes(f.get_tables(data, "route", ""), providers, prices, base_dir)
+    route_tables = sql_follow_up_switches(env, f.get_tables(data, "route", ""))
+    routes = _routes(route_tables, providers, prices, base_dir)
     _check_judges(routes, providers, prices)
     _check_key_routes(server, routes)
     elastic = build_elastic(f.get_table(data, "escalation", "", {}), base_dir)

@@ -23,6 +23,8 @@ ENV_PORT = "FIRSTPASS_PORT"
 ENV_RECEIPTS = "FIRSTPASS_RECEIPTS"
 ENV_ELASTIC_MODE = "FIRSTPASS_ELASTIC_MODE"
 ENV_REPLICA = "FIRSTPASS_REPLICA"
+ENV_SQL_REASK = "FIRSTPASS_SQL_REASK"
+ENV_SQL_SELF_CHECK = "FIRSTPASS_SQL_SELF_CHECK"
 
 
 def apply_env(
@@ -62,3 +64,44 @@ def apply_env(
         else:
             elastic = dataclasses.replace(elastic or ElasticConfig(), mode=mode)
     return server, receipts, elastic
+
+
+def sql_follow_up_switches(
+    env: Mapping[str, str], routes: list[Mapping[str, object]]
+) -> list[Mapping[str, object]]:
+    """FIRSTPASS_SQL_REASK / _SQL_SELF_CHECK = ``0`` turn that follow-up off in every
+    ``sql_evidence`` check of every route (composites included), as if each said
+    ``reask = false`` / ``self_check = false``; ``1`` leaves the file's choice. Applied to the
+    raw route tables, so the digest reflects it."""
+    off: dict[str, bool] = {}
+    for name, key in ((ENV_SQL_REASK, "reask"), (ENV_SQL_SELF_CHECK, "self_check")):
+        if name not in env:
+            continue
+        raw = env[name].strip().lower()
+        if raw in ("0", "false", "off", "no"):
+            off[key] = False
+        elif raw not in ("1", "true", "on", "yes"):
+            raise ConfigError(name, f"expected 0 (off) or 1, got {f.describe(env[name])}")
+    if not off:
+        return routes
+    return [
+        {
+            k: [_switched(c, off) for c in v]
+            if k in ("visible_checks", "gate_checks") and isinstance(v, list)
+            else v
+            for k, v in table.items()
+        }
+        for table in routes
+    ]
+
+
+def _switched(check: object, off: Mapping[str, bool]) -> object:
+    if not isinstance(check, Mapping):
+        return check  # the check list's own validation names it
+    out = dict(check)
+    if out.get("kind") == "sql_evidence":
+        out.update(off)
+    parts = out.get("checks")
+    if isinstance(parts, list):
+        out["checks"] = [_switched(p, off) for p in parts]
+    return out

@@ -19,6 +19,7 @@ from firstpass.receipts import (
     UNSET,
     Action,
     Counterfactual,
+    FollowUpKind,
     Mode,
     RequestInfo,
     UnsetType,
@@ -189,6 +190,8 @@ class Answer:
     sample: int = 0
     #: 0 for the rung's first answer, n for its n-th revision
     revision: int = 0
+    #: the answer of an SQL follow-up call (``_sql_followup``), None: the rung's own
+    followup: FollowUpKind | None = None
 
     def served(self, verification: Verification) -> Served:
         return Served(
@@ -200,6 +203,7 @@ class Answer:
             completion=self.completion,
             sample=self.sample,
             revision=self.revision,
+            followup=self.followup,
         )
 
 

@@ -31,6 +31,7 @@ from firstpass.pipeline._budget import (
 )
 from firstpass.pipeline._regime import request_regime
 from firstpass.pipeline._seams import SandboxRunner, SandboxVerdict
+from firstpass.pipeline._sql_followup import sql_follow_up
 from firstpass.pipeline._state import (
     Answer,
     LadderResult,
@@ -210,6 +211,9 @@ class Steps:
         if purpose == "attempt":
             self.note_verified(req, state)
         if purpose == "attempt":
+            # an SQL answer's follow-up call (a corrective re-ask, a self-check) may replace
+            # it with one that passes; the revision loop goes on from whichever is last
+            visible, gate = await sql_follow_up(self, req, state, visible, gate)
             await self.revise(req, state, visible, gate)
 
     @staticmethod

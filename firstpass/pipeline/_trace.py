@@ -35,6 +35,8 @@ from firstpass.receipts import (
     DroppedCase,
     ErrorBrief,
     ErrorRecord,
+    FollowUp,
+    FollowUpKind,
     Mode,
     ProbeRecord,
     Purpose,
@@ -65,6 +67,8 @@ class Served:
     completion: Completion
     sample: int = 0  # which sample of the rung's call (the elastic probe draws several)
     revision: int = 0  # which revision of the rung's answer (0: the first answer)
+    #: the answer of an SQL follow-up call (``_sql_followup``), None: the rung's own
+    followup: FollowUpKind | None = None
 
     @property
     def answer(self) -> str:
@@ -174,6 +178,8 @@ class Trace:
     steps: list[str] = field(default_factory=list)
     #: one loop per rung the revision loop ran on (``Steps.revise``)
     revisions: list[RevisionLoop] = field(default_factory=list)
+    #: the SQL follow-up calls made (``_sql_followup``)
+    followups: list[FollowUp] = field(default_factory=list)
     spend: _Spend = field(default_factory=_Spend)
     #: input tokens of the first call that answered (per call): prices the estimates
     input_tokens_seen: int | None = None
@@ -317,6 +323,12 @@ class Trace:
         self.revisions.append(loop)
         return loop
 
+    def follow_up(self, *, rung: int, kind: FollowUpKind, check: str) -> FollowUp:
+        """Start recording an SQL follow-up call on ``rung``'s answer."""
+        entry = FollowUp(rung=rung, kind=kind, check=check)
+        self.followups.append(entry)
+        return entry
+
     def probe_wall(self, ms: float) -> None:
         """Wall time of one elastic probe: its k-sample call and its visible checks."""
         self.spend.probe_ms += ms
@@ -357,7 +369,7 @@ class Trace:
         for made in self.upstream_calls:
             if (
                 made.rung == rung_index
-                and made.purpose != "revision"
+                and made.purpose not in ("revision", "reask", "self_check")
                 and made.error is None
                 and made.calls > 0
                 and made.input_tokens > 0
@@ -373,14 +385,20 @@ class Trace:
         for c in self.upstream_calls:
             if c.purpose == "probe":
                 calls += c.cost_usd / max(1, c.n)
-            elif c.purpose in ("attempt", "revision", "passthrough"):
+            elif c.purpose in ("attempt", "revision", "passthrough", "reask", "self_check"):
                 calls += c.cost_usd
         return calls + self.spend.checks_cost_usd - self.spend.label_checks_usd
 
     def stage_of(self, kind: Stage, served: Served) -> CheckEntry | None:
         """The last ``kind`` stage run on exactly the served answer (its rung, sample and
         revision; label runs excluded)."""
-        purpose = f"revision:{served.revision}" if served.revision else UNSET
+        purpose = (
+            served.followup
+            if served.followup is not None
+            else f"revision:{served.revision}"
+            if served.revision
+            else UNSET
+        )
         for entry in reversed(self.checks):
             if (
                 entry.kind == kind
@@ -491,6 +509,7 @@ class Trace:
                 answer_sha256=sha256_text(served.answer),
                 verification=served.verification,
                 revision=served.revision or UNSET,
+                followup=served.followup or UNSET,
             ),
             cost=Cost(
                 total_usd=usd(spend.cost_usd),
@@ -510,5 +529,6 @@ class Trace:
             ),
             error=error,
             revisions=self.revisions or UNSET,
+            followups=self.followups or UNSET,
             content=UNSET if content is None else content,
         )

@@ -39,6 +39,9 @@ __all__ = [
     "DroppedCase",
     "ErrorBrief",
     "ErrorRecord",
+    "FollowUp",
+    "FollowUpKind",
+    "FollowUpStop",
     "GivenRecord",
     "Mode",
     "ProbeRecord",
@@ -95,8 +98,13 @@ Counterfactual = Literal[
 ]
 #: the probe's regime: the pass share against λ and ``escalate_at``
 Regime = Literal["escalate", "gate", "serve"]
-#: why an upstream call was made (``label``: only to label a shadow receipt)
-Purpose = Literal["attempt", "probe", "revision", "passthrough", "label"]
+#: why an upstream call was made (``label``: only to label a shadow receipt; ``reask`` and
+#: ``self_check``: an SQL answer's follow-up calls, docs/checks.md "Follow-up calls")
+Purpose = Literal["attempt", "probe", "revision", "passthrough", "label", "reask", "self_check"]
+#: an SQL answer's follow-up call: the corrective re-ask, or the self-check
+FollowUpKind = Literal["reask", "self_check"]
+#: why a follow-up gave no answer to check
+FollowUpStop = Literal["deadline", "budget", "upstream_error", "interrupted", "tool_turn"]
 #: how much Firstpass vouches for the served answer
 Verification = Literal["verified", "unverified", "unchecked", "gate_skipped"]
 #: a check stage: the visible tests and checks, or the gate (hidden tests and gate checks)
@@ -358,6 +366,8 @@ class ServedRecord(_Part):
     answer_sha256: str
     verification: Verification
     revision: int | UnsetType = UNSET
+    #: the answer came from an SQL follow-up call (``followups``)
+    followup: FollowUpKind | UnsetType = UNSET
 
 
 class Cost(_Part):
@@ -407,6 +417,22 @@ class RevisionLoop(_Part):
     stopped: RevisionStop | None = None
 
 
+class FollowUp(_Part):
+    """One SQL follow-up call on a rung's answer (docs/checks.md, "Follow-up calls"): its
+    kind, the ``sql_evidence`` check that asked for it, whether its answer passed every check
+    (unset: no answer, ``stopped`` says why), whether its numbers agreed with the first
+    answer's (null: not compared), and what it cost (its call is in ``upstream_calls``)."""
+
+    rung: int
+    kind: FollowUpKind
+    check: str
+    passed: bool | UnsetType = UNSET
+    answers_agree: bool | UnsetType | None = UNSET
+    cost_usd: Number | UnsetType = UNSET
+    stopped: FollowUpStop | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
 class Content(_Part):
     """The prompt and the answer as text (only with ``[receipts] store_content``)."""
 
@@ -433,6 +459,7 @@ class Receipt(_Part):
     timings_ms: Timings
     error: ErrorRecord | None
     revisions: list[RevisionLoop] | UnsetType = UNSET
+    followups: list[FollowUp] | UnsetType = UNSET
     content: Content | UnsetType = UNSET
     schema_version: int | UnsetType = UNSET
     # the chain's links, on a line read back from a log (the writer adds them)

@@ -41,6 +41,7 @@ _PARTS: tuple[type[msgspec.Struct], ...] = (
     _schema.ErrorRecord,
     _schema.RevisionLoop,
     _schema.RevisionAttempt,
+    _schema.FollowUp,
     _schema.Content,
 )
 

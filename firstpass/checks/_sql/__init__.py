@@ -1,6 +1,7 @@
 """``sql_evidence``: an analytics answer checked against the SQL work it stands on.
 
-See ``_check.py`` for the kind, ``_rules.py`` for the ten checks, docs/checks.md for the limits.
+See ``_check.py`` for the kind, ``_rules.py`` for the first ten checks, ``_semantic.py`` for
+the semantic ones after them, docs/checks.md for the limits.
 """
 
 from firstpass.checks._sql._check import SQL_CATEGORIES, SqlEvidenceCheck

@@ -1,4 +1,5 @@
-"""The ``sql_evidence`` check kind: the ten checks of ``_rules`` over an answer's evidence.
+"""The ``sql_evidence`` check kind: the twenty checks of ``_rules`` (ten, and ten semantic
+ones from ``_semantic``) over an answer's evidence.
 
 The database is named by the route's config (a request never names a file); evidence comes from
 the request's ``firstpass.evidence`` when it sends one, else from its conversation's tool calls
@@ -16,8 +17,22 @@ from pathlib import Path
 from firstpass.checks._base import CheckRequest, Options
 from firstpass.checks._offload import off_loop
 from firstpass.checks._result import CheckResult, combine
-from firstpass.checks._sql._db import Database
-from firstpass.checks._sql._evidence import Evidence, evidence_from_list, evidence_from_messages
+from firstpass.checks._sql._db import Database, DatabaseBusy
+from firstpass.checks._sql._evidence import (
+    Evidence,
+    Support,
+    evidence_from_list,
+    evidence_from_messages,
+    support_from_list,
+)
+from firstpass.checks._sql._followup import (
+    ROWS_SHOWN,
+    Reconciled,
+    answers_agree,
+    reconcile,
+    strict_facts,
+    with_agreement,
+)
 from firstpass.checks._sql._rules import CHECKS, RULES, Facts, parse_evidence
 from firstpass.checks._taxonomy import register_category
 from firstpass.errors import CheckSpecError
@@ -36,6 +51,18 @@ SQL_CATEGORIES = {
     "sql_join_when_two_tables": "the question spans two tables, the SQL reads one",
     "sql_date_group_not_null": "grouping by a date expression gave a NULL key",
     "sql_aggregates_attributed": "a value is told under the wrong aggregate",
+    "sql_filter_value_exists": "the SQL filters on a value no row of that column holds",
+    "sql_filter_satisfiable": "conditions joined by AND that no single row can meet",
+    "sql_join_keys_related": "a join on columns that are no foreign key and not named like one",
+    "sql_order_matches_superlative": "ORDER BY ... LIMIT runs against the question's superlative",
+    "sql_result_not_empty": "the result is empty though the question asks for rows",
+    "sql_distinct_when_asked": "the question asks for different values; the result repeats rows",
+    "sql_both_conditions_met": "the question asks for both conditions; the SQL keeps either",
+    "sql_one_answer_one_row": "one superlative answer asked; the SQL returns every group's row",
+    "sql_count_not_fanned_out": "a count of join rows where the question counts distinct things",
+    "sql_ranking_value_not_asked": "the result carries the aggregate it ranks by, not asked for",
+    "sql_exclusion_per_entity": "a LEFT JOIN's <> keeps what the question excludes, through its "
+    "other rows",
 }
 for _name, _text in SQL_CATEGORIES.items():
     register_category(_name, _text)
@@ -45,7 +72,8 @@ for _name, _text in SQL_CATEGORIES.items():
 class SqlEvidenceCheck:
     """``database``: the SQLite file (read-only); ``tool``/``argument``: the SQL tool's name
     and the argument holding its SQL; ``rerun_ms``: queries recorded at most this long are
-    rerun; ``budget_ms``: the time one rerun (or probe of the database) may take."""
+    rerun; ``budget_ms``: the time one rerun (or probe of the database) may take, and half
+    of what all of one run's reruns and probes may take together (past it they abstain)."""
 
     options: Options
     database: str | Path
@@ -58,6 +86,14 @@ class SqlEvidenceCheck:
     #: ``budget_ms`` whatever the evidence claims (a client that writes the evidence cannot
     #: then dodge the rerun by claiming a query was slow)
     rerun: str = "cheap"
+    #: the pipeline's follow-up calls (docs/checks.md, "Follow-up calls"): a corrective
+    #: re-ask when a rerun disagrees, a self-check when a warning remains
+    reask: bool = True
+    self_check: bool = True
+    #: rows of each disagreeing rerun the re-ask shows the model (0: none, only what the
+    #: check reports); the answer is served to the client, so above 0 the route's clients must
+    #: be allowed to read the database (docs/checks.md, "Follow-up calls")
+    reask_rows: int = 0
     kind: str = "sql_evidence"
 
     def __post_init__(self) -> None:
@@ -70,6 +106,12 @@ class SqlEvidenceCheck:
             raise CheckSpecError("database", f"{self.database!r} is not a SQLite file")
         if not os.access(path, os.R_OK):
             raise CheckSpecError("database", f"{path} is not readable")
+        for key in ("reask", "self_check"):
+            if not isinstance(getattr(self, key), bool):
+                raise CheckSpecError(key, f"expected true or false, got {getattr(self, key)!r}")
+        rows = self.reask_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= ROWS_SHOWN:
+            raise CheckSpecError("reask_rows", f"expected 0 to {ROWS_SHOWN} rows, got {rows!r}")
         if self.rerun not in ("cheap", "all"):
             raise CheckSpecError("rerun", f'expected "cheap" or "all", got {self.rerun!r}')
         for key in ("tool", "argument"):
@@ -79,9 +121,11 @@ class SqlEvidenceCheck:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= most:
                 raise CheckSpecError(key, f"expected a number in (0, {most:g}], got {v!r}")
-        db = Database(path)
+        db = Database(path, lock_wait_s=self.budget_ms / 1000.0)
         try:
             db.schema()
+        except DatabaseBusy:
+            pass  # a writer holds it now: the schema is read at the first run
         except Exception as exc:  # not a database, or unreadable: refuse at build
             raise CheckSpecError("database", f"{path} cannot be opened: {exc}") from exc
         object.__setattr__(self, "_db", db)
@@ -95,8 +139,29 @@ class SqlEvidenceCheck:
             return evidence_from_list(list(request.evidence))
         return evidence_from_messages(request.messages, tool=self.tool, argument=self.argument)
 
+    def support(self, request: CheckRequest) -> tuple[Support, ...]:
+        """The request's support items (Python output, summaries): numbers, never rerun."""
+        return support_from_list(list(request.evidence)) if request.evidence else ()
+
     async def run(self, answer: str, request: CheckRequest) -> CheckResult:
         return await off_loop(self.run_blocking, answer, request)
+
+    async def reconcile(self, request: CheckRequest, result: CheckResult) -> Reconciled | None:
+        """The reruns that disagreed in ``result``, rerun now, for a corrective re-ask (on a
+        view of its own: its reruns and lock waits share one run's budget, as the check's do)."""
+        budget_s = self.budget_ms / 1000.0
+        root: Database = self.__dict__["_db"]
+        db = root.for_run(budget_s)
+        items = self.evidence(request)
+        return await off_loop(reconcile, db, items, result, budget_s, self.reask_rows)
+
+    async def strict_facts(self, request: CheckRequest, result: CheckResult) -> str | None:
+        """What a self-check states when ``result`` holds a failed warning (else None)."""
+        return await off_loop(strict_facts, request.prompt, self.evidence(request), result)
+
+    def compared(self, result: CheckResult, first: str, second: str) -> CheckResult:
+        """``result`` (of ``second``) with its numbers compared to ``first``'s."""
+        return with_agreement(result, answers_agree(first, second))
 
     def run_blocking(self, answer: str, request: CheckRequest) -> CheckResult:
         """The check, synchronously (the CLI and the benchmarks call it so)."""
@@ -110,16 +175,23 @@ class SqlEvidenceCheck:
                 "no firstpass.evidence",
                 "sql_no_evidence",
             )
-        db: Database = self.__dict__["_db"]
+        # one run's view: its waits on a writer's lock add up to one budget at most
+        root: Database = self.__dict__["_db"]
+        db = root.for_run(self.budget_ms / 1000.0)
+        try:
+            schema = db.schema()
+        except DatabaseBusy as exc:
+            return self._locked(str(exc))
         facts = Facts(
             question=request.prompt,
             answer=answer,
             items=parse_evidence(items),
             db=db,
-            schema=db.schema(),
+            schema=schema,
             rerun_ms=self.rerun_ms,
             budget_s=self.budget_ms / 1000.0,
             rerun_all=self.rerun == "all",
+            support=self.support(request),
         )
         parts = []
         for (name, severity), rule in zip(RULES, CHECKS, strict=True):
@@ -145,9 +217,31 @@ class SqlEvidenceCheck:
         )
         return result
 
+    def _locked(self, reason: str) -> CheckResult:
+        """A writer held the database past the budget before anything could be read: nothing
+        was checked, and what could not be checked does not pass (every check abstains)."""
+        parts = tuple(
+            Options(name=name, severity=severity).result(
+                self.kind,
+                verdict="abstain",
+                score=0.0,
+                reasons=(f"could not check: {reason}",),
+                category="check_error",
+                details={"database_locked": True},
+            )
+            for name, severity in RULES
+        )
+        return combine(
+            self.name,
+            parts,
+            kind=self.kind,
+            on_abstain=self.options.on_abstain,
+            severity=self.options.severity,
+        )
+
     def _fail(self, reason: str, category: str) -> CheckResult:
-        """A failure before any check could run: the ten are listed, each skipped, so every
-        result names all ten."""
+        """A failure before any check could run: every check is listed, each skipped, so every
+        result names all twenty."""
         skipped = tuple(
             Options(name=name, severity=severity).result(
                 self.kind,

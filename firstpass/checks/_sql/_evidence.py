@@ -4,6 +4,10 @@ It comes from the conversation the way agent harnesses send it (an assistant's `
 to the configured SQL tool, its argument holding the SQL, and the ``tool`` message answering it
 with the result), or from an explicit list (``firstpass.evidence``, ``firstpass check
 --evidence``): ``{"sql", "columns", "rows", "elapsed_ms", "truncated"}``.
+
+The list may also carry work beside the SQL that supports numbers (``Support``): a Python run's
+output, ``{"kind": "python", "code", "output"}``, and a summary, ``{"kind": "summary",
+"text"}``. Their numbers count as held; nothing reruns them (the harness's word is taken).
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ from dataclasses import dataclass
 
 from firstpass.errors import CheckSpecError
 
-__all__ = ["Evidence", "evidence_from_list", "evidence_from_messages"]
+__all__ = [
+    "Evidence",
+    "Support",
+    "evidence_from_list",
+    "evidence_from_messages",
+    "support_from_list",
+]
 
 #: evidence items one answer may carry, and rows kept per item
 MAX_ITEMS = 32
@@ -34,6 +44,23 @@ class Evidence:
     rows: tuple[tuple[Cell, ...], ...] | None = None
     elapsed_ms: float | None = None
     truncated: bool = False
+
+
+#: support kinds and the field holding each one's text
+SUPPORT_TEXT = {"python": "output", "summary": "text"}
+#: characters kept of one support item's text
+MAX_SUPPORT_CHARS = 100_000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Support:
+    """Work beside the SQL that may support the answer's numbers (a Python run's output, a
+    summary): its numbers count as held, and it is never rerun. ``where``: its place in the
+    list (``[2]``)."""
+
+    kind: str
+    text: str
+    where: str
 
 
 #: the largest run time a float holds: an integer past it would fail to convert (OverflowError)
@@ -89,13 +116,47 @@ def _item(raw: object, where: str) -> Evidence:
     )
 
 
-def evidence_from_list(raw: object) -> tuple[Evidence, ...]:
-    """An explicit evidence list; ``CheckSpecError`` names the bad item (``[2].rows``)."""
+def _support(raw: Mapping[str, object], where: str) -> Support | None:
+    """A support item, or None for an SQL item (no ``kind``, or ``"sql"``)."""
+    kind = raw.get("kind", "sql")
+    if kind == "sql":
+        return None
+    if not isinstance(kind, str) or kind not in SUPPORT_TEXT:
+        raise CheckSpecError(
+            f"{where}.kind", f'expected "sql", "python" or "summary", got {kind!r}'
+        )
+    field = SUPPORT_TEXT[kind]
+    text = raw.get(field)
+    if not isinstance(text, str):
+        raise CheckSpecError(f"{where}.{field}", f"expected the {kind} item's {field} as text")
+    code = raw.get("code")
+    if kind == "python" and code is not None and not isinstance(code, str):
+        raise CheckSpecError(f"{where}.code", "expected the Python code as text")
+    return Support(kind=kind, text=text[:MAX_SUPPORT_CHARS], where=where)
+
+
+def _checked_list(raw: object) -> list[tuple[str, Evidence | Support]]:
     if not isinstance(raw, list):
         raise CheckSpecError("", "expected a list of {sql, columns, rows, elapsed_ms, truncated}")
     if len(raw) > MAX_ITEMS:
         raise CheckSpecError("", f"at most {MAX_ITEMS} evidence items, got {len(raw)}")
-    return tuple(_item(item, f"[{i}]") for i, item in enumerate(raw))
+    out: list[tuple[str, Evidence | Support]] = []
+    for i, item in enumerate(raw):
+        where = f"[{i}]"
+        support = _support(item, where) if isinstance(item, Mapping) else None
+        out.append((where, support if support is not None else _item(item, where)))
+    return out
+
+
+def evidence_from_list(raw: object) -> tuple[Evidence, ...]:
+    """An explicit evidence list's SQL items (its support items are checked, and left to
+    ``support_from_list``); ``CheckSpecError`` names the bad item (``[2].rows``)."""
+    return tuple(e for _, e in _checked_list(raw) if isinstance(e, Evidence))
+
+
+def support_from_list(raw: object) -> tuple[Support, ...]:
+    """An explicit evidence list's support items (Python output, summaries)."""
+    return tuple(e for _, e in _checked_list(raw) if isinstance(e, Support))
 
 
 def _arguments(call: Mapping[str, object]) -> Mapping[str, object] | None:
