@@ -14,6 +14,7 @@ import pytest
 
 from firstpass.checks._sql import RULES
 from tests.server_harness import CHEAP, MODEL, STRONG
+from tests.sql_conversation import sql_tool_conversation
 from tests.stub_upstream import Reply
 
 #: e2e: every test drives a live server with the real openai SDK
@@ -47,21 +48,7 @@ RESULT = {
 
 def conversation() -> list[dict[str, Any]]:
     """What an agent harness sends: the question, its SQL tool call and the tool's result."""
-    return [
-        {"role": "user", "content": "What is the total order amount per region?"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "sql", "arguments": json.dumps({"sql": SQL})},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(RESULT)},
-    ]
+    return sql_tool_conversation("What is the total order amount per region?", SQL, RESULT)
 
 
 def route(db: Path, **extra: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from tests.server_harness import CHEAP, MODEL, STRONG
+from tests.sql_conversation import sql_tool_conversation
 from tests.stub_upstream import Reply
 
 #: e2e: every test drives a live server with the real openai SDK
@@ -59,21 +60,7 @@ def sales_db(tmp_path: Path) -> Path:
 def conversation(question: str, rows: list[list[Any]]) -> list[dict[str, Any]]:
     """What an agent harness sends: the question, its SQL tool call and the tool's result."""
     result = {"columns": ["region", "total"], "rows": rows, "elapsed_ms": 0.4}
-    return [
-        {"role": "user", "content": question},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "sql", "arguments": json.dumps({"sql": SQL})},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(result)},
-    ]
+    return sql_tool_conversation(question, SQL, result)
 
 
 def sql_route(db: Path, **check: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from firstpass._console import invoked_as
 from firstpass._json import JSON
 from firstpass.config import Config, config_from_dict
 from firstpass.demo.local_model import LocalServer, start_local_server
-from firstpass.demo.runner import DemoTask, load_demo_tasks, serving_proxy
+from firstpass.demo.runner import DemoTask, load_demo_tasks, serving_proxy, task_extension
 from firstpass.receipts import Receipt, UnsetType, find_receipt, receipt_from_builtins, verify_chain
 
 __all__ = ["LOCAL_DEMO_MODEL", "LOCAL_PRICE", "LiveRow", "local_demo_config", "run_local_demo"]
@@ -112,18 +112,11 @@ class LiveRow:
 
 
 def _request_body(task: DemoTask, max_tokens: int) -> dict[str, JSON]:
-    firstpass: dict[str, JSON] = {
-        "tests": {"visible": task["visible_tests"], "hidden": task["hidden_tests"]},
-        "entry_point": task["entry_point"],
-        "task_id": task["task_id"],
-    }
-    if task.get("setup"):
-        firstpass["setup"] = task["setup"]
     return {
         "model": LOCAL_DEMO_MODEL,
         "messages": [{"role": "user", "content": task["prompt"]}],
         "max_tokens": max_tokens,
-        "firstpass": firstpass,
+        "firstpass": task_extension(task),
     }
 
 

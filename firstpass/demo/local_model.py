@@ -136,8 +136,9 @@ def find_model(python: str | None = None) -> Path:
 
 def default_threads() -> int:
     """Half the cores, at most 4. ggml's OpenMP workers spin while they wait; on a shared
-    2-core machine two of them beside other work turned 3 s answers into 75 s ones (measured
-    here), one did not. ``OMP_WAIT_POLICY=PASSIVE`` (set for the server) stops the spinning."""
+    2-core machine two of them beside other work made some answers many times slower (seen
+    once here, not a benchmark), one did not. ``OMP_WAIT_POLICY=PASSIVE`` (set for the
+    server) stops the spinning."""
     return max(1, min(4, (os.cpu_count() or 2) // 2))
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "load_demo_tasks",
     "run_demo",
     "serving_proxy",
+    "task_extension",
 ]
 
 #: the model name demo requests ask for; the demo route matches it
@@ -151,7 +152,9 @@ class DemoRow:
     gate_label: bool | None = None
 
 
-def _request_body(task: DemoTask, mode: str | None, api: str = "chat") -> dict[str, JSON]:
+def task_extension(task: DemoTask) -> dict[str, JSON]:
+    """A demo task's ``firstpass`` request object: its visible and hidden tests, entry point,
+    task id and setup (both demos send it)."""
     firstpass: dict[str, JSON] = {
         "tests": {"visible": task["visible_tests"], "hidden": task["hidden_tests"]},
         "entry_point": task["entry_point"],
@@ -159,6 +162,11 @@ def _request_body(task: DemoTask, mode: str | None, api: str = "chat") -> dict[s
     }
     if task.get("setup"):
         firstpass["setup"] = task["setup"]
+    return firstpass
+
+
+def _request_body(task: DemoTask, mode: str | None, api: str = "chat") -> dict[str, JSON]:
+    firstpass = task_extension(task)
     if mode:
         firstpass["mode"] = mode
     if api == "responses":
