@@ -695,30 +695,76 @@ async def run_tasks(
     return out
 
 
+def _at_least(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {value}")
+        return value
+
+    return parse
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or len(text) <= len("https://"):
+        raise argparse.ArgumentTypeError(f"expected an http(s) URL ending in /v1, got {text!r}")
+    return text
+
+
+def _price_arg(text: str) -> str:
+    try:
+        _price(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected IN,OUT: two finite numbers >= 0, USD per million tokens, got {text!r}"
+        ) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--base-url", help="the OpenAI-compatible server, ending in /v1")
+    p.add_argument("--base-url", type=_http_url, help="the OpenAI-compatible server, ending in /v1")
     p.add_argument("--model", help="the model name to ask it for")
     p.add_argument("--local", action="store_true", help="start the bundled SmolLM2-135M server")
-    p.add_argument("--strong-base-url", help="a second rung's server (default: --base-url)")
+    p.add_argument(
+        "--strong-base-url", type=_http_url, help="a second rung's server (default: --base-url)"
+    )
     p.add_argument("--strong", help="a second rung's model (the cascade escalates to it)")
     p.add_argument("--api-key-env", help="environment variable holding the upstream's key")
     p.add_argument("--honours-n", choices=("yes", "no"), help="default: no with --local")
     p.add_argument(
-        "--price", default="{:g},{:g}".format(*DEFAULT_PRICE), help="IN,OUT USD per Mtok"
+        "--price",
+        type=_price_arg,
+        default="{:g},{:g}".format(*DEFAULT_PRICE),
+        help="IN,OUT USD per Mtok",
     )
-    p.add_argument("--strong-price", default="{:g},{:g}".format(*DEFAULT_STRONG_PRICE))
-    p.add_argument("--tasks", type=int, default=None, help="how many tasks (default all)")
+    p.add_argument(
+        "--strong-price", type=_price_arg, default="{:g},{:g}".format(*DEFAULT_STRONG_PRICE)
+    )
+    p.add_argument("--tasks", type=_at_least(1), default=None, help="how many tasks (default all)")
     p.add_argument("--order", choices=("easiest", "file"), default="easiest")
     p.add_argument("--task-file", help="a Task set JSONL (default benchmarks/.cache/data)")
     p.add_argument("--data", help="shared data (default $FIRSTPASS_DATA or ../shared/data)")
-    p.add_argument("--k", type=int, default=3, help="probe samples (0: no probe)")
-    p.add_argument("--retries", type=int, default=2, help="retries without feedback")
+    p.add_argument("--k", type=_at_least(0), default=3, help="probe samples (0: no probe)")
+    p.add_argument("--retries", type=_at_least(0), default=2, help="retries without feedback")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=_at_least(1), default=256)
     p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--request-timeout-s", type=float, default=1800.0)
-    p.add_argument("--budget-s", type=float, default=None, help="start no task after this")
+    p.add_argument("--request-timeout-s", type=_positive, default=1800.0)
+    p.add_argument("--budget-s", type=_positive, default=None, help="start no task after this")
     p.add_argument("--isolation", default="auto", help="the oracle's sandbox isolation")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR))
     p.add_argument(
@@ -732,11 +778,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _price(text: str) -> tuple[float, float]:
-    a, b = (float(x) for x in text.split(","))
-    return (a, b)
+    """``IN,OUT``; ValueError for anything else (two finite numbers >= 0)."""
+    parts = [float(x) for x in text.split(",")]
+    if len(parts) != 2 or not all(math.isfinite(x) and x >= 0 for x in parts):
+        raise ValueError(text)
+    return (parts[0], parts[1])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The study; a file, upstream or proxy that cannot be used is one line on stderr, exit 2."""
+    try:
+        return _main(argv)
+    except (OSError, ValueError, RuntimeError) as exc:  # JSONDecodeError is a ValueError
+        print(f"error: {type(exc).__name__}: {exc}"[:2000], file=sys.stderr)
+        return 2
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = command_line("benchmarks.live_study", argv)
     if threading.current_thread() is threading.main_thread():
@@ -929,6 +987,14 @@ def _run(
         ],
     }
     publish(args, doc, command)
+    replies = [r for tr in results for arm in tr.arms.values() for r in arm.replies]
+    if replies and all(r.status != 200 for r in replies):
+        print(
+            f"error: all {len(replies)} requests failed (first: status {replies[0].status}); "
+            "the report above measures nothing: check --base-url, --model and the proxy's log",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

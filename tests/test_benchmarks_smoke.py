@@ -391,3 +391,37 @@ def test_live_study_paired_interval_reproduces_the_published_newcombe_example() 
     diff, lo, hi = newcombe_paired(x, y)
     assert (round(diff, 4), round(lo, 3), round(hi, 3)) == (-0.2857, -0.507, -0.026)
     assert round(mcnemar_exact(x, y), 4) == 0.0703
+
+
+@pytest.mark.parametrize(
+    ("flag", "said"),
+    [
+        (["--tasks", "0"], "--tasks: expected a whole number >= 1"),
+        (["--max-tokens", "0"], "--max-tokens: expected a whole number >= 1"),
+        (["--price", "garbage"], "--price: expected IN,OUT"),
+        (["--base-url", "not-a-url"], "--base-url: expected an http(s) URL"),
+        (["--k", "-1"], "--k: expected a whole number >= 0"),
+    ],
+)
+def test_live_study_refuses_a_bad_flag_in_one_line_before_any_run(
+    flag: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--tasks 0` once meant every task and `--max-tokens 0` a study of 400s: each bad flag
+    is argparse's one-line error now, before a task or a server starts."""
+    from benchmarks import live_study
+
+    with pytest.raises(SystemExit) as done:
+        live_study.main(["--base-url", "http://127.0.0.1:9/v1", "--model", "m", *flag])
+    assert done.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_live_study_names_an_unreadable_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import live_study
+
+    (tmp_path / "run.json").write_text("not json")
+    assert live_study.main(["--from-json", str(tmp_path / "run.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: JSONDecodeError") and "Traceback" not in err
