@@ -63,6 +63,11 @@ SQL_CATEGORIES = {
     "sql_ranking_value_not_asked": "the result carries the aggregate it ranks by, not asked for",
     "sql_exclusion_per_entity": "a LEFT JOIN's <> keeps what the question excludes, through its "
     "other rows",
+    "sql_join_keys_share_values": "a join on two columns that share no value pairs no rows",
+    "sql_column_the_question_names": "the question names a column; the SQL returns a shorter "
+    "sibling",
+    "sql_not_in_list_without_null": "NOT IN over a subquery that returns NULL keeps no row",
+    "sql_groups_by_the_entity": '"for each" thing grouped by a value things share, not its key',
 }
 for _name, _text in SQL_CATEGORIES.items():
     register_category(_name, _text)

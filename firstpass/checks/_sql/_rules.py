@@ -33,6 +33,7 @@ from firstpass.checks._sql._db import (
     quote,
 )
 from firstpass.checks._sql._evidence import Evidence, Support
+from firstpass.checks._sql._linking import LINKING_CHECKS, LINKING_RULES
 from firstpass.checks._sql._numbers import (
     MAX_STATED,
     Stated,
@@ -58,7 +59,8 @@ RULES: tuple[tuple[str, Severity], ...] = (
     ("join_when_two_tables", "warning"),
     ("date_group_not_null", "error"),
     ("aggregates_attributed", "error"),
-    *SEMANTIC_RULES,  # 11-20: mistakes in SQL that runs (``_semantic``)
+    *SEMANTIC_RULES,  # 11-21: mistakes in SQL that runs (``_semantic``)
+    *LINKING_RULES,  # 22-24: what the query reads, against the question and data (``_linking``)
 )
 
 _AGG_WORDS: dict[str, tuple[str, ...]] = {
@@ -1009,4 +1011,5 @@ CHECKS: tuple[Callable[[Facts], CheckResult], ...] = (
     date_group_not_null,
     aggregates_attributed,
     *SEMANTIC_CHECKS,
+    *LINKING_CHECKS,
 )

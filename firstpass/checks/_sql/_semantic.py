@@ -173,7 +173,9 @@ def _exists(f: FactsLike, probes: Sequence[tuple[str, str, str]], value: object)
 
 
 def _misplaced(f: FactsLike, p: ParsedLike, flt: _Filter, table: str) -> str:
-    """Where the value does occur: another text column of a table the query reads."""
+    """Where the value does occur: another text column of a table the query reads. (Not of the
+    rest of the schema: a city, a country or a code the question names is often held by some
+    other table while the right answer is "none", and the search would scan every table.)"""
     col = flt.column.name.lower()
     match = "LIKE ?" if flt.op in ("LIKE", "NOT LIKE") else "= ? COLLATE NOCASE"
     probes = [
