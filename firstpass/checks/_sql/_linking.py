@@ -1,17 +1,20 @@
 """Linking checks of ``sql_evidence``: whether a query that runs reads what the question and the
 data point to, on any schema.
 
-Three mistakes that no schema's names are needed to see:
+Four mistakes that no schema's names are needed to see:
 
 * a join on two columns that share no value (``area_code_state.area_code = votes.state``): the
   pair is not a key pair, whatever the names say, and the join pairs nothing;
 * a column the question names and the query leaves for a shorter sibling ("the song names"
   answered by ``singer.Name`` beside ``singer.Song_Name``);
 * ``NOT IN`` over a subquery whose list holds ``NULL``: ``x NOT IN (..., NULL)`` is never true,
-  so the condition drops every row.
+  so the condition drops every row;
+* "for each concert" grouped by ``concert_name`` where two concerts share a name: the groups
+  merge things the question counts apart.
 
-Each probe is one bounded query (``EXISTS``) within the check's time budget; a probe that cannot
-run finds nothing and passes (``Unprobed``, a writer's lock or the run's time spent, abstains).
+Each probe is one bounded query (an ``EXISTS``, a ``count(*)``) within the check's time budget;
+a probe that cannot run finds nothing and passes (``Unprobed``, a writer's lock or the run's
+time spent, abstains).
 Imports ``_semantic`` for the shared parsing helpers; ``_rules`` imports this module.
 """
 
@@ -197,26 +200,9 @@ def _name_words(name: str) -> list[str]:
 
 #: words before a name that leave it unqualified ("the name", "and name"), unlike "stadium name"
 _UNQUALIFIED = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "its",
-        "their",
-        "his",
-        "her",
-        "all",
-        "and",
-        "or",
-        "what",
-        "which",
-        "show",
-        "list",
-        "give",
-        "return",
-        "find",
-    ]
-)
+    ("the", "a", "an", "its", "their", "his", "her", "all", "and", "or", "what", "which", "show",
+     "list", "give", "return", "find")
+)  # fmt: skip
 
 
 def _says(question: list[str], longer: list[str], shorter: list[str]) -> bool:
