@@ -139,6 +139,45 @@ def test_conditions_some_rows_can_meet_pass(db: Path, sql: str) -> None:
     assert part(check(db, "Senders of both?", sql), "filter_satisfiable").passed
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # the ON's own column, and the table's primary key (probed: no parcel has a NULL id)
+        "SELECT depot.city FROM depot LEFT JOIN parcel ON depot.depot_id = parcel.depot_id "
+        "WHERE parcel.status = 'DELIVERED' AND parcel.depot_id IS NULL",
+        "SELECT d.city FROM depot AS d LEFT JOIN parcel AS p ON d.depot_id = p.depot_id "
+        "WHERE p.parcel_id IS NULL AND p.weight > 5",
+    ],
+)
+def test_an_anti_join_whose_filter_reads_the_missing_row_fails_hard(db: Path, sql: str) -> None:
+    result = check(db, "Which depots have no delivered parcel?", sql)
+    got = part(result, "filter_satisfiable")
+    assert not got.passed and not result.passed
+    assert "put it in the LEFT JOIN's ON" in got.reasons[0]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT d.city FROM depot AS d LEFT JOIN parcel AS p ON d.depot_id = p.depot_id "
+        "AND p.status = 'DELIVERED' WHERE p.parcel_id IS NULL",
+        # a filter on the kept table, not the missing one
+        "SELECT d.city FROM depot AS d LEFT JOIN parcel AS p ON d.depot_id = p.depot_id "
+        "WHERE p.parcel_id IS NULL AND d.city = 'Porto'",
+        # another outer join's ON says nothing of s.place in a matched scan (attack review)
+        "SELECT p.parcel_id FROM parcel AS p LEFT JOIN scan AS s ON s.parcel_id = p.parcel_id "
+        "LEFT JOIN depot AS d ON s.place = d.city WHERE s.place IS NULL AND s.reading = '2'",
+        # under an OR in the ON a matched row may hold the NULL
+        "SELECT d.city FROM depot AS d LEFT JOIN parcel AS p ON d.depot_id = p.depot_id "
+        "OR p.sender = 'Ines' WHERE p.depot_id IS NULL AND p.status = 'lost'",
+    ],
+)
+def test_an_anti_join_filtering_in_its_on_or_on_the_kept_table_passes(db: Path, sql: str) -> None:
+    assert part(
+        check(db, "Which depots have no delivered parcel?", sql), "filter_satisfiable"
+    ).passed
+
+
 def test_two_patterns_rows_meet_apart_but_none_together_fail_hard(db: Path) -> None:
     # scans in Porto and scans in Lille exist, no single scan is in both: the result is empty
     sql = "SELECT parcel_id FROM scan WHERE place LIKE '%Porto%' AND place LIKE '%Lille%'"

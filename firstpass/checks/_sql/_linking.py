@@ -122,6 +122,34 @@ def _asserted(select: exp.Select) -> bool:
     return True
 
 
+def _linked(
+    f: FactsLike, select: exp.Select, scope: Mapping[str, str], ctes: set[str]
+) -> Iterator[tuple[exp.Expr, exp.Column, str, exp.Column, str]]:
+    """The column pairs a ``SELECT``'s rows are linked on: ``a.x = b.y`` that every row must
+    meet, and ``a.x IN (SELECT b.y FROM b …)`` (the subquery's column resolved in its own
+    tables), as ``(condition, column, its table, column, its table)``."""
+    for cond in _must_meet(select):
+        if isinstance(cond, exp.EQ):
+            a, b = cond.this, cond.expression
+            if isinstance(a, exp.Column) and isinstance(b, exp.Column):
+                ta, tb = _in_scope(a, scope, f), _in_scope(b, scope, f)
+                if ta is not None and tb is not None and ta != tb:
+                    yield cond, a, ta, b, tb
+            continue
+        member = cond  # NOT IN is left alone: a zip code no store has rightly excludes nothing
+        sub = member.args.get("query") if isinstance(member, exp.In) else None
+        inner = sub.this if isinstance(sub, exp.Subquery) else sub
+        if not isinstance(inner, exp.Select) or not isinstance(member.this, exp.Column):
+            continue
+        if len(inner.expressions) != 1 or not isinstance(inner.expressions[0], exp.Column):
+            continue
+        inner_scope = _scope(f, inner, ctes)
+        ta = _in_scope(member.this, scope, f)
+        tb = _in_scope(inner.expressions[0], inner_scope, f) if inner_scope else None
+        if ta is not None and tb is not None and ta != tb:
+            yield cond, member.this, ta, inner.expressions[0], tb
+
+
 def _keyish(table: str, column: str, keys: _Keys) -> bool:
     return column in keys.primary.get(table, ()) or bool(_KEY_WORDS & set(_name_words(column)))
 
@@ -147,19 +175,17 @@ def join_keys_share_values(f: FactsLike) -> CheckResult:
             scope = _scope(f, select, ctes) if _asserted(select) else None
             if not scope:
                 continue
-            for eq in _must_meet(select):
-                a, b = (eq.this, eq.expression) if isinstance(eq, exp.EQ) else (None, None)
-                if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)):
-                    continue
-                ta, tb = _in_scope(a, scope, f), _in_scope(b, scope, f)
-                if ta is None or tb is None or ta == tb:
-                    continue
+            for node, a, ta, b, tb in _linked(f, select, scope, ctes):
                 ca_, cb_ = a.name.lower(), b.name.lower()
                 pair = frozenset({(ta, ca_), (tb, cb_)})
                 if pair in keys.foreign or pair in seen or len(seen) >= MAX_PROBES:
                     continue
-                if not (_keyish(ta, ca_, keys) or _keyish(tb, cb_, keys)):
-                    continue
+                declared = ca_ in keys.primary.get(ta, ()) or cb_ in keys.primary.get(tb, ())
+                if not declared and (
+                    isinstance(node, exp.In)
+                    or not (_keyish(ta, ca_, keys) or _keyish(tb, cb_, keys))
+                ):
+                    continue  # an IN needs a declared key: "zip codes where a store is"
                 seen.add(pair)
                 real_a, real_b = f.schema.tables[ta], f.schema.tables[tb]
                 ca, cb = quote(a.name), quote(b.name)
@@ -172,7 +198,7 @@ def join_keys_share_values(f: FactsLike) -> CheckResult:
                 )
                 if row is not None and row[0] and row[1] and not row[2]:
                     problems.append(
-                        f"{eq.sql()}: no value of {ta}.{a.name} equals any value of "
+                        f"{node.sql()}: no value of {ta}.{a.name} equals any value of "
                         f"{tb}.{b.name}, so the condition pairs no rows; they are not a key "
                         "pair (join on a foreign key)"
                     )
@@ -205,11 +231,19 @@ _UNQUALIFIED = frozenset(
 )  # fmt: skip
 
 
+#: words that may follow a noun phrase's head: a possessive "s" or another noun may not
+_CLAUSE_WORDS = frozenset(
+    ("by", "of", "in", "on", "at", "for", "from", "with", "and", "or", "that", "which", "who",
+     "whose", "where", "when", "is", "are", "was", "were", "has", "have", "had", "did", "do",
+     "does", "sorted", "ordered", "order", "released", "ranked", "to", "as", "than")
+)  # fmt: skip
+
+
 def _says(question: list[str], longer: list[str], shorter: list[str]) -> bool:
     """The question says the longer name as a phrase: its words in order ("song names",
-    "release year"), or the shorter's words, then (within six words, the first "of") "of
-    [the|a|each|all|every] <the rest>" ("the name of the song", "the name and the release year
-    of the song")."""
+    "release year"), or the shorter's words, then (within six words, the first "of" or "for")
+    "of [the|a|each|all|every] <the rest>" ("the name of the song", "the name and the release
+    year of the song", "the names and release years for all the songs")."""
     n = len(longer)
     if any(question[i : i + n] == longer for i in range(len(question) - n + 1)):
         return True
@@ -219,13 +253,15 @@ def _says(question: list[str], longer: list[str], shorter: list[str]) -> bool:
         if question[i : i + m] != shorter or (i and question[i - 1] not in _UNQUALIFIED):
             continue  # "the stadium name ... of concerts": the name is the stadium's
         after = question[i + m : i + m + 7]
-        if "of" not in after:
+        linked = [k for k, w in enumerate(after) if w in ("of", "for")]
+        if not linked:
             continue
-        j = i + m + after.index("of") + 1
+        j = i + m + linked[0] + 1
         while j < len(question) and question[j] in ("the", "a", "an", "each", "all", "every"):
             j += 1
-        if question[j : j + len(rest)] == rest:
-            return True
+        end = j + len(rest)
+        if question[j:end] == rest and (end == len(question) or question[end] in _CLAUSE_WORDS):
+            return True  # not "the name for every concert's stadium", "song writer"
     return False
 
 

@@ -366,6 +366,83 @@ def _likes_met_apart(
             yield column, found[0], found[1]
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.Between, exp.In)
+
+
+def _absent_yet_compared(f: FactsLike, p: ParsedLike, select: exp.Select) -> list[str]:
+    """``LEFT JOIN x ON … WHERE x.<key> IS NULL AND x.<col> = 'v'``: the key (a column the
+    ``ON`` equates with another table's, or ``x``'s primary key) is NULL only where no row of
+    ``x`` is joined, and then ``x.<col>`` is NULL too, so the comparison fails: the anti-join's
+    filter belongs in the ``ON`` (or a ``NOT IN``). A primary key is probed once per alias: that
+    no row has it NULL (SQLite lets some keys hold NULL). Only ``x``'s own ``ON`` proves a
+    column non-NULL in a matched row."""
+    where = select.args.get("where")
+    left = {
+        j.this.alias_or_name.lower(): j.this.name.lower()
+        for j in select.args.get("joins") or []
+        if (j.side or "").upper() == "LEFT" and isinstance(j.this, exp.Table)
+    }
+    if where is None or not left:
+        return []
+    conjuncts = list(_conjuncts(where.this))
+    keys = _keys(f.db, f.schema)
+    joined_on: set[tuple[str, str]] = set()  # a matched x row holds these non-NULL
+    for j in select.args.get("joins") or []:
+        alias = j.this.alias_or_name.lower() if isinstance(j.this, exp.Table) else ""
+        if alias not in left or j.args.get("on") is None:
+            continue
+        for eq in _conjuncts(j.args["on"]):  # x's own ON only: another outer join's is no proof
+            if not isinstance(eq, exp.EQ):
+                continue  # under an OR a matched row may hold NULL
+            sides = [x for x in (eq.this, eq.expression) if isinstance(x, exp.Column)]
+            if len(sides) == 2 and sides[0].table.lower() != sides[1].table.lower():
+                joined_on |= {
+                    (x.table.lower(), x.name.lower()) for x in sides if x.table.lower() == alias
+                }
+    absent: dict[str, tuple[exp.Column, bool]] = {}  # alias → (its NULL column, a key to probe)
+    for c in conjuncts:
+        if isinstance(c, exp.Is) and isinstance(c.expression, exp.Null):
+            col = c.this
+            alias = col.table.lower() if isinstance(col, exp.Column) else ""
+            if alias not in left:
+                continue
+            if (alias, col.name.lower()) in joined_on:
+                absent[alias] = (col, False)
+            elif col.name.lower() in keys.primary.get(left[alias], ()):
+                absent.setdefault(alias, (col, True))
+    found: list[str] = []
+    null_keys: dict[str, int | None] = {}  # alias → its table holds a NULL key (probed once)
+    for c in conjuncts:
+        if not isinstance(c, _COMPARISONS) or (isinstance(c, exp.In) and c.args.get("query")):
+            continue
+        columns = [x for x in (c.this, c.args.get("expression")) if isinstance(x, exp.Column)]
+        others = [x for x in c.iter_expressions() if not isinstance(x, exp.Column)]
+        if len(columns) != 1 or any(x.find(exp.Column) for x in others):
+            continue
+        alias = columns[0].table.lower()
+        if alias not in absent:
+            continue
+        key, probe = absent[alias]
+        table = f.schema.tables.get(left[alias], left[alias])
+        if alias not in null_keys:
+            null_keys[alias] = (
+                f.db.count(
+                    f"SELECT EXISTS (SELECT 1 FROM {quote(table)} WHERE {quote(key.name)} IS NULL)",
+                    (),
+                    budget_s=f.budget_s,
+                )
+                if probe
+                else 0
+            )
+        if null_keys[alias] == 0:
+            found.append(
+                f"{key.sql()} IS NULL keeps only rows where no {table} is joined, where "
+                f"{columns[0].sql()} is NULL too, so {c.sql()} keeps none (put it in the LEFT "
+                "JOIN's ON, or use NOT IN)"
+            )
+    return found
+
+
 def filter_satisfiable(f: FactsLike) -> CheckResult:
     """A ``WHERE`` whose ``AND``-ed conditions no single row can meet (``year < 1945 AND year >
     1955``, ``name = 'a' AND name = 'b'``): the question's "both X and Y" asked of one row; the
@@ -386,6 +463,10 @@ def filter_satisfiable(f: FactsLike) -> CheckResult:
                     f"query {i}: no single row can meet the conditions on {column} joined by "
                     "AND (a question's 'both ... and ...' asks for rows, or groups, of each)"
                 )
+        for select in tree.find_all(exp.Select):
+            if select is tree and p.evidence.rows:
+                continue  # the rows say it keeps some: a reading this check missed
+            problems.extend(f"query {i}: {found}" for found in _absent_yet_compared(f, p, select))
         for column, first, second in _likes_met_apart(f, p, tree):
             problems.append(
                 f"query {i}: rows meet {first.sql()} and rows meet {second.sql()}, but no "
@@ -981,14 +1062,63 @@ def _unequal(node: exp.Expr) -> exp.NEQ | None:
     return None
 
 
+def _left_unequal(conjunct: exp.Or, left: set[str]) -> exp.NEQ | None:
+    """``<col> <> 'x' OR <col'> IS NULL`` on one ``LEFT JOIN``-ed table: its ``<>``."""
+    sides = [
+        x.unnest() if isinstance(x, exp.Paren) else x for x in (conjunct.this, conjunct.expression)
+    ]
+    unequal = next((u for u in map(_unequal, sides) if u is not None), None)
+    if unequal is None or unequal.this.table.lower() not in left:
+        return None
+    if not any(
+        isinstance(x, exp.Is)
+        and isinstance(x.this, exp.Column)
+        and x.this.table.lower() == unequal.this.table.lower()
+        and isinstance(x.expression, exp.Null)
+        for x in sides
+    ):
+        return None  # no "OR ... IS NULL": rows with another value are what it asks for
+    return unequal
+
+
+#: "<noun> that/which/who ... not": a negated relative clause, its noun and what follows
+_NEGATED_CLAUSE = re.compile(
+    r"\b([a-z]+)\s+(?:that|which|who|whose|where)\s+(?:[a-z]+\s+){0,3}?"
+    r"(?:not|never|no|[a-z]+n't)\s+((?:\S+\s*){1,5})"
+)
+
+
+def _negates_another(question: str, unequal: exp.NEQ, p: ParsedLike, schema: Schema) -> bool:
+    """The question's negated clause belongs to a thing other than the ``<>`` column's table
+    and negates the ``<>``'s own value ("countries that do not speak English" with ``language
+    <> 'English'``): the ``<>`` should exclude things, not rows. The clause's noun must name a
+    table of the schema (not "those", "staff"), and the value must follow the negation within
+    five words; "depots holding a parcel that is not delivered" negates the parcel, whose table
+    holds the ``<>``, and is left alone."""
+    table = _resolve(p, unequal.this, schema)
+    value = _literal(unequal.expression)
+    if table is None or value is None:
+        return False
+    own = _tokens(table) | {table}
+    tables = {t: _tokens(t) | {t} for t in schema.tables}
+    for m in _NEGATED_CLAUSE.finditer(" ".join(question.lower().split())):
+        noun = _stem(m.group(1))
+        named = any(noun in words for t, words in tables.items() if t != table)
+        if named and noun not in own and _said(value, m.group(2)) is not None:
+            return True
+    return False
+
+
 def exclusion_per_entity(f: FactsLike) -> CheckResult:
     """ "Stadiums that had no concert in 2014" answered by ``stadium LEFT JOIN concert ...
     WHERE concert.year <> 2014 OR concert.year IS NULL``: the ``<>`` drops the join rows with
     the value, and keeps the stadium through its other rows. One probe runs the query's twin
     with ``=`` for ``<>`` and intersects it with the query: a result row that is also a row of
     what has the value is what the question excludes (``NOT IN``, ``NOT EXISTS``, ``EXCEPT``).
-    Only for ``<> ... OR ... IS NULL`` on a ``LEFT JOIN``-ed table: the query keeps the
-    unmatched, so it means the things without the value, not the rows with another one."""
+    For ``<> ... OR ... IS NULL`` on a ``LEFT JOIN``-ed table (the query keeps the unmatched, so
+    it means the things without the value, not the rows with another one), and for a plain
+    ``<>`` when the question's negated clause belongs to another noun than the ``<>``'s table
+    ("countries that do not speak English": ``language <> 'English'``)."""
     if not _NEGATED.search(" ".join(f.question.lower().split())):
         return _result("exclusion_per_entity", [], skipped="the question excludes nothing")
     problems: list[str] = []
@@ -998,32 +1128,26 @@ def exclusion_per_entity(f: FactsLike) -> CheckResult:
             continue
         if tree.args.get("group") or any(True for _ in tree.find_all(exp.SetOperation)):
             continue
+        if tree.args.get("limit") is not None:
+            continue  # the twin drops the LIMIT: rows past it would be counted
         left = {
             j.this.alias_or_name.lower()
             for j in tree.args.get("joins") or []
             if (j.side or "").upper() == "LEFT" and isinstance(j.this, exp.Table)
         }
         where = tree.args.get("where")
-        if not left or where is None:
+        if where is None:
             continue
+        aggregated = any(e.find(exp.AggFunc) is not None for e in tree.expressions)
         for conjunct in _conjuncts(where.this):
-            if not isinstance(conjunct, exp.Or):
+            plain = None if aggregated else _unequal(conjunct)
+            unequal: exp.NEQ | None = None
+            if plain is not None and _negates_another(f.question, plain, p, f.schema):
+                unequal = plain
+            elif isinstance(conjunct, exp.Or) and left:
+                unequal = _left_unequal(conjunct, left)
+            if unequal is None:
                 continue
-            sides = [
-                x.unnest() if isinstance(x, exp.Paren) else x
-                for x in (conjunct.this, conjunct.expression)
-            ]
-            unequal = next((u for u in map(_unequal, sides) if u is not None), None)
-            if unequal is None or unequal.this.table.lower() not in left:
-                continue
-            if not any(
-                isinstance(x, exp.Is)
-                and isinstance(x.this, exp.Column)
-                and x.this.table.lower() == unequal.this.table.lower()
-                and isinstance(x.expression, exp.Null)
-                for x in sides
-            ):
-                continue  # no "OR ... IS NULL": rows with another value are what it asks for
             if checked >= MAX_TWINS:
                 break
             checked += 1
@@ -1048,7 +1172,7 @@ def exclusion_per_entity(f: FactsLike) -> CheckResult:
                     "EXISTS or EXCEPT)"
                 )
     if not checked:
-        return _result("exclusion_per_entity", [], skipped="no <> OR IS NULL on a LEFT JOIN")
+        return _result("exclusion_per_entity", [], skipped="no <> that excludes things")
     return _result("exclusion_per_entity", problems)
 
 
