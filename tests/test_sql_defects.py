@@ -173,6 +173,52 @@ def test_french_german_and_english_digit_grouping_are_read(db: Path, answer: str
     holds_up(run(db, "Mean revenue?", answer, [ev(MEAN, [[1496.1875]])]), "numbers_in_evidence")
 
 
+@pytest.mark.parametrize(
+    ("answer", "wrong"),
+    [
+        ("The total is 4'938'268.", "The total is 4'938'269."),  # Swiss grouping
+        ("The total is 4’938’268.", "The total is 4’938’269."),
+    ],
+)
+def test_swiss_apostrophe_grouping_is_read(db: Path, answer: str, wrong: str) -> None:
+    sql = "SELECT count(*) * 1234567 FROM singer"  # 4,938,268
+    holds_up(run(db, "Total?", answer, [ev(sql, [[4938268]])]), "numbers_in_evidence")
+    fails(run(db, "Total?", wrong, [ev(sql, [[4938268]])]), "numbers_in_evidence", "269")
+
+
+SHARE = "SELECT 1.0 * count(*) / 8 FROM singer"  # 0.5
+
+
+@pytest.mark.parametrize("answer", ["Half: 50 percent.", "Half: 50 per cent.", "50 pct of them."])
+def test_a_percentage_in_words_is_read_as_a_share(db: Path, answer: str) -> None:
+    holds_up(run(db, "Share?", answer, [ev(SHARE, [[0.5]])]), "numbers_in_evidence")
+    wrong = answer.replace("50", "60")
+    fails(run(db, "Share?", wrong, [ev(SHARE, [[0.5]])]), "numbers_in_evidence", "60")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Since 2021/03/04 there are 4 singers.",
+        "Since 04.03.2021 there are 4 singers.",
+        "At 3 pm there were 4 singers.",
+        "At 11 a.m. there were 4 singers.",
+    ],
+)
+def test_slashed_and_dotted_dates_and_clock_times_are_not_numbers_to_find(
+    db: Path, answer: str
+) -> None:
+    holds_up(run(db, "How many singers?", answer, [ev(COUNT, [[4]])]), "numbers_in_evidence")
+
+
+def test_an_amount_in_parentheses_may_be_the_negative_the_evidence_holds(db: Path) -> None:
+    sql = "SELECT count(*) * -0.8125 FROM singer"  # -3.25
+    holds_up(run(db, "Balance?", "The balance is (3.25).", [ev(sql, [[-3.25]])]),
+             "numbers_in_evidence")  # fmt: skip
+    fails(run(db, "Balance?", "The balance is (3.26).", [ev(sql, [[-3.25]])]),
+          "numbers_in_evidence", "3.26")  # fmt: skip
+
+
 def test_indian_digit_grouping_is_read(db: Path) -> None:
     assert [n.value for n in stated_numbers("₹12,34,567 in all")] == [1234567.0]
     sql = "SELECT count(*) * 1234567 FROM singer"  # 4,938,268

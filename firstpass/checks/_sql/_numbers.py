@@ -47,7 +47,10 @@ _MONTH = (
 _DATES = re.compile(
     r"\b\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\b"
     r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+    r"|\b\d{4}/\d{1,2}/\d{1,2}\b"  # 2021/03/04
+    r"|\b\d{1,2}\.\d{1,2}\.\d{4}\b"  # 04.03.2021
     r"|\b\d{1,2}:\d{2}(?::\d{2})?\b"
+    r"|\b(?:1[0-2]|0?[1-9])\s?[ap]\.?m\b\.?"  # 3 pm, 11a.m.
     rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?"
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}}\b)?"
     rf"|\b{_MONTH}\s+\d{{4}}\b",
@@ -57,13 +60,14 @@ _NUMBER = re.compile(
     # not after a letter's hyphen ("COVID-19"); after a digit's it is a range's end ("27-52")
     rf"(?<!{_W})(?<!\.)(?<!{_L}[-−])(?P<sign>[-−])?"
     # digit runs joined by separators: "," and "." always, a (narrow) no-break or thin space
-    # before three digits (a plain space of "1 234,5" is made a thin space first: ``_spaced``)
-    r"(?P<body>\d+(?:(?:[.,]|[\u00a0\u202f\u2009](?=\d{3}(?!\d)))\d+)*)"
+    # or a Swiss apostrophe before three digits (a plain space of "1 234,5" is made a thin
+    # space first: ``_spaced``)
+    r"(?P<body>\d+(?:(?:[.,]|[\u00a0\u202f\u2009'\u2019](?=\d{3}(?!\d)))\d+)*)"
     r"(?:[eE](?P<exp>[-+]?\d{1,3}))?"
     r"(?:(?P<suffix>bn|mn|[kKMB])"
     r"|[ \u00a0\u202f]?(?P<word>(?i:thousand|million|billion|trillion|milliard|millionen"
     rf"|milliarden|lakh|crore|mio|mrd))s?(?!{_W}))?"
-    r"(?P<pct>\s?%)?"
+    rf"(?P<pct>\s?%|[ \u00a0](?i:percent|per\s?cent|pct)(?!{_W}))?"
     rf"(?!\.?{_W})"  # "1.2M" is read whole, "3e2" as 300; "T2", "5th" are no numbers
 )
 _SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "bn": 1e9, "mn": 1e6}
@@ -73,8 +77,9 @@ _WORD_SCALE = {
 }  # fmt: skip
 #: digits in runs joined by single plain spaces ("1 234 567"), read whole (no backtracking)
 _SPACED_RUN = re.compile(r"\d+(?: \d+)+")
-_SEPARATOR = re.compile(r"([.,\u00a0\u202f\u2009 ])")
-_SPACES = frozenset(" \u00a0\u202f\u2009")
+_SEPARATOR = re.compile(r"([.,\u00a0\u202f\u2009 '\u2019])")
+#: separators that only group digits, never mark decimals (a Swiss apostrophe among them)
+_SPACES = frozenset(" \u00a0\u202f\u2009'\u2019")
 #: the words before a year said as a time ("as of 2024", "in 2019", "by Q3 2025")
 _YEAR_BEFORE = re.compile(
     r"\b(?:in|as\s+of|since|by|until|till|through|during|from|before|after|between|year|"
@@ -156,7 +161,7 @@ def _readings(body: str) -> list[list[Reading]]:
     ):
         return [[("".join(ints), groups[-1])]]
     out: list[list[Reading]] = []  # anything else: numbers listed with commas or spaces
-    for piece in re.split(r"[,\u00a0\u202f\u2009 ]", body):
+    for piece in re.split(r"[,\u00a0\u202f\u2009 '\u2019]", body):
         if piece.count(".") <= 1:
             head, _, frac = piece.partition(".")
             out.append([(head, frac)])
@@ -252,6 +257,8 @@ def stated_numbers(text: str) -> list[Stated]:
             ]
             if made and spaced is not blanked and not len(pieces) > 1:
                 made = [replace(s, text=_as_written(blanked, s)) for s in made]
+            if made and not negative and _bracketed(spaced, m) and len(pieces) == 1:
+                made += [replace(x, value=-x.value) for x in made]  # accounting: "(3.25)"
             if made:
                 found.append(
                     Stated(
@@ -265,6 +272,11 @@ def stated_numbers(text: str) -> list[Stated]:
                     )
                 )
     return found
+
+
+def _bracketed(text: str, m: re.Match[str]) -> bool:
+    """The number alone in parentheses, as accounts write a negative amount: ``(3.25)``."""
+    return text[m.start() - 1 : m.start()] == "(" and text[m.end() : m.end() + 1] == ")"
 
 
 def _as_written(text: str, number: Stated) -> str:
