@@ -283,6 +283,19 @@ def test_invalid_toml_names_the_file_line_and_column(tmp_path: Path) -> None:
     assert info.value.__cause__ is not None
 
 
+@pytest.mark.parametrize(
+    "value", ["[" * 2000 + "]" * 2000, "{a = " * 600 + "1" + "}" * 600], ids=["array", "table"]
+)
+def test_values_nested_too_deeply_are_a_config_error_not_a_recursion_traceback(
+    tmp_path: Path, value: str
+) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text(f"x = {value}\n", "utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert str(info.value).startswith(f"{path}: invalid TOML: arrays or inline tables are nested")
+
+
 # --- validation messages -----------------------------------------------------------------------
 
 Patch = Callable[[dict[str, Any]], None]

@@ -90,6 +90,21 @@ def test_live_demo_options_are_refused_where_they_would_be_ignored(
     assert captured.out == ""
 
 
+@pytest.mark.parametrize(
+    ("k", "says"),
+    [("1000", "--k: expected at most 128 samples, got '1000'"), ("0", "expected a whole number")],
+)
+def test_a_sample_count_past_the_configs_bound_is_refused_before_any_server_starts(
+    k: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--k`` past ``[escalation.elastic] k``'s bound (128) is argparse's one-line error, not
+    the config's error after the model server has started."""
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--local", "--k", k])
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
 @pytest.mark.e2e
 def test_demo_local_without_llama_cpp_exits_2_with_what_to_install(tmp_path: Path) -> None:
     """Pointed at an interpreter lacking the server and the model, the command says what to

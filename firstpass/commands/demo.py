@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from firstpass.commands import Subparsers
+from firstpass.config import MAX_K
 
 #: the live demo's defaults (``--k``, ``--max-tokens``)
 DEFAULT_K = 3
@@ -65,9 +66,9 @@ def register(sub: Subparsers) -> None:
     )
     live.add_argument(
         "--k",
-        type=_positive,
+        type=_sample_count,
         default=None,
-        help=f"samples per task in the elastic probe (default {DEFAULT_K})",
+        help=f"samples per task in the elastic probe, 1-{MAX_K} (default {DEFAULT_K})",
     )
     live.add_argument(
         "--limit",
@@ -94,6 +95,15 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _sample_count(text: str) -> int:
+    """``--k`` within the config's own bound (``[escalation.elastic] k``), said before the model
+    server starts rather than by the config after it."""
+    value = _positive(text)
+    if value > MAX_K:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_K} samples, got {text!r}")
     return value
 
 

@@ -41,6 +41,7 @@ from firstpass.config._env import (
 from firstpass.config._load import DEFAULT_CONFIG, load_config, resolve_config_path
 from firstpass.config._model import (
     ANY_MODEL,
+    MAX_K,
     REPLICA_RE,
     REPLICA_RULE,
     REQUEST_MODES,
@@ -71,6 +72,7 @@ __all__ = [
     "ENV_HOST",
     "ENV_PORT",
     "ENV_RECEIPTS",
+    "MAX_K",
     "NULL_UNKNOWN",
     "REPLICA_RE",
     "REPLICA_RULE",

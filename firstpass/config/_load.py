@@ -54,7 +54,18 @@ def load_config(
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(file), f"invalid TOML: {_toml_message(exc)}") from exc
-    return config_from_dict(data, base_dir=file.parent, env=env, source=file)
+    except RecursionError as exc:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(str(file), _TOO_DEEP) from exc
+    try:
+        return config_from_dict(data, base_dir=file.parent, env=env, source=file)
+    except RecursionError as exc:
+        raise ConfigError(str(file), _TOO_DEEP) from exc
+
+
+_TOO_DEEP = (
+    "invalid TOML: arrays or inline tables are nested too deeply to read; no key of a "
+    "Firstpass config nests more than a few levels, so look for a runaway '[' or '{'"
+)
 
 
 def _toml_message(exc: tomllib.TOMLDecodeError) -> str:
