@@ -5,7 +5,6 @@ with the failed checks."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 
 from firstpass.checks._sql import RULES
 from tests.server_harness import CHEAP, MODEL, STRONG
-from tests.sql_conversation import sql_tool_conversation
+from tests.sql_conversation import build_sales_db, sql_tool_conversation
 from tests.stub_upstream import Reply
 
 #: e2e: every test drives a live server with the real openai SDK
@@ -23,18 +22,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def sales_db(tmp_path: Path) -> Path:
-    path = tmp_path / "sales.sqlite"
-    conn = sqlite3.connect(path)
-    conn.executescript(
-        """
-        CREATE TABLE orders (id INTEGER PRIMARY KEY, region TEXT, amount REAL);
-        INSERT INTO orders (region, amount) VALUES
-            ('North', 120.5), ('North', 79.5), ('South', 300.0), ('East', 50.0);
-        """
-    )
-    conn.commit()
-    conn.close()
-    return path
+    return build_sales_db(tmp_path / "sales.sqlite")
 
 
 SQL = "SELECT region, sum(amount) AS total FROM orders GROUP BY region ORDER BY total DESC"

@@ -18,7 +18,7 @@ import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from tests.server_harness import CHEAP, MODEL, STRONG
-from tests.sql_conversation import sql_tool_conversation
+from tests.sql_conversation import build_sales_db, sql_tool_conversation
 from tests.stub_upstream import Reply
 
 #: e2e: every test drives a live server with the real openai SDK
@@ -43,18 +43,7 @@ AVERAGES = "What is the average order amount in each region?"
 
 @pytest.fixture
 def sales_db(tmp_path: Path) -> Path:
-    path = tmp_path / "sales.sqlite"
-    conn = sqlite3.connect(path)
-    conn.executescript(
-        """
-        CREATE TABLE orders (id INTEGER PRIMARY KEY, region TEXT, amount REAL);
-        INSERT INTO orders (region, amount) VALUES
-            ('North', 120.5), ('North', 79.5), ('South', 300.0), ('East', 50.0);
-        """
-    )
-    conn.commit()
-    conn.close()
-    return path
+    return build_sales_db(tmp_path / "sales.sqlite")
 
 
 def conversation(question: str, rows: list[list[Any]]) -> list[dict[str, Any]]:
