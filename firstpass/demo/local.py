@@ -25,12 +25,17 @@ from typing import TextIO
 
 import aiohttp
 
-from firstpass._console import invoked_as
 from firstpass._json import JSON
 from firstpass.config import Config, config_from_dict
 from firstpass.demo.local_model import LocalServer, start_local_server
-from firstpass.demo.runner import DemoTask, load_demo_tasks, serving_proxy, task_extension
-from firstpass.receipts import Receipt, UnsetType, find_receipt, receipt_from_builtins, verify_chain
+from firstpass.demo.runner import (
+    DemoTask,
+    load_demo_tasks,
+    print_chain,
+    serving_proxy,
+    task_extension,
+)
+from firstpass.receipts import Receipt, UnsetType, find_receipt, receipt_from_builtins
 
 __all__ = ["LOCAL_DEMO_MODEL", "LOCAL_PRICE", "LiveRow", "local_demo_config", "run_local_demo"]
 
@@ -315,7 +320,6 @@ def _run_with_server(
             return 1
     finally:
         server.stop()
-    report = verify_chain(receipts)
     actions: dict[str, int] = {}
     for row in rows:
         actions[row.action] = actions.get(row.action, 0) + 1
@@ -329,10 +333,4 @@ def _run_with_server(
         file=out,
     )
     print(f"elapsed {time.monotonic() - started:.0f} s", file=out)
-    print(f"receipts: {receipts}", file=out)
-    if report.ok:
-        print(f"receipt chain: ok, {report.n_lines} receipts, head {report.head}", file=out)
-        print(f"check it yourself: {invoked_as()} receipts verify {receipts}", file=out)
-        return 0
-    print(f"receipt chain: BROKEN at line {report.first_bad_line}: {report.reason}", file=out)
-    return 1
+    return print_chain(receipts, out)

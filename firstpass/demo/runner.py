@@ -35,6 +35,7 @@ __all__ = [
     "DemoTask",
     "demo_config",
     "load_demo_tasks",
+    "print_chain",
     "run_demo",
     "serving_proxy",
     "task_extension",
@@ -293,7 +294,6 @@ def run_demo(
         rows = asyncio.run(_run(config, tasks, mode, out, api))
     else:
         rows = uvloop.run(_run(config, tasks, mode, out, api))
-    report = verify_chain(receipts)
     actions: dict[str, int] = {}
     for row in rows:
         actions[row.action] = actions.get(row.action, 0) + 1
@@ -303,6 +303,13 @@ def run_demo(
         f"total cost ${sum(r.cost_usd for r in rows):.6f} over {len(rows)} requests",
         file=out,
     )
+    return print_chain(receipts, out)
+
+
+def print_chain(receipts: Path, out: TextIO) -> int:
+    """Where the demo's receipts are and whether their hash chain holds: the exit code (0 ok,
+    1 broken), shared by the replay and the live demo."""
+    report = verify_chain(receipts)
     print(f"receipts: {receipts}", file=out)
     if report.ok:
         print(f"receipt chain: ok, {report.n_lines} receipts, head {report.head}", file=out)
