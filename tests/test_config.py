@@ -296,6 +296,25 @@ def test_values_nested_too_deeply_are_a_config_error_not_a_recursion_traceback(
     assert str(info.value).startswith(f"{path}: invalid TOML: arrays or inline tables are nested")
 
 
+def test_valid_toml_nested_too_deeply_is_said_so_without_blaming_a_bracket(tmp_path: Path) -> None:
+    """Dotted keys thousands of levels deep are valid TOML: the error says they are too deep to
+    check, not that a bracket ran away (from an attack review)."""
+    root = Path(__file__).parent.parent  # the shipped config, its demo samples found by path
+    shipped = (
+        (root / "firstpass.toml")
+        .read_text("utf-8")
+        .replace('"firstpass/demo/samples.jsonl"', f'"{root / "firstpass/demo/samples.jsonl"}"')
+    )
+    path = tmp_path / "dotted.toml"
+    deep = "visible." + ".".join(["x"] * 5000)
+    path.write_text(f"{shipped}\n[route.checks]\n{deep} = 1\n", "utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: tables or values are nested too deeply to check")
+    assert "invalid TOML" not in message
+
+
 # --- validation messages -----------------------------------------------------------------------
 
 Patch = Callable[[dict[str, Any]], None]

@@ -219,6 +219,26 @@ def test_an_amount_in_parentheses_may_be_the_negative_the_evidence_holds(db: Pat
           "numbers_in_evidence", "3.26")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "There are 7 AM stations.",  # no word of time before it: a count, still checked
+        "Es gab 7 am Montag.",  # German "am"
+        "The mean is 3.7 pm",  # a decimal is not a clock time
+        "The ratio is 4096/64/7.",  # no real month or day: arithmetic, still checked
+        "7percent of them.",
+        "The lowest count (7) was in Oslo.",  # a count in parentheses keeps its sign
+    ],
+)
+def test_numbers_beside_time_words_slashes_or_parentheses_are_still_checked(
+    db: Path, answer: str
+) -> None:
+    """From an attack review: each of these hid a wrong number (a false pass) when any 1-12
+    before "am"/"pm" was a clock time, any slashed run a date, and any "(n)" possibly -n."""
+    evidence = [ev(COUNT, [[4]]), ev("SELECT count(*) * -1.75 FROM singer", [[-7.0]])]
+    fails(run(db, "How many singers?", answer, evidence), "numbers_in_evidence", "7")
+
+
 def test_indian_digit_grouping_is_read(db: Path) -> None:
     assert [n.value for n in stated_numbers("₹12,34,567 in all")] == [1234567.0]
     sql = "SELECT count(*) * 1234567 FROM singer"  # 4,938,268

@@ -58,13 +58,17 @@ def load_config(
         raise ConfigError(str(file), _TOO_DEEP) from exc
     try:
         return config_from_dict(data, base_dir=file.parent, env=env, source=file)
-    except RecursionError as exc:
-        raise ConfigError(str(file), _TOO_DEEP) from exc
+    except RecursionError as exc:  # valid TOML (dotted keys, [a.b.c…] headers) nested deeper
+        raise ConfigError(str(file), _TOO_DEEP_VALUES) from exc
 
 
 _TOO_DEEP = (
     "invalid TOML: arrays or inline tables are nested too deeply to read; no key of a "
     "Firstpass config nests more than a few levels, so look for a runaway '[' or '{'"
+)
+_TOO_DEEP_VALUES = (
+    "tables or values are nested too deeply to check (dotted keys or [a.b.c...] headers "
+    "thousands of levels deep); no key of a Firstpass config nests more than a few levels"
 )
 
 

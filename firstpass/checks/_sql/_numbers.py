@@ -47,10 +47,14 @@ _MONTH = (
 _DATES = re.compile(
     r"\b\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?\b"
     r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
-    r"|\b\d{4}/\d{1,2}/\d{1,2}\b"  # 2021/03/04
-    r"|\b\d{1,2}\.\d{1,2}\.\d{4}\b"  # 04.03.2021
+    # 2021/03/04 and 04.03.2021: a real month and day, so "4096/64/8" is still arithmetic
+    r"|\b\d{4}/(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])\b"
+    r"|(?<![\d.,])(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.\d{4}\b"
     r"|\b\d{1,2}:\d{2}(?::\d{2})?\b"
-    r"|\b(?:1[0-2]|0?[1-9])\s?[ap]\.?m\b\.?"  # 3 pm, 11a.m.
+    # "at 3 pm", "until 11 a.m.": only after a word of time, so "7 AM stations", "5 PM" (prime
+    # ministers) and German "7 am Montag" stay numbers to check
+    r"|\b(?:at|by|from|until|till|to|before|after|around|since|between|and)\s+"
+    r"(?:1[0-2]|0?[1-9])\s?[ap]\.?m\b\.?"
     rf"|\b{_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?\b(?:,?\s+\d{{4}}\b)?"
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}}\b)?"
     rf"|\b{_MONTH}\s+\d{{4}}\b",
@@ -67,7 +71,7 @@ _NUMBER = re.compile(
     r"(?:(?P<suffix>bn|mn|[kKMB])"
     r"|[ \u00a0\u202f]?(?P<word>(?i:thousand|million|billion|trillion|milliard|millionen"
     rf"|milliarden|lakh|crore|mio|mrd))s?(?!{_W}))?"
-    rf"(?P<pct>\s?%|[ \u00a0](?i:percent|per\s?cent|pct)(?!{_W}))?"
+    rf"(?P<pct>\s?%|[ \u00a0]?(?i:percent|per\s?cent|pct)(?!{_W}))?"
     rf"(?!\.?{_W})"  # "1.2M" is read whole, "3e2" as 300; "T2", "5th" are no numbers
 )
 _SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "bn": 1e9, "mn": 1e6}
@@ -257,7 +261,7 @@ def stated_numbers(text: str) -> list[Stated]:
             ]
             if made and spaced is not blanked and not len(pieces) > 1:
                 made = [replace(s, text=_as_written(blanked, s)) for s in made]
-            if made and not negative and _bracketed(spaced, m) and len(pieces) == 1:
+            if made and not negative and not percent and _bracketed(spaced, m) and len(pieces) == 1:
                 made += [replace(x, value=-x.value) for x in made]  # accounting: "(3.25)"
             if made:
                 found.append(
@@ -275,8 +279,14 @@ def stated_numbers(text: str) -> list[Stated]:
 
 
 def _bracketed(text: str, m: re.Match[str]) -> bool:
-    """The number alone in parentheses, as accounts write a negative amount: ``(3.25)``."""
-    return text[m.start() - 1 : m.start()] == "(" and text[m.end() : m.end() + 1] == ")"
+    """An amount alone in parentheses, as accounts write a negative: ``(3.25)``, ``(1,234)``;
+    not a count (``(7)``) nor a call (``f(3.5)``), whose sign the parentheses do not change."""
+    return (
+        text[m.start() - 1 : m.start()] == "("
+        and text[m.end() : m.end() + 1] == ")"
+        and not re.match(r"\w", text[m.start() - 2 : m.start() - 1])
+        and any(c in m.group("body") for c in ".,")
+    )
 
 
 def _as_written(text: str, number: Stated) -> str:
